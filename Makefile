@@ -1,0 +1,93 @@
+# Builds of the GPT trainer. Flags (see README.md):
+#   ATTN=flash|naive      attention compiled in (both backends)        default flash
+#   PRECISION=BF16|FP32   GPU storage type (the CPU backend is fp32)   default BF16
+#   GPU_ARCH="80 86 89 90" SASS to build for train_gpt                 default all four
+#   BUILD=DIR             where objects and binaries go                default .
+# Targets: train_gpt_cpu, train_gpt, prepare_data, test (what CI runs), test-gpu (needs a GPU).
+
+ATTN ?= flash
+PRECISION ?= BF16
+GPU_ARCH ?= 80 86 89 90
+BUILD ?= .
+
+ifeq ($(filter $(ATTN),flash naive),)
+$(error ATTN must be flash or naive, not '$(ATTN)')
+endif
+ifeq ($(filter $(PRECISION),BF16 FP32),)
+$(error PRECISION must be BF16 or FP32, not '$(PRECISION)')
+endif
+
+CC ?= gcc
+CUDA_HOME ?= /usr/local/cuda
+STB_INCLUDE ?= /usr/include/stb
+ATTN_DEF = -DATTN_$(shell echo $(ATTN) | tr a-z A-Z)
+WARN = -Wall -Wextra
+CFLAGS_BASE = -std=gnu11 -O3 -march=native -fopenmp $(WARN) -I. -I$(STB_INCLUDE) -I$(CUDA_HOME)/include -MMD -MP
+CFLAGS_CPU = $(CFLAGS_BASE) $(ATTN_DEF)
+LDLIBS_CPU = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcurand -lm -fopenmp
+
+OBJ = $(BUILD)/obj
+CONFIG_STAMP = $(OBJ)/config-$(ATTN)-$(PRECISION).stamp
+
+COMMON_SRC = common/util.c model/config.c
+DATA_SRC = data/tokenfile.c data/dataloader.c data/tokenizer.c
+CKPT_SRC = $(wildcard checkpoints/*.c)
+MODEL_SRC = model/gpt2.c
+CPU_KERNEL_SRC = $(wildcard kernels/cpu/*.c)
+LIB_SRC = $(COMMON_SRC) $(DATA_SRC) $(CKPT_SRC)
+
+# CPU objects live in a directory per attention variant so variants never overwrite each other.
+CPU_OBJ = $(OBJ)/cpu-$(ATTN)
+cpu_obj = $(patsubst %.c,$(CPU_OBJ)/%.o,$(1))
+
+.PHONY: all test test-gpu clean
+all: $(BUILD)/train_gpt_cpu $(BUILD)/prepare_data
+
+train_gpt_cpu: $(BUILD)/train_gpt_cpu
+prepare_data: $(BUILD)/prepare_data
+
+# The stamp changes whenever the flags of this BUILD change, so binaries relink on a switch.
+$(CONFIG_STAMP):
+	@mkdir -p $(OBJ) && rm -f $(OBJ)/config-*.stamp && touch $@
+
+$(CPU_OBJ)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_CPU) -c $< -o $@
+
+$(BUILD)/train_gpt_cpu: $(call cpu_obj,train.c $(MODEL_SRC) $(CPU_KERNEL_SRC) $(LIB_SRC)) $(CONFIG_STAMP)
+	$(CC) $(filter %.o,$^) $(LDLIBS_CPU) -o $@
+
+$(BUILD)/prepare_data: $(call cpu_obj,data/prepare_data.c $(LIB_SRC))
+	$(CC) $^ $(LDLIBS_CPU) -o $@
+
+# ---- tests -------------------------------------------------------------------------------
+TEST_BIN = $(BUILD)/tests
+CPU_TESTS = test_kernels_cpu test_attention_cpu test_tokenizer test_data test_checkpoint
+
+$(TEST_BIN)/%: $(call cpu_obj,tests/%.c tests/testutil.c $(CPU_KERNEL_SRC) $(LIB_SRC) $(MODEL_SRC))
+	@mkdir -p $(dir $@)
+	$(CC) $(filter %.o,$^) $(LDLIBS_CPU) -o $@
+
+# Sanitizer and fuzzer builds (clang): bad input must give a clean message and no report.
+SAN_FLAGS = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g -O1
+$(BUILD)/san/train_gpt_cpu $(BUILD)/san/prepare_data: $(wildcard *.c */*.c */*/*.c *.h */*.h */*/*.h)
+	@mkdir -p $(BUILD)/san
+	clang -std=gnu11 $(WARN) -I. -I$(STB_INCLUDE) -I$(CUDA_HOME)/include $(ATTN_DEF) $(SAN_FLAGS) -fopenmp \
+	    train.c $(MODEL_SRC) $(CPU_KERNEL_SRC) $(LIB_SRC) $(LDLIBS_CPU) -o $(BUILD)/san/train_gpt_cpu
+	clang -std=gnu11 $(WARN) -I. -I$(STB_INCLUDE) $(SAN_FLAGS) \
+	    data/prepare_data.c $(LIB_SRC) $(LDLIBS_CPU) -o $(BUILD)/san/prepare_data
+
+FUZZERS = fuzz_tokenfile fuzz_modelfile fuzz_tokenizer
+$(BUILD)/fuzz/%: tests/%.c $(LIB_SRC) $(wildcard */*.h)
+	@mkdir -p $(BUILD)/fuzz
+	clang -std=gnu11 $(WARN) -I. -I$(STB_INCLUDE) -fsanitize=fuzzer,address,undefined -g -O1 \
+	    $< $(LIB_SRC) -lm -o $@
+
+FUZZ_SECONDS ?= 60
+test: all $(addprefix $(TEST_BIN)/,$(CPU_TESTS)) $(BUILD)/san/train_gpt_cpu $(addprefix $(BUILD)/fuzz/,$(FUZZERS))
+	BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) tests/run_cpu_tests.sh
+
+clean:
+	rm -rf $(OBJ) $(TEST_BIN) $(BUILD)/san $(BUILD)/fuzz $(BUILD)/train_gpt_cpu $(BUILD)/train_gpt $(BUILD)/prepare_data
+
+-include $(shell find $(OBJ) -name '*.d' 2>/dev/null)

@@ -1,0 +1,84 @@
+// Model files (llm.c-compatible), the training state for a bit-exact resume, and the checkpoint
+// directory. Every write goes to a temporary file in the same directory, is flushed and fsynced,
+// then renamed over the final name, so a crash or kill never leaves a broken file under a final
+// name; a failed write (full disk, unwritable directory) removes the temporary file and exits with
+// a message naming the path.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../data/dataloader.h"
+#include "../model/config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ---- atomic files ------------------------------------------------------------------------
+typedef struct {
+    FILE* f;
+    char final_path[4096];
+    char tmp_path[4096];
+} AtomicFile;
+// Opens "<path>.tmp.<pid>" for writing; exits naming the directory if it cannot.
+void atomic_open(AtomicFile* af, const char* path);
+// Writes bytes; on failure removes the temporary file and exits naming the path.
+void atomic_write(AtomicFile* af, const void* src, size_t bytes);
+// fflush + fsync + close + rename (+ fsync of the directory); on failure removes the temporary file
+// and exits naming the path.
+void atomic_commit(AtomicFile* af);
+
+// ---- model file --------------------------------------------------------------------------
+// Header of 256 int32: [0] 20240326, [1] 3 (fp32) or 5 (bf16), [2] maxT, [3] V, [4] L, [5] NH,
+// [6] C, [7] Vp; then the parameters in the order of model/config.h.
+#define MODEL_FILE_MAGIC 20240326
+#define MODEL_FILE_VERSION_FP32 3
+#define MODEL_FILE_VERSION_BF16 5
+// Checks a header against the file size. Returns 0 and fills cfg and *version, or -1 with a message
+// in err. Never exits (the fuzz harness calls it).
+int model_file_parse_header(const int32_t header[256], long long file_bytes, GPT2Config* cfg,
+                            int* version, char* err, size_t errlen);
+// Reads a model file (fp32 or bf16) into a malloc'd fp32 array of *nparams values; exits naming
+// the file on any problem (missing, truncated, wrong magic or version, impossible sizes).
+float* model_file_read(const char* path, GPT2Config* cfg, size_t* nparams);
+// Writes an fp32 model file atomically.
+void model_file_write(const char* path, const GPT2Config* cfg, const float* params);
+
+// ---- training state ----------------------------------------------------------------------
+#define TRAIN_STATE_MAGIC 0x54504754 // "TGPT" little endian
+#define TRAIN_STATE_VERSION 1
+typedef struct {
+    GPT2Config config;
+    int64_t step;            // optimizer steps completed
+    uint64_t sample_rng;     // state of the sampler's RNG
+    int32_t rank, world;
+    DataLoaderState loader;  // the training loader's position
+    size_t nparams;          // parameters of the whole model
+    // master weights and AdamW moments cover parameters [opt_offset, opt_offset + opt_count): the
+    // whole model (0, nparams) without ZeRO, this rank's shard with it.
+    size_t opt_offset, opt_count;
+    float* master;
+    float* m;
+    float* v;
+} TrainState;
+void train_state_write(const char* path, const TrainState* st);
+// Reads a state file, allocating master, m and v; exits naming the file on any problem (missing,
+// truncated, wrong magic or version, inconsistent sizes).
+void train_state_read(const char* path, TrainState* st);
+void train_state_free(TrainState* st);
+
+// ---- checkpoint directory ----------------------------------------------------------------
+// DIR/model_%08lld.bin and DIR/state_%08lld_%05d.bin (step, rank).
+void checkpoint_model_path(char* buf, size_t n, const char* dir, long long step);
+void checkpoint_state_path(char* buf, size_t n, const char* dir, long long step, int rank);
+// Largest step with a complete state file for this rank in dir, or -1 if none (temporary files of
+// interrupted writes are ignored).
+long long checkpoint_latest_step(const char* dir, int rank);
+// Deletes this rank's state files (and, on rank 0, model files) of all but the `keep` newest steps;
+// keep <= 0 keeps everything.
+void checkpoint_prune(const char* dir, int rank, int keep);
+
+#ifdef __cplusplus
+}
+#endif

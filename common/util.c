@@ -1,0 +1,65 @@
+#include "util.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+void fatal(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fflush(stdout);
+    fputs("error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+void* xmalloc(size_t bytes, const char* what) {
+    void* p = malloc(bytes ? bytes : 1);
+    if (!p) fatal("out of host memory: %s needs %zu bytes", what, bytes);
+    return p;
+}
+
+void* xcalloc(size_t count, size_t size, const char* what) {
+    void* p = calloc(count ? count : 1, size ? size : 1);
+    if (!p) fatal("out of host memory: %s needs %zu x %zu bytes", what, count, size);
+    return p;
+}
+
+FILE* xfopen(const char* path, const char* mode) {
+    FILE* f = fopen(path, mode);
+    if (!f) fatal("cannot open %s (mode %s): %s", path, mode, strerror(errno));
+    return f;
+}
+
+void xfread(void* dst, size_t size, size_t count, FILE* f, const char* path) {
+    long offset = ftell(f);
+    size_t got = fread(dst, size, count, f);
+    if (got != count) {
+        if (ferror(f)) fatal("cannot read %s: %s", path, strerror(errno));
+        fatal("%s is truncated: expected %zu bytes at offset %ld, the file ends after %zu",
+              path, size * count, offset, size * got);
+    }
+}
+
+void xfwrite(const void* src, size_t size, size_t count, FILE* f, const char* path) {
+    if (fwrite(src, size, count, f) != count)
+        fatal("cannot write %s: %s", path, strerror(errno));
+}
+
+long long file_size(const char* path) {
+    struct stat st;
+    if (stat(path, &st) != 0) fatal("cannot open %s: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) fatal("%s is not a regular file", path);
+    return (long long)st.st_size;
+}
+
+double wall_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

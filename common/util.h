@@ -1,0 +1,34 @@
+// Small helpers shared by every part: fatal errors with a clear message, checked allocation and
+// checked file I/O. Every message names the thing (file, option) and the problem; the process then
+// exits with status 1. Nothing here ever returns on failure.
+#pragma once
+#include <stddef.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Print "error: <message>\n" to stderr and exit(1).
+void fatal(const char* fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+
+// malloc/calloc that exit with "out of host memory: <what> needs N bytes" on failure.
+void* xmalloc(size_t bytes, const char* what);
+void* xcalloc(size_t count, size_t size, const char* what);
+
+// fopen that exits with "cannot open <path> (<mode>): <strerror>" on failure.
+FILE* xfopen(const char* path, const char* mode);
+// Read exactly count items or exit naming the path ("<path>: truncated, expected ... bytes at offset ...").
+void xfread(void* dst, size_t size, size_t count, FILE* f, const char* path);
+// Write exactly count items or exit naming the path and errno (disk full, ...).
+void xfwrite(const void* src, size_t size, size_t count, FILE* f, const char* path);
+
+// Size of a regular file in bytes, or exit naming the path if it cannot be inspected.
+long long file_size(const char* path);
+
+// Monotonic wall clock in seconds.
+double wall_seconds(void);
+
+#ifdef __cplusplus
+}
+#endif

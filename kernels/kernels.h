@@ -1,0 +1,116 @@
+// The kernel interface: every layer's forward and backward, the optimizer and the few memory
+// operations the model needs. kernels/cpu/*.c (fp32 reference, OpenMP) and kernels/cuda/*.cu
+// implement exactly these functions with the same contracts, so model/ is written once and a test
+// can run both backends on the same inputs.
+//
+// Conventions
+// - Pointers are "device" memory: host memory in the CPU backend, GPU memory in the CUDA backend.
+// - floatX is the storage type of parameters, gradients and activations: float on the CPU and in the
+//   CUDA FP32 build, bf16 in the CUDA BF16 build. Statistics (layernorm mean/rstd, attention state,
+//   losses) and optimizer state are always float.
+// - Shapes: N = B*T rows; C channels; weights are (out, in) row-major as in PyTorch's Linear.
+// - Gradients of parameters ACCUMULATE (+=) so micro-batches add up; the model zeroes them once per
+//   step. Gradients of activations are OVERWRITTEN (=), except layernorm_backward's dinp, which
+//   accumulates because it feeds the residual stream (whose own backward is the identity).
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(PRECISION_BF16)
+#ifdef __CUDACC__
+#include <cuda_bf16.h>
+typedef __nv_bfloat16 floatX;
+#else
+typedef uint16_t floatX; // the bits of a bf16; C code only moves it, the CUDA files do the math
+#endif
+#else
+typedef float floatX;
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ---- backend: memory and device ------------------------------------------------------------
+void backend_init(int device_index);      // CPU: reports threads; CUDA: selects the GPU
+const char* backend_describe(void);       // e.g. "CPU fp32, 2 threads" or "NVIDIA H100, BF16"
+void* dev_malloc(size_t bytes, const char* what);  // exits with a clear message on failure
+void dev_free(void* p);
+void dev_memset_zero(void* p, size_t bytes);
+void dev_upload(void* dst_dev, const void* src_host, size_t bytes);
+void dev_download(void* dst_host, const void* src_dev, size_t bytes);
+void dev_synchronize(void);
+// Conversions between fp32 arrays and floatX arrays, both in device memory (a copy on the CPU).
+void floatX_from_float(floatX* dst, const float* src, size_t n);
+void float_from_floatX(float* dst, const floatX* src, size_t n);
+// n normally distributed floats (mean, std) from cuRAND's Philox4_32_10 generator with this seed,
+// starting at this offset of its sequence: the host API on the CPU, the device API on the GPU, the
+// same numbers in both. dst is device memory.
+void init_normal(float* dst, size_t n, float mean, float std, unsigned long long seed,
+                 unsigned long long offset);
+
+// ---- layers ------------------------------------------------------------------------------
+// out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]
+void encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe,
+                     int B, int T, int C);
+// dwte[inp[b,t],:] += dout[b,t,:]; dwpe[t,:] += sum_b dout[b,t,:]. Deterministic order.
+void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp,
+                      int B, int T, int C);
+
+// out = (inp - mean) * rstd * weight + bias per row of C, eps 1e-5; mean and rstd (N) are saved.
+void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
+                       const floatX* weight, const floatX* bias, int N, int C);
+// dinp += ..., dweight += ..., dbias += ...
+void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
+                        const floatX* inp, const floatX* weight, const float* mean,
+                        const float* rstd, int N, int C);
+
+// out (N, OC) = inp (N, C) @ weight(OC, C)^T + bias (OC); bias may be NULL.
+void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
+                    int N, int C, int OC);
+// dinp = dout @ weight; dweight += dout^T @ inp; dbias += column sums of dout (if dbias != NULL).
+void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
+                     const floatX* inp, const floatX* weight, int N, int C, int OC);
+
+// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+void gelu_forward(floatX* out, const floatX* inp, size_t n);
+void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n); // dinp =
+
+// out = a + b. Its backward is the identity on both inputs: the model lets the residual-stream
+// gradient flow through unchanged and layernorm_backward adds into it.
+void residual_forward(floatX* out, const floatX* a, const floatX* b, size_t n);
+
+// Softmax over the first V of Vp logits per row and cross-entropy against targets (0 <= t < V).
+// losses[i] = -log p[i, targets[i]]. If write_dlogits, logits is overwritten in place with
+// dloss * (p - onehot(target)) on columns < V and 0 on the padding columns; probabilities are never
+// stored.
+void fused_classifier(floatX* logits, float* losses, const int* targets, float dloss,
+                      int N, int V, int Vp, int write_dlogits);
+
+// Causal self-attention, scale 1/sqrt(HS), HS = C/NH.
+// qkv (B, T, 3, NH, HS): q, k, v of head h at qkv[((b*T + t)*3 + {0,1,2})*C + h*HS]; out (B, T, NH, HS).
+// `saved` is what the forward keeps for the backward (attention_saved_bytes): the probabilities
+// (B, NH, T, T) for the naive build; for the flash build m then l, float (B, NH, T) each (the
+// running max and the running sum of exp(s - m) per row). `scratch` (attention_scratch_bytes) is
+// working memory of the backward. dqkv is overwritten.
+size_t attention_saved_bytes(int B, int T, int NH);
+size_t attention_scratch_bytes(int B, int T, int C, int NH);
+void attention_forward(floatX* out, void* saved, const floatX* qkv, int B, int T, int C, int NH);
+void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, const floatX* qkv,
+                        const floatX* out, const void* saved, int B, int T, int C, int NH);
+const char* attention_name(void); // "flash" or "naive"
+
+// ---- optimizer ---------------------------------------------------------------------------
+// Sum of squares of n gradient values (accumulated in at least fp32; fp64 on the CPU).
+float grad_norm_squared(const floatX* grad, size_t n);
+// One AdamW step on n parameters (PyTorch's AdamW): g = grad * grad_scale;
+// m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; w -= lr * (m / (1-b1^t) / (sqrt(v / (1-b2^t)) + eps)
+// + weight_decay * w). `master` holds the fp32 weights when floatX is not float (then param gets the
+// stochastically rounded master, randomness from seed) and is NULL when floatX is float.
+void adamw_update(floatX* param, float* master, const floatX* grad, float* m, float* v, size_t n,
+                  float lr, float beta1, float beta2, float eps, float weight_decay,
+                  float grad_scale, int t, unsigned long long seed);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,43 @@
+#include "config.h"
+
+const char* const parameter_tensor_names[NUM_PARAMETER_TENSORS] = {
+    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+
+size_t gpt2_parameter_sizes(const GPT2Config* cfg, size_t sizes[NUM_PARAMETER_TENSORS]) {
+    size_t Vp = (size_t)cfg->padded_vocab_size, C = (size_t)cfg->channels;
+    size_t L = (size_t)cfg->num_layers, maxT = (size_t)cfg->max_seq_len;
+    sizes[P_WTE] = Vp * C;
+    sizes[P_WPE] = maxT * C;
+    sizes[P_LN1W] = L * C;
+    sizes[P_LN1B] = L * C;
+    sizes[P_QKVW] = L * 3 * C * C;
+    sizes[P_QKVB] = L * 3 * C;
+    sizes[P_ATTPROJW] = L * C * C;
+    sizes[P_ATTPROJB] = L * C;
+    sizes[P_LN2W] = L * C;
+    sizes[P_LN2B] = L * C;
+    sizes[P_FCW] = L * 4 * C * C;
+    sizes[P_FCB] = L * 4 * C;
+    sizes[P_FCPROJW] = L * C * 4 * C;
+    sizes[P_FCPROJB] = L * C;
+    sizes[P_LNFW] = C;
+    sizes[P_LNFB] = C;
+    size_t total = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) total += sizes[i];
+    return total;
+}
+
+int gpt2_padded_vocab(int V) { return (V + 127) / 128 * 128; }
+
+const char* gpt2_config_problem(const GPT2Config* cfg) {
+    if (cfg->max_seq_len < 1 || cfg->max_seq_len > (1 << 20)) return "max sequence length must be in 1..1048576";
+    if (cfg->vocab_size < 1 || cfg->vocab_size > 65536) return "vocabulary size must be in 1..65536 (tokens are uint16)";
+    if (cfg->padded_vocab_size < cfg->vocab_size) return "padded vocabulary is smaller than the vocabulary";
+    if (cfg->padded_vocab_size > (1 << 20)) return "padded vocabulary size is impossibly large";
+    if (cfg->num_layers < 1 || cfg->num_layers > 1024) return "number of layers must be in 1..1024";
+    if (cfg->num_heads < 1) return "number of heads must be at least 1";
+    if (cfg->channels < 1 || cfg->channels > 65536) return "channels must be in 1..65536";
+    if (cfg->channels % cfg->num_heads != 0) return "the number of heads must divide the channels";
+    return NULL;
+}
