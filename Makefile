@@ -61,10 +61,20 @@ $(BUILD)/prepare_data: $(call cpu_obj,data/prepare_data.c $(LIB_SRC))
 	$(CC) $^ $(LDLIBS_CPU) -o $@
 
 # ---- tests -------------------------------------------------------------------------------
+# Each test links only the parts it tests, so parts can be built and tested on their own.
 TEST_BIN = $(BUILD)/tests
 CPU_TESTS = test_kernels_cpu test_attention_cpu test_tokenizer test_data test_checkpoint
+TEST_BASE = tests/testutil.c $(COMMON_SRC)
+LAYER_SRC = $(filter-out kernels/cpu/attention%,$(CPU_KERNEL_SRC))
+ATTN_SRC = $(filter kernels/cpu/attention%,$(CPU_KERNEL_SRC))
+test_kernels_cpu_SRC = $(LAYER_SRC)
+test_attention_cpu_SRC = $(ATTN_SRC)
+test_tokenizer_SRC = data/tokenizer.c
+test_data_SRC = data/tokenfile.c data/dataloader.c
+test_checkpoint_SRC = data/tokenfile.c data/dataloader.c $(CKPT_SRC)
 
-$(TEST_BIN)/%: $(call cpu_obj,tests/%.c tests/testutil.c $(CPU_KERNEL_SRC) $(LIB_SRC) $(MODEL_SRC))
+.SECONDEXPANSION:
+$(TEST_BIN)/%: $$(call cpu_obj,tests/%.c $$(TEST_BASE) $$($$*_SRC))
 	@mkdir -p $(dir $@)
 	$(CC) $(filter %.o,$^) $(LDLIBS_CPU) -o $@
 
@@ -78,10 +88,13 @@ $(BUILD)/san/train_gpt_cpu $(BUILD)/san/prepare_data: $(wildcard *.c */*.c */*/*
 	    data/prepare_data.c $(LIB_SRC) $(LDLIBS_CPU) -o $(BUILD)/san/prepare_data
 
 FUZZERS = fuzz_tokenfile fuzz_modelfile fuzz_tokenizer
-$(BUILD)/fuzz/%: tests/%.c $(LIB_SRC) $(wildcard */*.h)
+fuzz_tokenfile_SRC = data/tokenfile.c
+fuzz_modelfile_SRC = data/tokenfile.c data/dataloader.c $(CKPT_SRC)
+fuzz_tokenizer_SRC = data/tokenizer.c
+$(BUILD)/fuzz/%: tests/%.c $$($$*_SRC) $(COMMON_SRC) $(wildcard */*.h)
 	@mkdir -p $(BUILD)/fuzz
 	clang -std=gnu11 $(WARN) -I. -I$(STB_INCLUDE) -fsanitize=fuzzer,address,undefined -g -O1 \
-	    $< $(LIB_SRC) -lm -o $@
+	    $< $($*_SRC) $(COMMON_SRC) -lm -o $@
 
 FUZZ_SECONDS ?= 60
 test: all $(addprefix $(TEST_BIN)/,$(CPU_TESTS)) $(BUILD)/san/train_gpt_cpu $(addprefix $(BUILD)/fuzz/,$(FUZZERS))

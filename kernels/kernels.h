@@ -74,7 +74,7 @@ void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX*
 
 // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 void gelu_forward(floatX* out, const floatX* inp, size_t n);
-void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n); // dinp =
+void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n); // dinp =, may alias dout
 
 // out = a + b. Its backward is the identity on both inputs: the model lets the residual-stream
 // gradient flow through unchanged and layernorm_backward adds into it.

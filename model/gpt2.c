@@ -1,0 +1,344 @@
+#include "gpt2.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/util.h"
+
+// ---- allocation --------------------------------------------------------------------------
+
+// Carves named regions out of one allocation: a first pass with base == NULL only adds up the
+// sizes, the second hands out pointers. Regions are 256-byte aligned for vector loads.
+typedef struct {
+    char* base;
+    size_t used;
+} Carver;
+
+static void* carve(Carver* c, size_t bytes) {
+    void* p = c->base ? c->base + c->used : NULL;
+    c->used += (bytes + 255) / 256 * 256;
+    return p;
+}
+
+static void carve_activations(GPT2* model, Carver* c) {
+    const GPT2Config* cfg = &model->config;
+    size_t B = model->B, T = model->T, C = cfg->channels, L = cfg->num_layers;
+    size_t Vp = cfg->padded_vocab_size, BT = B * T, X = sizeof(floatX);
+    size_t L_ln = model->recompute >= 2 ? 1 : L;      // layers that keep their own ln1/ln2
+    size_t L_gelu = model->recompute >= 1 ? 1 : L;    // layers that keep their own GELU output
+    Activations* a = &model->acts;
+    a->encoded = carve(c, BT * C * X);
+    a->ln1 = carve(c, L_ln * BT * C * X);
+    a->ln1_mean = carve(c, L * BT * sizeof(float));
+    a->ln1_rstd = carve(c, L * BT * sizeof(float));
+    a->qkv = carve(c, L * BT * 3 * C * X);
+    a->atty = carve(c, L * BT * C * X);
+    a->att_saved = carve(c, L * attention_saved_bytes(B, T, cfg->num_heads));
+    a->residual2 = carve(c, L * BT * C * X);
+    a->ln2 = carve(c, L_ln * BT * C * X);
+    a->ln2_mean = carve(c, L * BT * sizeof(float));
+    a->ln2_rstd = carve(c, L * BT * sizeof(float));
+    a->fch = carve(c, L * BT * 4 * C * X);
+    a->fch_gelu = carve(c, L_gelu * BT * 4 * C * X);
+    a->residual3 = carve(c, L * BT * C * X);
+    a->lnf = carve(c, BT * C * X);
+    a->lnf_mean = carve(c, BT * sizeof(float));
+    a->lnf_rstd = carve(c, BT * sizeof(float));
+    a->logits = carve(c, BT * Vp * X);
+    a->losses = carve(c, BT * sizeof(float));
+    a->dresidual = carve(c, BT * C * X);
+    a->dbuf_c = carve(c, BT * C * X);
+    a->dbuf_3c = carve(c, BT * 3 * C * X);
+    a->dbuf_4c = carve(c, BT * 4 * C * X);
+    a->att_scratch = carve(c, attention_scratch_bytes(B, T, C, cfg->num_heads));
+    a->inputs = carve(c, BT * sizeof(int));
+    a->targets = carve(c, BT * sizeof(int));
+    a->row = carve(c, Vp * sizeof(float));
+}
+
+static void point_parameters(ParameterTensors* p, floatX* base, const size_t* sizes) {
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        p->t[i] = base;
+        base += sizes[i];
+    }
+}
+
+void gpt2_build(GPT2* model, const GPT2Config* cfg, int B, int T, int recompute) {
+    memset(model, 0, sizeof(*model));
+    const char* problem = gpt2_config_problem(cfg);
+    if (problem) fatal("impossible model configuration: %s", problem);
+    if (T > cfg->max_seq_len)
+        fatal("sequence length -t %d is above the model's maximum of %d", T, cfg->max_seq_len);
+    model->config = *cfg;
+    model->B = B;
+    model->T = T;
+    model->recompute = recompute;
+    model->num_parameters = gpt2_parameter_sizes(cfg, model->param_sizes);
+    size_t n = model->num_parameters;
+
+    floatX* params = dev_malloc(n * sizeof(floatX), "parameters");
+    floatX* grads = dev_malloc(n * sizeof(floatX), "gradients");
+    point_parameters(&model->params, params, model->param_sizes);
+    point_parameters(&model->grads, grads, model->param_sizes);
+    if (sizeof(floatX) != sizeof(float)) model->master = dev_malloc(n * sizeof(float), "master weights");
+    model->adam_m = dev_malloc(n * sizeof(float), "AdamW first moment");
+    model->adam_v = dev_malloc(n * sizeof(float), "AdamW second moment");
+    dev_memset_zero(grads, n * sizeof(floatX));
+    dev_memset_zero(model->adam_m, n * sizeof(float));
+    dev_memset_zero(model->adam_v, n * sizeof(float));
+
+    Carver sizing = {NULL, 0};
+    carve_activations(model, &sizing);
+    model->act_bytes = sizing.used;
+    Carver carver = {dev_malloc(sizing.used, "activations"), 0};
+    carve_activations(model, &carver);
+    model->host_losses = xmalloc((size_t)B * T * sizeof(float), "losses");
+}
+
+void gpt2_free(GPT2* model) {
+    dev_free(model->params.t[0]);
+    dev_free(model->grads.t[0]);
+    dev_free(model->master);
+    dev_free(model->adam_m);
+    dev_free(model->adam_v);
+    dev_free(model->acts.encoded);
+    free(model->host_losses);
+    memset(model, 0, sizeof(*model));
+}
+
+void gpt2_print_memory_plan(const GPT2* model) {
+    const GPT2Config* cfg = &model->config;
+    double MiB = 1024.0 * 1024.0;
+    size_t n = model->num_parameters;
+    double params = n * sizeof(floatX) / MiB, grads = params;
+    double optim = (2.0 + (model->master ? 1.0 : 0.0)) * n * sizeof(float) / MiB;
+    double att = (double)cfg->num_layers * attention_saved_bytes(model->B, model->T, cfg->num_heads) / MiB;
+    double acts = model->act_bytes / MiB;
+    printf("memory plan (B %d, T %d, recompute %d, %s attention):\n", model->B, model->T,
+           model->recompute, attention_name());
+    printf("  parameters   %10.1f MiB  (%zu x %zu bytes)\n", params, n, sizeof(floatX));
+    printf("  gradients    %10.1f MiB\n", grads);
+    printf("  optimizer    %10.1f MiB  (AdamW m, v%s, fp32)\n", optim, model->master ? ", master weights" : "");
+    printf("  activations  %10.1f MiB  (of which attention state %.1f MiB)\n", acts, att);
+    printf("  total        %10.1f MiB\n", params + grads + optim + acts);
+}
+
+// ---- weights -----------------------------------------------------------------------------
+
+// The fp32 copy of the weights that the optimizer updates: the master weights, or the parameters
+// themselves when they are fp32.
+static float* fp32_weights(const GPT2* model) {
+    return model->master ? model->master : (float*)(void*)model->params.t[0];
+}
+
+static void refresh_params_from_master(GPT2* model) {
+    if (model->master) floatX_from_float(model->params.t[0], model->master, model->num_parameters);
+}
+
+void gpt2_init_random(GPT2* model, unsigned long long seed) {
+    const GPT2Config* cfg = &model->config;
+    float* w = fp32_weights(model);
+    float residual_std = 0.02f / sqrtf(2.0f * cfg->num_layers);
+    float* ones = xmalloc((size_t)cfg->num_layers * cfg->channels * sizeof(float), "init");
+    for (size_t i = 0; i < (size_t)cfg->num_layers * cfg->channels; i++) ones[i] = 1.0f;
+    unsigned long long offset = 0; // position in the Philox sequence, advanced tensor by tensor
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        size_t n = model->param_sizes[i];
+        int is_ln_weight = i == P_LN1W || i == P_LN2W || i == P_LNFW;
+        int is_weight_matrix = i == P_WTE || i == P_WPE || i == P_QKVW || i == P_ATTPROJW ||
+                               i == P_FCW || i == P_FCPROJW;
+        if (is_weight_matrix) {
+            float std = (i == P_ATTPROJW || i == P_FCPROJW) ? residual_std : 0.02f;
+            init_normal(w, n, 0.0f, std, seed, offset);
+            offset += (n + 3) / 4 * 4;
+        } else if (is_ln_weight) {
+            dev_upload(w, ones, n * sizeof(float));
+        } else {
+            dev_memset_zero(w, n * sizeof(float));
+        }
+        w += n;
+    }
+    free(ones);
+    refresh_params_from_master(model);
+}
+
+void gpt2_set_weights(GPT2* model, const float* host) {
+    dev_upload(fp32_weights(model), host, model->num_parameters * sizeof(float));
+    refresh_params_from_master(model);
+}
+
+void gpt2_get_weights(const GPT2* model, float* host) {
+    dev_download(host, fp32_weights(model), model->num_parameters * sizeof(float));
+}
+
+void gpt2_set_optimizer_state(GPT2* model, const float* m, const float* v) {
+    dev_upload(model->adam_m, m, model->num_parameters * sizeof(float));
+    dev_upload(model->adam_v, v, model->num_parameters * sizeof(float));
+}
+
+void gpt2_get_optimizer_state(const GPT2* model, float* m, float* v) {
+    dev_download(m, model->adam_m, model->num_parameters * sizeof(float));
+    dev_download(v, model->adam_v, model->num_parameters * sizeof(float));
+}
+
+// ---- forward and backward ----------------------------------------------------------------
+
+// Pointers to layer l's weights (or gradients).
+typedef struct {
+    floatX *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+} LayerWeights;
+
+static LayerWeights layer_weights(const ParameterTensors* p, const GPT2Config* cfg, int l) {
+    size_t C = cfg->channels;
+    LayerWeights w = {
+        p->t[P_LN1W] + l * C, p->t[P_LN1B] + l * C,
+        p->t[P_QKVW] + l * 3 * C * C, p->t[P_QKVB] + l * 3 * C,
+        p->t[P_ATTPROJW] + l * C * C, p->t[P_ATTPROJB] + l * C,
+        p->t[P_LN2W] + l * C, p->t[P_LN2B] + l * C,
+        p->t[P_FCW] + l * 4 * C * C, p->t[P_FCB] + l * 4 * C,
+        p->t[P_FCPROJW] + l * 4 * C * C, p->t[P_FCPROJB] + l * C};
+    return w;
+}
+
+// Layer l's activations for a batch of N = B*T rows (strides use the current N, so a smaller batch
+// packs densely at the start of each buffer).
+typedef struct {
+    floatX *input, *ln1, *qkv, *atty, *residual2, *ln2, *fch, *fch_gelu, *residual3;
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+    char* att_saved;
+} LayerActs;
+
+static LayerActs layer_acts(const GPT2* model, int l, int B, int T) {
+    const Activations* a = &model->acts;
+    size_t N = (size_t)B * T, C = model->config.channels;
+    size_t l_ln = model->recompute >= 2 ? 0 : l, l_gelu = model->recompute >= 1 ? 0 : l;
+    LayerActs s;
+    s.input = l == 0 ? a->encoded : a->residual3 + (l - 1) * N * C;
+    s.ln1 = a->ln1 + l_ln * N * C;
+    s.ln1_mean = a->ln1_mean + l * N;
+    s.ln1_rstd = a->ln1_rstd + l * N;
+    s.qkv = a->qkv + l * N * 3 * C;
+    s.atty = a->atty + l * N * C;
+    s.att_saved = a->att_saved + l * attention_saved_bytes(B, T, model->config.num_heads);
+    s.residual2 = a->residual2 + l * N * C;
+    s.ln2 = a->ln2 + l_ln * N * C;
+    s.ln2_mean = a->ln2_mean + l * N;
+    s.ln2_rstd = a->ln2_rstd + l * N;
+    s.fch = a->fch + l * N * 4 * C;
+    s.fch_gelu = a->fch_gelu + l_gelu * N * 4 * C;
+    s.residual3 = a->residual3 + l * N * C;
+    return s;
+}
+
+float gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T, float dloss) {
+    const GPT2Config* cfg = &model->config;
+    int C = cfg->channels, NH = cfg->num_heads, L = cfg->num_layers;
+    int V = cfg->vocab_size, Vp = cfg->padded_vocab_size, N = B * T;
+    if (B > model->B || T > model->T || B * T > model->B * model->T)
+        fatal("internal: forward of %d x %d tokens on a model built for %d x %d", B, T, model->B, model->T);
+    Activations* a = &model->acts;
+    model->fwd_B = B;
+    model->fwd_T = T;
+    dev_upload(a->inputs, inputs, (size_t)N * sizeof(int));
+    if (targets) dev_upload(a->targets, targets, (size_t)N * sizeof(int));
+
+    encoder_forward(a->encoded, a->inputs, model->params.t[P_WTE], model->params.t[P_WPE], B, T, C);
+    for (int l = 0; l < L; l++) {
+        LayerWeights w = layer_weights(&model->params, cfg, l);
+        LayerActs s = layer_acts(model, l, B, T);
+        layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, s.input, w.ln1w, w.ln1b, N, C);
+        matmul_forward(s.qkv, s.ln1, w.qkvw, w.qkvb, N, C, 3 * C);
+        attention_forward(s.atty, s.att_saved, s.qkv, B, T, C, NH);
+        matmul_forward(a->dbuf_c, s.atty, w.attprojw, w.attprojb, N, C, C);
+        residual_forward(s.residual2, s.input, a->dbuf_c, (size_t)N * C);
+        layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.residual2, w.ln2w, w.ln2b, N, C);
+        matmul_forward(s.fch, s.ln2, w.fcw, w.fcb, N, C, 4 * C);
+        gelu_forward(s.fch_gelu, s.fch, (size_t)N * 4 * C);
+        matmul_forward(a->dbuf_c, s.fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);
+        residual_forward(s.residual3, s.residual2, a->dbuf_c, (size_t)N * C);
+    }
+    floatX* final_residual = layer_acts(model, L - 1, B, T).residual3;
+    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, final_residual, model->params.t[P_LNFW],
+                      model->params.t[P_LNFB], N, C);
+    matmul_forward(a->logits, a->lnf, model->params.t[P_WTE], NULL, N, C, Vp);
+    if (!targets) return 0.0f;
+
+    fused_classifier(a->logits, a->losses, a->targets, dloss, N, V, Vp, dloss > 0.0f);
+    dev_download(model->host_losses, a->losses, (size_t)N * sizeof(float));
+    double sum = 0.0;
+    for (int i = 0; i < N; i++) sum += model->host_losses[i];
+    return (float)(sum / N);
+}
+
+void gpt2_zero_grad(GPT2* model) {
+    dev_memset_zero(model->grads.t[0], model->num_parameters * sizeof(floatX));
+}
+
+void gpt2_backward(GPT2* model) {
+    const GPT2Config* cfg = &model->config;
+    int B = model->fwd_B, T = model->fwd_T, N = B * T;
+    int C = cfg->channels, NH = cfg->num_heads, L = cfg->num_layers, Vp = cfg->padded_vocab_size;
+    Activations* a = &model->acts;
+    ParameterTensors* p = &model->params;
+    ParameterTensors* g = &model->grads;
+
+    // The classifier left dloss * dL/dlogits in the logits buffer. The head is tied to wte.
+    matmul_backward(a->dbuf_c, g->t[P_WTE], NULL, a->logits, a->lnf, p->t[P_WTE], N, C, Vp);
+    dev_memset_zero(a->dresidual, (size_t)N * C * sizeof(floatX));
+    floatX* final_residual = layer_acts(model, L - 1, B, T).residual3;
+    layernorm_backward(a->dresidual, g->t[P_LNFW], g->t[P_LNFB], a->dbuf_c, final_residual,
+                       p->t[P_LNFW], a->lnf_mean, a->lnf_rstd, N, C);
+
+    // dresidual holds the gradient of the residual stream; going down through a block, each
+    // branch's layernorm_backward adds its contribution to it (the residual add's backward is the
+    // identity).
+    for (int l = L - 1; l >= 0; l--) {
+        LayerWeights w = layer_weights(p, cfg, l);
+        LayerWeights dw = layer_weights(g, cfg, l);
+        LayerActs s = layer_acts(model, l, B, T);
+        if (model->recompute >= 1) gelu_forward(s.fch_gelu, s.fch, (size_t)N * 4 * C);
+        if (model->recompute >= 2)
+            layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.residual2, w.ln2w, w.ln2b, N, C);
+        // MLP branch
+        matmul_backward(a->dbuf_4c, dw.fcprojw, dw.fcprojb, a->dresidual, s.fch_gelu, w.fcprojw, N, 4 * C, C);
+        gelu_backward(a->dbuf_4c, s.fch, a->dbuf_4c, (size_t)N * 4 * C);
+        matmul_backward(a->dbuf_c, dw.fcw, dw.fcb, a->dbuf_4c, s.ln2, w.fcw, N, C, 4 * C);
+        layernorm_backward(a->dresidual, dw.ln2w, dw.ln2b, a->dbuf_c, s.residual2, w.ln2w,
+                           s.ln2_mean, s.ln2_rstd, N, C);
+        // attention branch
+        if (model->recompute >= 2)
+            layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, s.input, w.ln1w, w.ln1b, N, C);
+        matmul_backward(a->dbuf_c, dw.attprojw, dw.attprojb, a->dresidual, s.atty, w.attprojw, N, C, C);
+        attention_backward(a->dbuf_3c, a->att_scratch, a->dbuf_c, s.qkv, s.atty, s.att_saved, B, T, C, NH);
+        matmul_backward(a->dbuf_c, dw.qkvw, dw.qkvb, a->dbuf_3c, s.ln1, w.qkvw, N, C, 3 * C);
+        layernorm_backward(a->dresidual, dw.ln1w, dw.ln1b, a->dbuf_c, s.input, w.ln1w,
+                           s.ln1_mean, s.ln1_rstd, N, C);
+    }
+    encoder_backward(g->t[P_WTE], g->t[P_WPE], a->dresidual, a->inputs, B, T, C);
+}
+
+float gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay,
+                  float grad_clip, int t, unsigned long long seed) {
+    float norm = sqrtf(grad_norm_squared(model->grads.t[0], model->num_parameters));
+    float grad_scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
+    size_t offset = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        // weight decay on the 2-D weights only, not on biases and layernorm parameters
+        int decay = i == P_WTE || i == P_WPE || i == P_QKVW || i == P_ATTPROJW || i == P_FCW || i == P_FCPROJW;
+        float* master = model->master ? model->master + offset : NULL;
+        adamw_update(model->params.t[i], master, model->grads.t[i], model->adam_m + offset,
+                     model->adam_v + offset, model->param_sizes[i], lr, beta1, beta2, eps,
+                     decay ? weight_decay : 0.0f, grad_scale, t, seed + 1000003ull * (unsigned)i);
+        offset += model->param_sizes[i];
+    }
+    return norm;
+}
+
+void gpt2_logits_row(GPT2* model, int b, int t, int T, float* host_out) {
+    const GPT2Config* cfg = &model->config;
+    const floatX* row = model->acts.logits + ((size_t)b * T + t) * cfg->padded_vocab_size;
+    float_from_floatX(model->acts.row, row, cfg->vocab_size);
+    dev_download(host_out, model->acts.row, cfg->vocab_size * sizeof(float));
+}

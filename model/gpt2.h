@@ -1,0 +1,101 @@
+// The GPT-2 model: parameters, gradients, optimizer state and activations, each one allocation in
+// backend ("device") memory, and the forward, backward and update written once against the kernel
+// interface of kernels/kernels.h.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../kernels/kernels.h"
+#include "config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    floatX* t[NUM_PARAMETER_TENSORS]; // pointers into one allocation, in model-file order
+} ParameterTensors;
+
+// What the forward keeps for the backward. With recompute >= 1 the GELU output is one (B,T,4C)
+// buffer rebuilt from fch during the backward; with recompute >= 2 the layernorm outputs ln1 and ln2
+// are one (B,T,C) buffer each, rebuilt from the residual stream and the saved mean/rstd.
+typedef struct {
+    floatX* encoded;     // (B, T, C) token + position embedding
+    floatX* ln1;         // (L, B, T, C), or (B, T, C) with recompute >= 2
+    float* ln1_mean;     // (L, B, T)
+    float* ln1_rstd;     // (L, B, T)
+    floatX* qkv;         // (L, B, T, 3C)
+    floatX* atty;        // (L, B, T, C) attention output before the projection
+    char* att_saved;     // L x attention_saved_bytes(B, T, NH)
+    floatX* residual2;   // (L, B, T, C) after the attention block
+    floatX* ln2;         // like ln1
+    float* ln2_mean;     // (L, B, T)
+    float* ln2_rstd;     // (L, B, T)
+    floatX* fch;         // (L, B, T, 4C) before GELU
+    floatX* fch_gelu;    // (L, B, T, 4C), or (B, T, 4C) with recompute >= 1
+    floatX* residual3;   // (L, B, T, C) block outputs
+    floatX* lnf;         // (B, T, C)
+    float* lnf_mean;     // (B, T)
+    float* lnf_rstd;     // (B, T)
+    floatX* logits;      // (B, T, Vp); overwritten by dlogits when a backward follows
+    float* losses;       // (B, T)
+    // backward working buffers, reused by every layer
+    floatX* dresidual;   // (B, T, C) gradient of the residual stream
+    floatX* dbuf_c;      // (B, T, C)
+    floatX* dbuf_3c;     // (B, T, 3C)
+    floatX* dbuf_4c;     // (B, T, 4C)
+    char* att_scratch;   // attention_scratch_bytes(B, T, C, NH)
+    int* inputs;         // (B, T) token ids on the device
+    int* targets;        // (B, T)
+    float* row;          // (Vp) one row of logits as fp32, for sampling
+} Activations;
+
+typedef struct {
+    GPT2Config config;
+    size_t param_sizes[NUM_PARAMETER_TENSORS];
+    size_t num_parameters;
+    ParameterTensors params, grads;
+    float* master;       // fp32 master weights when floatX is not float, else NULL (params are fp32)
+    float* adam_m;
+    float* adam_v;
+    int B, T, recompute; // the largest batch the activations were allocated for
+    int fwd_B, fwd_T;    // shape of the last forward, which the backward differentiates
+    Activations acts;
+    size_t act_bytes;
+    float* host_losses;  // (B, T)
+} GPT2;
+
+// Allocates everything for batches up to B x T and prints the memory plan. The weights are not
+// initialised: call gpt2_init_random or gpt2_set_weights.
+void gpt2_build(GPT2* model, const GPT2Config* cfg, int B, int T, int recompute);
+void gpt2_free(GPT2* model);
+// Prints where the memory goes (parameters, gradients, optimizer, activations by kind).
+void gpt2_print_memory_plan(const GPT2* model);
+
+// GPT-2 init from the seed (see DESIGN.md): N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)),
+// biases 0, layernorm weights 1, drawn with cuRAND Philox so both backends get the same weights.
+void gpt2_init_random(GPT2* model, unsigned long long seed);
+// Weights from / to a host fp32 array of num_parameters values (model-file order).
+void gpt2_set_weights(GPT2* model, const float* host);
+void gpt2_get_weights(const GPT2* model, float* host);
+// AdamW moments from / to host fp32 arrays of num_parameters values.
+void gpt2_set_optimizer_state(GPT2* model, const float* m, const float* v);
+void gpt2_get_optimizer_state(const GPT2* model, float* m, float* v);
+
+// Forward pass over B x T tokens (host arrays; B, T at most what was built). With targets, returns
+// the mean loss (else 0). dloss > 0 means a backward follows: the logits buffer is overwritten with
+// dloss * dL/dlogits (dloss = 1 / (tokens of the whole step) averages over micro-batches).
+float gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T, float dloss);
+// Backward of the last forward (called with dloss > 0): adds into the gradients.
+void gpt2_backward(GPT2* model);
+void gpt2_zero_grad(GPT2* model);
+// Global gradient norm, clipped to grad_clip, then one AdamW step (t counts from 1). Returns the
+// norm before clipping.
+float gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay,
+                  float grad_clip, int t, unsigned long long seed);
+// fp32 logits of position t of batch row b of the last forward (run without dloss), V values.
+void gpt2_logits_row(GPT2* model, int b, int t, int T, float* host_out);
+
+#ifdef __cplusplus
+}
+#endif

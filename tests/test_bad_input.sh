@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Bad input, run under AddressSanitizer + UndefinedBehaviorSanitizer (the clang build in $BUILD/san):
+# every case must print one clear message naming the file or option and the problem, exit non-zero,
+# and produce no sanitizer report. Also: a full disk while checkpointing loses no data.
+set -euo pipefail
+BUILD=${BUILD:-.}
+cd "$(dirname "$0")/.."
+tmp=$(mktemp -d)
+trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
+san=$BUILD/san/train_gpt_cpu
+train_bin=data/tinyshakespeare/tiny_shakespeare_train.bin
+val_bin=data/tinyshakespeare/tiny_shakespeare_val.bin
+small=(--layers 1 --channels 32 --heads 2 --max-seq 32 -t 32 -b 2 -x 1 -v 0 -s 0)
+count=0
+expect_error() { # expect_error "PATTERN" ARGS... (runs the sanitizer build of train_gpt_cpu)
+    local pattern=$1; shift
+    local status=0
+    "$san" "$@" > "$tmp/out" 2>&1 || status=$?
+    if [ "$status" -eq 0 ]; then echo "FAIL (exit 0) $*"; cat "$tmp/out"; exit 1; fi
+    if grep -qE "Sanitizer|runtime error" "$tmp/out"; then echo "FAIL (sanitizer report) $*"; cat "$tmp/out"; exit 1; fi
+    if ! grep -q -- "$pattern" "$tmp/out"; then echo "FAIL (message lacks '$pattern') $*"; cat "$tmp/out"; exit 1; fi
+    echo "PASS exit $status: $(grep -m1 error "$tmp/out")"
+    count=$((count + 1))
+}
+
+# a small valid model file to break in various ways
+"$san" "${small[@]}" -x 0 -i "$train_bin" -o "$tmp/m" > /dev/null
+model=$tmp/m/model_00000000.bin
+
+# token files
+head -c 3000 "$train_bin" > "$tmp/truncated.bin"
+expect_error "truncated.bin" "${small[@]}" -i "$tmp/truncated.bin" -o "$tmp/o"
+{ printf '\x39\x30\x00\x00'; tail -c +5 "$train_bin"; } > "$tmp/magic.bin"
+expect_error "magic.bin" "${small[@]}" -i "$tmp/magic.bin" -o "$tmp/o"
+cp "$train_bin" "$tmp/badtoken.bin"
+printf '\x60\xea' | dd of="$tmp/badtoken.bin" bs=1 seek=2048 conv=notrunc 2> /dev/null # token 60000
+expect_error "badtoken.bin" "${small[@]}" -i "$tmp/badtoken.bin" -o "$tmp/o"
+expect_error "nonexistent" "${small[@]}" -i "$tmp/nonexistent_*.bin" -o "$tmp/o"
+expect_error "val" "${small[@]}" -v 1 -j "$tmp/truncated.bin" -i "$train_bin" -o "$tmp/o"
+mkdir "$tmp/dir.bin"
+expect_error "dir.bin" "${small[@]}" -i "$tmp/dir.bin" -o "$tmp/o"
+# model files
+head -c 5000 "$model" > "$tmp/truncated_model.bin"
+expect_error "truncated_model.bin" -e "$tmp/truncated_model.bin" -t 32 -b 2 -x 1 -v 0 -s 0 -i "$train_bin" -o "$tmp/o"
+{ printf '\x01\x02\x03\x04'; tail -c +5 "$model"; } > "$tmp/magic_model.bin"
+expect_error "magic_model.bin" -e "$tmp/magic_model.bin" -t 32 -b 2 -x 1 -v 0 -s 0 -i "$train_bin" -o "$tmp/o"
+expect_error "layers" -e "$model" --layers 3 -t 32 -b 2 -x 1 -v 0 -s 0 -i "$train_bin" -o "$tmp/o"
+expect_error "maximum" -e "$model" -t 64 -b 2 -x 1 -v 0 -s 0 -i "$train_bin" -o "$tmp/o"
+# options
+expect_error "divide" --layers 1 --channels 10 --heads 3 -t 8 -x 1 -i "$train_bin" -o "$tmp/o"
+expect_error "total batch" "${small[@]}" -d 1000 -i "$train_bin" -o "$tmp/o"
+expect_error "--bogus" "${small[@]}" --bogus
+expect_error "-b" "${small[@]}" -b abc
+expect_error "-t" "${small[@]}" -t 0
+expect_error "--layers" --layers 2 -x 1
+expect_error "schedule" "${small[@]}" -k sawtooth
+expect_error "-x" "${small[@]}" -x
+# output directory
+touch "$tmp/afile"
+expect_error "afile" "${small[@]}" -i "$train_bin" -o "$tmp/afile/sub"
+expect_error "afile" "${small[@]}" -i "$train_bin" -o "$tmp/afile"
+# resume from a corrupt training state
+mkdir -p "$tmp/corrupt"
+"$san" "${small[@]}" -i "$train_bin" -o "$tmp/corrupt" > /dev/null
+state=$(ls "$tmp/corrupt"/state_*.bin)
+head -c 100 "$state" > "$state.cut" && mv "$state.cut" "$state"
+expect_error "$(basename "$state")" "${small[@]}" -i "$train_bin" -o "$tmp/corrupt" -y 1
+
+# a disk that fills up while a checkpoint is written: the write fails cleanly, the previous
+# checkpoint stays intact and no temporary file is left behind
+mkdir -p "$tmp/full"
+"$san" "${small[@]}" -i "$train_bin" -o "$tmp/full" > /dev/null
+before=$(md5sum "$tmp/full/model_00000001.bin")
+status=0
+( trap '' XFSZ; ulimit -f 200; exec "$san" "${small[@]}" -x 2 -y 1 -i "$train_bin" -o "$tmp/full" ) > "$tmp/out" 2>&1 || status=$?
+[ "$status" -ne 0 ] || { echo "FAIL a full disk went unnoticed"; exit 1; }
+grep -qE "Sanitizer|runtime error" "$tmp/out" && { echo "FAIL sanitizer report on a full disk"; cat "$tmp/out"; exit 1; }
+grep -q "cannot write" "$tmp/out" || { echo "FAIL no clear message on a full disk"; cat "$tmp/out"; exit 1; }
+[ "$(md5sum "$tmp/full/model_00000001.bin")" = "$before" ] || { echo "FAIL previous checkpoint changed"; exit 1; }
+ls "$tmp/full" | grep -q tmp && { echo "FAIL temporary file left behind: $(ls "$tmp/full")"; exit 1; }
+echo "PASS full disk: $(grep -m1 error "$tmp/out"); previous checkpoint intact"
+echo "PASS $count bad inputs rejected cleanly"
