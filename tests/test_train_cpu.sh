@@ -35,6 +35,10 @@ paste -d, "$tmp/naive/log.csv" "$tmp/flash/log.csv" | awk -F, '
           if (worst > 1e-4) { printf "FAIL parity: worst relative difference %.2e > 1e-4\n", worst; exit 1 }
           printf "PASS parity naive vs flash: %d steps, worst relative difference %.2e <= 1e-4\n", n, worst }'
 
+python3 scripts/plot_loss.py "$tmp/naive/log.csv" "$tmp/flash/log.csv" --labels naive flash -o "$tmp/parity.png"
+[ "$(head -c 4 "$tmp/parity.png" | tail -c 3)" = "PNG" ] || fail "plot_loss.py wrote no PNG"
+echo "PASS plot_loss.py drew both curves into a PNG"
+
 # 2. learning + 3. sampling
 "$BUILD/train_gpt_cpu" "${small[@]}" -x 200 -l 1e-3 -v 200 -m 8 -s 200 -g 24 \
     --vocab data/gpt2 -o "$tmp/learn" > "$tmp/learn.out"
