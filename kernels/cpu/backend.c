@@ -1,0 +1,74 @@
+// The CPU backend's memory and device functions. "Device" memory is ordinary host memory, so
+// uploads and downloads are copies and there is nothing to synchronise; floatX is float, so the
+// conversions are copies too.
+#include "kernels/kernels.h"
+#include "common/util.h"
+
+#include <curand.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char description[64] = "CPU fp32";
+
+// There is one CPU "device"; the index only selects a GPU in the CUDA backend.
+void backend_init(int device_index) {
+    (void)device_index;
+    snprintf(description, sizeof(description), "CPU fp32, %d threads", omp_get_max_threads());
+}
+
+const char* backend_describe(void) { return description; }
+
+// 64-byte alignment: a cache line, and whole AVX-512 vectors for the kernels' inner loops.
+void* dev_malloc(size_t bytes, const char* what) {
+    void* p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 1) != 0)
+        fatal("out of host memory: %s needs %zu bytes (%.1f MiB); lower the batch size or the "
+              "sequence length", what, bytes, (double)bytes / (1 << 20));
+    return p;
+}
+
+void dev_free(void* p) { free(p); }
+
+void dev_memset_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
+
+void dev_upload(void* dst_dev, const void* src_host, size_t bytes) { memcpy(dst_dev, src_host, bytes); }
+
+void dev_download(void* dst_host, const void* src_dev, size_t bytes) { memcpy(dst_host, src_dev, bytes); }
+
+// Every CPU kernel has finished when it returns.
+void dev_synchronize(void) {}
+
+// memmove: a caller may convert in place.
+void floatX_from_float(floatX* dst, const float* src, size_t n) { memmove(dst, src, n * sizeof(float)); }
+
+void float_from_floatX(float* dst, const floatX* src, size_t n) { memmove(dst, src, n * sizeof(float)); }
+
+static void check_curand(curandStatus_t status, const char* call) {
+    if (status != CURAND_STATUS_SUCCESS) fatal("%s failed with cuRAND status %d", call, (int)status);
+}
+
+// The offset counts single values of the generator's sequence: value i of a run started at offset
+// k is value k + i of a run started at offset 0 (checked by tests/test_kernels_cpu.c).
+// curandGenerateNormal makes its values in Box-Muller pairs and may refuse an odd count, so an odd
+// n gets its last value from a pair generated at offset + n - 1.
+void init_normal(float* dst, size_t n, float mean, float std, unsigned long long seed,
+                 unsigned long long offset) {
+    curandGenerator_t gen;
+    check_curand(curandCreateGeneratorHost(&gen, CURAND_RNG_PSEUDO_PHILOX4_32_10),
+                 "curandCreateGeneratorHost");
+    check_curand(curandSetPseudoRandomGeneratorSeed(gen, seed), "curandSetPseudoRandomGeneratorSeed");
+    size_t even = n & ~(size_t)1;
+    if (even > 0) {
+        check_curand(curandSetGeneratorOffset(gen, offset), "curandSetGeneratorOffset");
+        check_curand(curandGenerateNormal(gen, dst, even, mean, std), "curandGenerateNormal");
+    }
+    if (n != even) {
+        float pair[2];
+        check_curand(curandSetGeneratorOffset(gen, offset + even), "curandSetGeneratorOffset");
+        check_curand(curandGenerateNormal(gen, pair, 2, mean, std), "curandGenerateNormal");
+        dst[even] = pair[0];
+    }
+    check_curand(curandDestroyGenerator(gen), "curandDestroyGenerator");
+}

@@ -1,0 +1,169 @@
+// The linear layer, fp32 on the CPU: out = inp @ weight^T + bias and its backward.
+//
+// All three products are computed by one register-blocked tile: TILE_I x TILE_J sums
+//     acc[i][j] += a_i[k] * b_k[j]
+// where each a value is broadcast and b_k[0..TILE_J) is contiguous, one vector, so each step is
+// TILE_I vector FMAs and the accumulators stay in registers over the whole k loop. Every output element is one
+// sum over k in increasing order, computed by one thread, so the results do not depend on the
+// number of threads.
+#include "kernels/kernels.h"
+#include "common/util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define TILE_I 8
+#define TILE_J 16
+// matmul_backward's dinp: rows of dout per parallel work item, and rows of the weight per block
+// (ROW_CHUNK x OC_BLOCK floats of dout and OC_BLOCK x TILE_J of the weight stay in the L2 cache).
+#define ROW_CHUNK 64
+#define OC_BLOCK 512
+
+static inline int min_int(int a, int b) { return a < b ? a : b; }
+
+// TILE_J floats as one value of GCC's vector extension (C as clang also compiles it): the compiler
+// maps it onto whatever vector registers -march gives (2 AVX2 or 1 AVX-512 register) and does not
+// have to discover the vectorisation itself, which it gets wrong for this loop nest. Rows of b start
+// at any float, so they are loaded with memcpy (one unaligned vector load).
+typedef float vec_j __attribute__((vector_size(TILE_J * sizeof(float))));
+
+// acc[i][j] += sum over k < K, in order, of a_rows[i][k * a_stride] * b[k * b_stride + j], for
+// j < width. A ragged row of b (width < TILE_J) is padded with zeros.
+static void tile_multiply(vec_j acc[TILE_I], const float* const a_rows[TILE_I], size_t a_stride,
+                          const float* b, size_t b_stride, int K, int width) {
+    vec_j sums[TILE_I];
+    for (int i = 0; i < TILE_I; i++) sums[i] = acc[i];
+    for (int k = 0; k < K; k++) {
+        const float* b_k = b + (size_t)k * b_stride;
+        vec_j b_row = {0};
+        if (width == TILE_J) memcpy(&b_row, b_k, sizeof(b_row));
+        else memcpy(&b_row, b_k, width * sizeof(float));
+        for (int i = 0; i < TILE_I; i++) sums[i] += a_rows[i][(size_t)k * a_stride] * b_row;
+    }
+    for (int i = 0; i < TILE_I; i++) acc[i] = sums[i];
+}
+
+// out[n, oc] = bias[oc] + sum_c inp[n, c] weight[oc, c]. The tile runs over i = oc and j = n, so it
+// needs inp's columns contiguous: inp is first packed into panels of TILE_J rows, (C, TILE_J) each,
+// zero past row N.
+void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
+                    int N, int C, int OC) {
+    int panels = (N + TILE_J - 1) / TILE_J;
+    float* packed = xmalloc((size_t)panels * C * TILE_J * sizeof(float), "matmul_forward's packed input");
+    #pragma omp parallel for collapse(2)
+    for (int panel = 0; panel < panels; panel++) {
+        for (int c = 0; c < C; c++) {
+            float* dst = packed + ((size_t)panel * C + c) * TILE_J;
+            for (int j = 0; j < TILE_J; j++) {
+                int n = panel * TILE_J + j;
+                dst[j] = n < N ? inp[(size_t)n * C + c] : 0.0f;
+            }
+        }
+    }
+    // Blocks of 8 tiles of weight rows; the panels of one block are consecutive iterations, which
+    // a thread gets together, so the block's weight rows are reused from the L1 cache.
+    const int oc_per_block = 8 * TILE_I;
+    int blocks = (OC + oc_per_block - 1) / oc_per_block;
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int block = 0; block < blocks; block++) {
+        for (int panel = 0; panel < panels; panel++) {
+            int oc_end = min_int(OC, (block + 1) * oc_per_block);
+            for (int oc0 = block * oc_per_block; oc0 < oc_end; oc0 += TILE_I) {
+                // Past OC the tile repeats the last row; those sums are not stored.
+                const float* w_rows[TILE_I];
+                vec_j acc[TILE_I];
+                for (int i = 0; i < TILE_I; i++) {
+                    int oc = min_int(oc0 + i, OC - 1);
+                    w_rows[i] = weight + (size_t)oc * C;
+                    acc[i] = (vec_j){0};
+                }
+                tile_multiply(acc, w_rows, 1, packed + (size_t)panel * C * TILE_J, TILE_J, C, TILE_J);
+                int n_end = min_int(N - panel * TILE_J, TILE_J), i_end = min_int(OC - oc0, TILE_I);
+                for (int j = 0; j < n_end; j++) {
+                    float* out_n = out + (size_t)(panel * TILE_J + j) * OC + oc0;
+                    for (int i = 0; i < i_end; i++)
+                        out_n[i] = acc[i][j] + (bias ? bias[oc0 + i] : 0.0f);
+                }
+            }
+        }
+    }
+    free(packed);
+}
+
+// dinp[n, c] = sum_oc dout[n, oc] weight[oc, c]: tiles of rows (i = n) x channels (j = c). A
+// thread takes a chunk of ROW_CHUNK rows x TILE_J channels and walks the weight in blocks of OC_BLOCK
+// rows, each used by all tiles of the chunk while it is in the L2 cache; a tile's partial sums over
+// one block continue from the previous block's, so each sum still runs over oc in order. One
+// parallel loop without inner barriers: on a busy machine a barrier waits for the slowest thread.
+static void matmul_backward_dinp(float* dinp, const float* dout, const float* weight,
+                                 int N, int C, int OC) {
+    int row_chunks = (N + ROW_CHUNK - 1) / ROW_CHUNK, channel_tiles = (C + TILE_J - 1) / TILE_J;
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int row_chunk = 0; row_chunk < row_chunks; row_chunk++) {
+        for (int channel_tile = 0; channel_tile < channel_tiles; channel_tile++) {
+            int c0 = channel_tile * TILE_J, width = min_int(C - c0, TILE_J);
+            int n_end = min_int(N, (row_chunk + 1) * ROW_CHUNK);
+            for (int oc_begin = 0; oc_begin < OC; oc_begin += OC_BLOCK) {
+                int oc_count = min_int(OC_BLOCK, OC - oc_begin);
+                for (int n0 = row_chunk * ROW_CHUNK; n0 < n_end; n0 += TILE_I) {
+                    int i_end = min_int(N - n0, TILE_I);
+                    // Past N the tile repeats the last row; those sums are not stored.
+                    const float* dout_rows[TILE_I];
+                    vec_j acc[TILE_I];
+                    for (int i = 0; i < TILE_I; i++) {
+                        dout_rows[i] = dout + (size_t)min_int(n0 + i, N - 1) * OC + oc_begin;
+                        for (int j = 0; j < TILE_J; j++)
+                            acc[i][j] = oc_begin > 0 && i < i_end && j < width
+                                            ? dinp[(size_t)(n0 + i) * C + c0 + j] : 0.0f;
+                    }
+                    tile_multiply(acc, dout_rows, 1, weight + (size_t)oc_begin * C + c0, C,
+                                  oc_count, width);
+                    for (int i = 0; i < i_end; i++)
+                        for (int j = 0; j < width; j++) dinp[(size_t)(n0 + i) * C + c0 + j] = acc[i][j];
+                }
+            }
+        }
+    }
+}
+
+// dweight[oc, c] += sum_n dout[n, oc] inp[n, c]: tiles of weight rows (i = oc) x channels (j = c).
+static void matmul_backward_dweight(float* dweight, const float* dout, const float* inp,
+                                    int N, int C, int OC) {
+    int oc_tiles = (OC + TILE_I - 1) / TILE_I, channel_tiles = (C + TILE_J - 1) / TILE_J;
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int oc_tile = 0; oc_tile < oc_tiles; oc_tile++) {
+        for (int channel_tile = 0; channel_tile < channel_tiles; channel_tile++) {
+            int oc0 = oc_tile * TILE_I, c0 = channel_tile * TILE_J;
+            int i_end = min_int(OC - oc0, TILE_I), width = min_int(C - c0, TILE_J);
+            // Past OC the tile repeats the last column of dout; those sums are not stored.
+            const float* dout_columns[TILE_I];
+            vec_j acc[TILE_I];
+            for (int i = 0; i < TILE_I; i++) {
+                dout_columns[i] = dout + min_int(oc0 + i, OC - 1);
+                acc[i] = (vec_j){0};
+            }
+            tile_multiply(acc, dout_columns, OC, inp + c0, C, N, width);
+            for (int i = 0; i < i_end; i++)
+                for (int j = 0; j < width; j++) dweight[(size_t)(oc0 + i) * C + c0 + j] += acc[i][j];
+        }
+    }
+}
+
+// dbias[oc] += sum_n dout[n, oc]: threads split the columns, each summing the rows in order.
+static void matmul_backward_dbias(float* dbias, const float* dout, int N, int OC) {
+    #pragma omp parallel for schedule(static)
+    for (int oc0 = 0; oc0 < OC; oc0 += TILE_J) {
+        float sums[TILE_J] = {0};
+        int width = min_int(OC - oc0, TILE_J);
+        for (int n = 0; n < N; n++)
+            for (int j = 0; j < width; j++) sums[j] += dout[(size_t)n * OC + oc0 + j];
+        for (int j = 0; j < width; j++) dbias[oc0 + j] += sums[j];
+    }
+}
+
+void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
+                     const floatX* inp, const floatX* weight, int N, int C, int OC) {
+    matmul_backward_dinp(dinp, dout, weight, N, C, OC);
+    matmul_backward_dweight(dweight, dout, inp, N, C, OC);
+    if (dbias) matmul_backward_dbias(dbias, dout, N, OC);
+}
