@@ -70,7 +70,7 @@ ATTN_SRC = $(filter kernels/cpu/attention%,$(CPU_KERNEL_SRC))
 test_kernels_cpu_SRC = $(LAYER_SRC)
 test_attention_cpu_SRC = $(ATTN_SRC)
 test_tokenizer_SRC = data/tokenizer.c
-test_data_SRC = data/tokenfile.c data/dataloader.c
+test_data_SRC = data/tokenfile.c data/dataloader.c checkpoints/atomic_file.c
 test_checkpoint_SRC = data/tokenfile.c data/dataloader.c $(CKPT_SRC)
 
 .SECONDEXPANSION:
@@ -88,7 +88,7 @@ $(BUILD)/san/train_gpt_cpu $(BUILD)/san/prepare_data: $(wildcard *.c */*.c */*/*
 	    data/prepare_data.c $(LIB_SRC) $(LDLIBS_CPU) -o $(BUILD)/san/prepare_data
 
 FUZZERS = fuzz_tokenfile fuzz_modelfile fuzz_tokenizer
-fuzz_tokenfile_SRC = data/tokenfile.c
+fuzz_tokenfile_SRC = data/tokenfile.c checkpoints/atomic_file.c
 fuzz_modelfile_SRC = data/tokenfile.c data/dataloader.c $(CKPT_SRC)
 fuzz_tokenizer_SRC = data/tokenizer.c
 $(BUILD)/fuzz/%: tests/%.c $$($$*_SRC) $(COMMON_SRC) $(wildcard */*.h)
