@@ -47,7 +47,7 @@ last=$(awk -F, '$1 == 200 { print $3 }' "$tmp/learn/log.csv")
 echo "validation loss: $first at step 0 -> $last at step 200"
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 3.0) }' || fail "validation loss did not fall by 3 nats"
 echo "PASS learning: validation loss $first -> $last"
-sample=$(sed -n '/^generating:/,/^---$/p' "$tmp/learn.out" | sed -n '3p')
+sample=$(awk '/^generating:/ { g = 1; next } g == 1 && /^---$/ { g = 2; next } g == 2 { print; exit }' "$tmp/learn.out")
 [ -n "$sample" ] || fail "no sample printed"
 echo "$sample" | grep -q '<[0-9]*>' && fail "sample printed token ids instead of text: $sample"
 echo "PASS sampling printed decoded text: $sample"
