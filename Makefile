@@ -100,6 +100,11 @@ FUZZ_SECONDS ?= 60
 test: all $(addprefix $(TEST_BIN)/,$(CPU_TESTS)) $(BUILD)/san/train_gpt_cpu $(addprefix $(BUILD)/fuzz/,$(FUZZERS))
 	BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) tests/run_cpu_tests.sh
 
+include kernels/cuda/cuda.mk
+
+# Keep intermediate objects of the chained pattern rules.
+.SECONDARY:
+
 clean:
 	rm -rf $(OBJ) $(TEST_BIN) $(BUILD)/san $(BUILD)/fuzz $(BUILD)/train_gpt_cpu $(BUILD)/train_gpt $(BUILD)/prepare_data
 

@@ -532,7 +532,7 @@ int main(int argc, char** argv) {
     if (start_step == 0 && do_val) {
         float vl = validation_loss(&model, &val, val_batches);
         printf("step %d: val loss %.6f\n", 0, vl);
-        fprintf(log, "0,,%.7g,,,,\n", vl);
+        fprintf(log, "0,,%.9g,,,,\n", vl);
         fflush(log);
     }
     long long step = start_step;
@@ -563,9 +563,9 @@ int main(int argc, char** argv) {
         if (do_val && (step % o.val_every == 0 || step == max_steps)) {
             float vl = validation_loss(&model, &val, val_batches);
             printf("step %lld: val loss %.6f\n", step, vl);
-            snprintf(val_field, sizeof val_field, "%.7g", vl);
+            snprintf(val_field, sizeof val_field, "%.9g", vl);
         }
-        fprintf(log, "%lld,%.7g,%s,%.7g,%.7g,%.3f,%.1f\n", step, loss, val_field, lr, norm,
+        fprintf(log, "%lld,%.9g,%s,%.7g,%.7g,%.3f,%.1f\n", step, loss, val_field, lr, norm,
                 1e3 * seconds, total_batch / seconds);
         if (fflush(log) != 0) fatal("cannot write %s: %s", log_path, strerror(errno));
 

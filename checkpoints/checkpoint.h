@@ -75,8 +75,8 @@ void checkpoint_state_path(char* buf, size_t n, const char* dir, long long step,
 // Largest step with a complete state file for this rank in dir, or -1 if none (temporary files of
 // interrupted writes are ignored).
 long long checkpoint_latest_step(const char* dir, int rank);
-// Deletes this rank's state files (and, on rank 0, model files) of all but the `keep` newest steps;
-// keep <= 0 keeps everything.
+// Deletes this rank's state files (and, on rank 0, model files) of all but the `keep` newest steps
+// (keep <= 0 keeps everything), and the temporary files that killed writes of them left behind.
 void checkpoint_prune(const char* dir, int rank, int keep);
 
 #ifdef __cplusplus

@@ -2,6 +2,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -90,8 +91,31 @@ long long checkpoint_latest_step(const char* dir, int rank) {
     return latest;
 }
 
-// Deletes all but the `keep` newest files of one kind (rank < 0: model files).
+// Deletes the temporary files that killed writers of this kind of file left behind. Only this rank
+// writes its state files (and only rank 0 model files), so none of them is being written now.
+static void remove_stale_temporaries(const char* dir, int rank) {
+    DIR* d = opendir(dir);
+    if (!d) return;
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) {
+        const char* tmp = strstr(e->d_name, ".tmp.");
+        if (!tmp || (size_t)(tmp - e->d_name) >= 64) continue;
+        char final_name[64];
+        memcpy(final_name, e->d_name, (size_t)(tmp - e->d_name));
+        final_name[tmp - e->d_name] = '\0';
+        if (checkpoint_step(final_name, rank) < 0) continue;
+        char path[4096];
+        if (snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= (int)sizeof(path)) continue;
+        if (unlink(path) != 0 && errno != ENOENT)
+            fatal("cannot delete temporary file %s: %s", path, strerror(errno));
+    }
+    closedir(d);
+}
+
+// Deletes all but the `keep` newest files of one kind (rank < 0: model files), and the temporary
+// files of interrupted writes.
 static void prune_kind(const char* dir, int rank, int keep) {
+    remove_stale_temporaries(dir, rank);
     int count;
     long long* steps = list_steps(dir, rank, &count);
     for (int i = keep; i < count; i++) {
@@ -105,7 +129,6 @@ static void prune_kind(const char* dir, int rank, int keep) {
 }
 
 void checkpoint_prune(const char* dir, int rank, int keep) {
-    if (keep <= 0) return;
-    prune_kind(dir, rank, keep);
-    if (rank == 0) prune_kind(dir, -1, keep);
+    prune_kind(dir, rank, keep <= 0 ? INT_MAX : keep);
+    if (rank == 0) prune_kind(dir, -1, keep <= 0 ? INT_MAX : keep);
 }

@@ -37,7 +37,7 @@ cp "$train_bin" "$tmp/badtoken.bin"
 printf '\x60\xea' | dd of="$tmp/badtoken.bin" bs=1 seek=2048 conv=notrunc 2> /dev/null # token 60000
 expect_error "badtoken.bin" "${small[@]}" -i "$tmp/badtoken.bin" -o "$tmp/o"
 expect_error "nonexistent" "${small[@]}" -i "$tmp/nonexistent_*.bin" -o "$tmp/o"
-expect_error "val" "${small[@]}" -v 1 -j "$tmp/truncated.bin" -i "$train_bin" -o "$tmp/o"
+expect_error "truncated.bin" "${small[@]}" -v 1 -j "$tmp/truncated.bin" -i "$train_bin" -o "$tmp/o"
 mkdir "$tmp/dir.bin"
 expect_error "dir.bin" "${small[@]}" -i "$tmp/dir.bin" -o "$tmp/o"
 # model files

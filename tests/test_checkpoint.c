@@ -498,11 +498,13 @@ static void test_checkpoint_dir(void) {
                   exists(dir, "state_00000030_00000.bin");
     int models = !exists(dir, "model_00000010.bin") && !exists(dir, "model_00000020.bin") &&
                  exists(dir, "model_00000030.bin") && exists(dir, "model_00000070.bin");
-    int others_kept = exists(dir, "state_00000040_00000.bin.tmp.123") && exists(dir, "model_00000080.bin.tmp.7") &&
-                      exists(dir, "notes.txt") && exists(dir, "state_00000060_0.bin") && exists(dir, "state_00000045_00001.bin");
-    test_check(states0 && models && others_kept, "prune rank 0 keeps 2 newest states and models",
-               "states %s, models %s, other files %s", states0 ? "right" : "wrong", models ? "right" : "wrong",
-               others_kept ? "kept" : "touched");
+    int others_kept = exists(dir, "notes.txt") && exists(dir, "state_00000060_0.bin") &&
+                      exists(dir, "state_00000050_00000.bin~") && exists(dir, "state_00000045_00001.bin");
+    int stale_removed = !exists(dir, "state_00000040_00000.bin.tmp.123") && !exists(dir, "model_00000080.bin.tmp.7");
+    test_check(states0 && models && others_kept && stale_removed,
+               "prune rank 0 keeps 2 newest states and models, removes stale temporaries",
+               "states %s, models %s, other files %s, temporaries %s", states0 ? "right" : "wrong",
+               models ? "right" : "wrong", others_kept ? "kept" : "touched", stale_removed ? "removed" : "kept");
 }
 
 static int remove_entry(const char* path, const struct stat* sb, int type, struct FTW* ftw) {

@@ -1,0 +1,83 @@
+// The CPU reference kernels under other names, so a test can link them beside the CUDA kernels of
+// the same names (tests/test_kernels_gpu.cu). The CPU files are compiled for such a test with
+// `-include kernels/cpu_reference_names.h` (and no PRECISION flag, so floatX is float): the
+// #defines below rename every function of kernels/kernels.h to cpu_<name>, and the compiler checks
+// kernels.h's prototypes, so renamed, against the declarations here. The test defines
+// CPU_REFERENCE_DECLARATIONS_ONLY to get the declarations without the renaming.
+#pragma once
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+void cpu_backend_init(int device_index);
+const char* cpu_backend_describe(void);
+void* cpu_dev_malloc(size_t bytes, const char* what);
+void cpu_dev_free(void* p);
+void cpu_dev_memset_zero(void* p, size_t bytes);
+void cpu_dev_upload(void* dst_dev, const void* src_host, size_t bytes);
+void cpu_dev_download(void* dst_host, const void* src_dev, size_t bytes);
+void cpu_dev_synchronize(void);
+void cpu_floatX_from_float(float* dst, const float* src, size_t n);
+void cpu_float_from_floatX(float* dst, const float* src, size_t n);
+void cpu_init_normal(float* dst, size_t n, float mean, float std, unsigned long long seed,
+                     unsigned long long offset);
+void cpu_encoder_forward(float* out, const int* inp, const float* wte, const float* wpe, int B, int T, int C);
+void cpu_encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T, int C);
+void cpu_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                           const float* bias, int N, int C);
+void cpu_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                            const float* weight, const float* mean, const float* rstd, int N, int C);
+void cpu_matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+                        int OC);
+void cpu_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                         const float* weight, int N, int C, int OC);
+void cpu_gelu_forward(float* out, const float* inp, size_t n);
+void cpu_gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
+void cpu_residual_forward(float* out, const float* a, const float* b, size_t n);
+void cpu_fused_classifier(float* logits, float* losses, const int* targets, float dloss, int N, int V,
+                          int Vp, int write_dlogits);
+size_t cpu_attention_saved_bytes(int B, int T, int NH);
+size_t cpu_attention_scratch_bytes(int B, int T, int C, int NH);
+void cpu_attention_forward(float* out, void* saved, const float* qkv, int B, int T, int C, int NH);
+void cpu_attention_backward(float* dqkv, void* scratch, const float* dout, const float* qkv,
+                            const float* out, const void* saved, int B, int T, int C, int NH);
+const char* cpu_attention_name(void);
+float cpu_grad_norm_squared(const float* grad, size_t n);
+void cpu_adamw_update(float* param, float* master, const float* grad, float* m, float* v, size_t n,
+                      float lr, float beta1, float beta2, float eps, float weight_decay,
+                      float grad_scale, int t, unsigned long long seed);
+#ifdef __cplusplus
+}
+#endif
+
+#ifndef CPU_REFERENCE_DECLARATIONS_ONLY
+#define backend_init cpu_backend_init
+#define backend_describe cpu_backend_describe
+#define dev_malloc cpu_dev_malloc
+#define dev_free cpu_dev_free
+#define dev_memset_zero cpu_dev_memset_zero
+#define dev_upload cpu_dev_upload
+#define dev_download cpu_dev_download
+#define dev_synchronize cpu_dev_synchronize
+#define floatX_from_float cpu_floatX_from_float
+#define float_from_floatX cpu_float_from_floatX
+#define init_normal cpu_init_normal
+#define encoder_forward cpu_encoder_forward
+#define encoder_backward cpu_encoder_backward
+#define layernorm_forward cpu_layernorm_forward
+#define layernorm_backward cpu_layernorm_backward
+#define matmul_forward cpu_matmul_forward
+#define matmul_backward cpu_matmul_backward
+#define gelu_forward cpu_gelu_forward
+#define gelu_backward cpu_gelu_backward
+#define residual_forward cpu_residual_forward
+#define fused_classifier cpu_fused_classifier
+#define attention_saved_bytes cpu_attention_saved_bytes
+#define attention_scratch_bytes cpu_attention_scratch_bytes
+#define attention_forward cpu_attention_forward
+#define attention_backward cpu_attention_backward
+#define attention_name cpu_attention_name
+#define grad_norm_squared cpu_grad_norm_squared
+#define adamw_update cpu_adamw_update
+#endif

@@ -1,0 +1,132 @@
+// The CUDA backend's device, memory, conversions and weight initialisation.
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kernels/cuda/common.cuh"
+
+cublasHandle_t cublas_handle;
+cublasLtHandle_t cublaslt_handle;
+void* cublaslt_workspace;
+size_t cublaslt_workspace_bytes = 32u << 20; // what cuBLASLt's fastest algorithms ask for on Hopper
+int device_sm_count;
+static char description[512];
+
+void backend_init(int device_index) {
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count == 0)
+        fatal("no usable CUDA GPU (cudaGetDeviceCount: %s); train_gpt needs an NVIDIA GPU and its "
+              "driver, use train_gpt_cpu to train on the CPU",
+              err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+    if (device_index < 0 || device_index >= count)
+        fatal("GPU index %d does not exist: %d GPU(s) visible (CUDA_VISIBLE_DEVICES picks which)",
+              device_index, count);
+    cudaCheck(cudaSetDevice(device_index));
+    cudaDeviceProp props;
+    cudaCheck(cudaGetDeviceProperties(&props, device_index));
+    device_sm_count = props.multiProcessorCount;
+    cublasCheck(cublasCreate(&cublas_handle));
+    cublasCheck(cublasLtCreate(&cublaslt_handle));
+    cublaslt_workspace = dev_malloc(cublaslt_workspace_bytes, "cuBLASLt workspace");
+#if defined(PRECISION_BF16)
+    const char* precision = "BF16";
+#else
+    const char* precision = "FP32";
+#endif
+    snprintf(description, sizeof description, "%.256s (GPU %d, sm_%d%d, %.1f GiB), %s", props.name,
+             device_index, props.major, props.minor, props.totalGlobalMem / 1073741824.0, precision);
+}
+
+const char* backend_describe(void) { return description; }
+
+void* dev_malloc(size_t bytes, const char* what) {
+    void* p = NULL;
+    cudaError_t err = cudaMalloc(&p, bytes);
+    if (err == cudaErrorMemoryAllocation) {
+        cudaGetLastError(); // clear the (non-sticky) allocation error before asking for the free size
+        size_t free_bytes = 0, total_bytes = 0;
+        cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
+        fatal("out of GPU memory: %s needs %zu bytes (%.2f GiB), %zu bytes (%.2f GiB) are free of "
+              "%.2f GiB; lower -b (micro-batch), -t, or use -r recompute",
+              what, bytes, bytes / 1073741824.0, free_bytes, free_bytes / 1073741824.0,
+              total_bytes / 1073741824.0);
+    }
+    cudaCheck(err);
+    return p;
+}
+
+void dev_free(void* p) { cudaCheck(cudaFree(p)); }
+void dev_memset_zero(void* p, size_t bytes) { cudaCheck(cudaMemset(p, 0, bytes)); }
+void dev_upload(void* dst_dev, const void* src_host, size_t bytes) {
+    cudaCheck(cudaMemcpy(dst_dev, src_host, bytes, cudaMemcpyHostToDevice));
+}
+void dev_download(void* dst_host, const void* src_dev, size_t bytes) {
+    cudaCheck(cudaMemcpy(dst_host, src_dev, bytes, cudaMemcpyDeviceToHost));
+}
+void dev_synchronize(void) { cudaCheck(cudaDeviceSynchronize()); }
+
+void* grow_scratch(void** buffer, size_t* capacity, size_t bytes, const char* what) {
+    if (bytes > *capacity) {
+        if (*buffer) dev_free(*buffer);
+        *buffer = dev_malloc(bytes, what);
+        *capacity = bytes;
+    }
+    return *buffer;
+}
+
+template <class Dst, class Src> __global__ void convert_kernel(Dst* dst, const Src* src, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = (Dst)(float)src[i];
+}
+template <class Dst, class Src> static void convert(Dst* dst, const Src* src, size_t n) {
+    if (n == 0) return;
+    convert_kernel<<<ceil_div(n, 256) < 65536 ? ceil_div(n, 256) : 65536, 256>>>(dst, src, n);
+    launchCheck();
+}
+void floatX_from_float(floatX* dst, const float* src, size_t n) { convert(dst, src, n); }
+void float_from_floatX(float* dst, const floatX* src, size_t n) { convert(dst, src, n); }
+
+// The normals come from cuRAND's HOST generator, then are uploaded: its device generator gives the
+// same Philox bits but its Box-Muller uses the GPU's logf/sincosf, so the values differ from the
+// host generator's by a few ulp (seen on an H200 with CUDA 13.0), and the two backends must start
+// from identical weights (checked bit for bit by tests/test_kernels_gpu). As on the CPU, normals
+// come in pairs, so an odd n takes its last value from a pair generated at offset + n - 1.
+// Generated in chunks of an even size so that host memory stays small for any n.
+void init_normal(float* dst, size_t n, float mean, float std, unsigned long long seed,
+                 unsigned long long offset) {
+    const size_t chunk = (size_t)1 << 22;
+    float* host = (float*)xmalloc((n < chunk ? n + 1 : chunk) * sizeof(float), "init_normal buffer");
+    curandGenerator_t gen;
+    curandCheck(curandCreateGeneratorHost(&gen, CURAND_RNG_PSEUDO_PHILOX4_32_10));
+    curandCheck(curandSetPseudoRandomGeneratorSeed(gen, seed));
+    for (size_t start = 0; start < n; start += chunk) {
+        size_t count = n - start < chunk ? n - start : chunk;
+        size_t even = count & ~(size_t)1;
+        if (even > 0) {
+            curandCheck(curandSetGeneratorOffset(gen, offset + start));
+            curandCheck(curandGenerateNormal(gen, host, even, mean, std));
+        }
+        if (count != even) { // only in the last chunk: the pair's first value
+            curandCheck(curandSetGeneratorOffset(gen, offset + start + even));
+            curandCheck(curandGenerateNormal(gen, host + even, 2, mean, std));
+        }
+        dev_upload(dst + start, host, count * sizeof(float));
+    }
+    curandCheck(curandDestroyGenerator(gen));
+    free(host);
+}
+
+// Second pass of column_sums_accumulate (common.cuh): partial sums added in row-chunk order.
+__global__ void add_column_partials_kernel(floatX* dst, const float* partials, int chunks, int C) {
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= C) return;
+    float sum = 0.0f;
+    for (int k = 0; k < chunks; k++) sum += partials[(size_t)k * C + col];
+    dst[col] = (floatX)((float)dst[col] + sum);
+}
+
+float* column_partials_buffer(size_t count) {
+    static void* buffer;
+    static size_t capacity;
+    return (float*)grow_scratch(&buffer, &capacity, count * sizeof(float), "column-sum partials");
+}

@@ -1,0 +1,144 @@
+// Shared by the CUDA kernel files: checked calls, the library handles, floatX helpers, block
+// reductions, a 16-byte elementwise map and a deterministic column reduction.
+#pragma once
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <curand.h>
+#include <stdint.h>
+
+#include "common/util.h"
+#include "kernels/kernels.h"
+
+// Every CUDA, cuBLAS and cuRAND call goes through one of these: a failure names the call, the file
+// and the line, then exits.
+#define cudaCheck(call) cuda_check((call), #call, __FILE__, __LINE__)
+#define cublasCheck(call) cublas_check((call), #call, __FILE__, __LINE__)
+#define curandCheck(call) curand_check((call), #call, __FILE__, __LINE__)
+// After every kernel launch: launch errors (bad configuration, no kernel image for this GPU).
+#define launchCheck() cuda_check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
+
+static inline void cuda_check(cudaError_t err, const char* call, const char* file, int line) {
+    if (err != cudaSuccess) fatal("CUDA error %s (%s) in %s at %s:%d", cudaGetErrorName(err),
+                                  cudaGetErrorString(err), call, file, line);
+}
+static inline void cublas_check(cublasStatus_t status, const char* call, const char* file, int line) {
+    if (status != CUBLAS_STATUS_SUCCESS)
+        fatal("cuBLAS error %d (%s) in %s at %s:%d", (int)status, cublasGetStatusString(status), call,
+              file, line);
+}
+static inline void curand_check(curandStatus_t status, const char* call, const char* file, int line) {
+    if (status != CURAND_STATUS_SUCCESS)
+        fatal("cuRAND error %d in %s at %s:%d", (int)status, call, file, line);
+}
+
+// Created by backend_init (backend.cu); every cuBLAS call runs on the default stream.
+extern cublasHandle_t cublas_handle;
+extern cublasLtHandle_t cublaslt_handle;
+extern void* cublaslt_workspace;
+extern size_t cublaslt_workspace_bytes;
+extern int device_sm_count;
+
+// Working memory that grows on demand and is never returned (reused by later calls of the same
+// layer). Safe because all work runs in order on the default stream and cudaFree synchronizes.
+void* grow_scratch(void** buffer, size_t* capacity, size_t bytes, const char* what);
+
+#if defined(PRECISION_BF16)
+#define CUDA_FLOATX CUDA_R_16BF
+#else
+#define CUDA_FLOATX CUDA_R_32F
+#endif
+
+// floatX elements in one 16-byte vector.
+#define X128 ((int)(16 / sizeof(floatX)))
+struct __align__(16) PackedX {
+    floatX v[16 / sizeof(floatX)];
+};
+
+static inline unsigned int ceil_div(size_t a, size_t b) { return (unsigned int)((a + b - 1) / b); }
+
+__device__ inline float warp_sum(float x) {
+    for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffff, x, offset);
+    return x;
+}
+__device__ inline float warp_max(float x) {
+    for (int offset = 16; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, offset));
+    return x;
+}
+// Reduction over the whole block (blockDim.x a multiple of 32, at most 1024) in a fixed order, so
+// the result is bit-identical from run to run. Every thread gets the result.
+template <float (*warp_reduce)(float)> __device__ inline float block_reduce(float x, float identity) {
+    __shared__ float warp_results[32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    x = warp_reduce(x);
+    __syncthreads(); // warp_results may still be read by a previous call
+    if (lane == 0) warp_results[warp] = x;
+    __syncthreads();
+    x = lane < warps ? warp_results[lane] : identity;
+    return warp_reduce(x);
+}
+__device__ inline float block_sum(float x) { return block_reduce<warp_sum>(x, 0.0f); }
+__device__ inline float block_max(float x) { return block_reduce<warp_max>(x, -INFINITY); }
+
+// Loads the X128 elements of p at i .. i + X128 (those below end) as floats: one 16-byte load when
+// `vector` (i aligned and the whole vector inside the array), else one by one.
+__device__ inline void load_x128(float out[X128], const floatX* p, size_t i, size_t end, bool vector) {
+    if (vector) {
+        PackedX packed = *(const PackedX*)(p + i);
+        for (int k = 0; k < X128; k++) out[k] = (float)packed.v[k];
+    } else {
+        for (int k = 0; k < X128; k++) out[k] = i + k < end ? (float)p[i + k] : 0.0f;
+    }
+}
+
+// out[i] = op(a[i], b[i]) for i < n, in fp32, rounded once to floatX. One thread per 16 bytes,
+// vector loads and stores when all three arrays are 16-byte aligned.
+template <class Op>
+__global__ void map2_kernel(floatX* out, const floatX* a, const floatX* b, size_t n, Op op) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * X128;
+    if (i >= n) return;
+    bool aligned = (((uintptr_t)out | (uintptr_t)a | (uintptr_t)b) % 16) == 0;
+    if (aligned && i + X128 <= n) {
+        PackedX pa = *(const PackedX*)(a + i), pb = *(const PackedX*)(b + i), po;
+        for (int k = 0; k < X128; k++) po.v[k] = (floatX)op((float)pa.v[k], (float)pb.v[k]);
+        *(PackedX*)(out + i) = po;
+    } else {
+        for (size_t k = i; k < i + X128 && k < n; k++) out[k] = (floatX)op((float)a[k], (float)b[k]);
+    }
+}
+template <class Op> void map2(floatX* out, const floatX* a, const floatX* b, size_t n, Op op) {
+    if (n == 0) return;
+    const int threads = 256;
+    map2_kernel<<<ceil_div(ceil_div(n, X128), threads), threads>>>(out, a, b, n, op);
+    launchCheck();
+}
+
+// dst[c] += sum over rows r < N of value(r, c), for c < C, deterministically: blocks of 32 columns x
+// COLSUM_ROWS rows write fp32 partial sums, then a second pass adds the partials in row order and
+// rounds once into dst. `value` is a device functor float(int row, int col).
+#define COLSUM_ROWS 256
+template <class Value>
+__global__ void column_partial_sums_kernel(float* partials, int N, int C, Value value) {
+    __shared__ float sums[8][33];
+    int col = blockIdx.x * 32 + threadIdx.x, row0 = blockIdx.y * COLSUM_ROWS;
+    int row_end = min(row0 + COLSUM_ROWS, N);
+    float sum = 0.0f;
+    if (col < C)
+        for (int r = row0 + threadIdx.y; r < row_end; r += 8) sum += value(r, col);
+    sums[threadIdx.y][threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.y == 0 && col < C) {
+        for (int k = 1; k < 8; k++) sum += sums[k][threadIdx.x];
+        partials[(size_t)blockIdx.y * C + col] = sum;
+    }
+}
+__global__ void add_column_partials_kernel(floatX* dst, const float* partials, int chunks, int C);
+float* column_partials_buffer(size_t count);
+template <class Value> void column_sums_accumulate(floatX* dst, int N, int C, Value value) {
+    int chunks = (int)ceil_div(N, COLSUM_ROWS);
+    float* partials = column_partials_buffer((size_t)chunks * C);
+    column_partial_sums_kernel<<<dim3(ceil_div(C, 32), chunks), dim3(32, 8)>>>(partials, N, C, value);
+    launchCheck();
+    add_column_partials_kernel<<<ceil_div(C, 256), 256>>>(dst, partials, chunks, C);
+    launchCheck();
+}

@@ -1,0 +1,87 @@
+# CUDA builds: included by the Makefile (`include kernels/cuda/cuda.mk`), which defines ATTN,
+# PRECISION, GPU_ARCH, BUILD, OBJ, CFLAGS_BASE, ATTN_DEF, LIB_SRC, MODEL_SRC, COMMON_SRC, CUDA_HOME.
+# Objects of each ATTN x PRECISION x GPU_ARCH go to their own directory, so variants never mix.
+#   $(BUILD)/train_gpt                 the trainer (ATTN=flash stops: not written yet)
+#   $(BUILD)/tests/test_kernels_gpu    every CUDA kernel against the CPU reference kernels
+#   test-cuda-compile                  compiles every variant for sm 80 86 89 90, warnings fatal
+#   test-gpu                           the GPU tests (needs a GPU)
+
+NVCC ?= $(CUDA_HOME)/bin/nvcc
+# The makefile that make was started with (the Makefile, which includes this file) for sub-makes.
+TOP_MAKEFILE := $(firstword $(MAKEFILE_LIST))
+PRECISION_DEF = -DPRECISION_$(PRECISION)
+cuda_empty :=
+cuda_space := $(cuda_empty) $(cuda_empty)
+CUDA_OBJ = $(OBJ)/cuda-$(ATTN)-$(PRECISION)-sm$(subst $(cuda_space),_,$(strip $(GPU_ARCH)))
+cuda_obj = $(patsubst %,$(CUDA_OBJ)/%.o,$(basename $(1)))
+GENCODE = $(foreach arch,$(GPU_ARCH),-gencode arch=compute_$(arch),code=sm_$(arch))
+# CUDA_WERROR=1 (set by test-cuda-compile) makes every warning of our code an error.
+CUDA_WERROR ?= 0
+NVCC_WERROR = $(if $(filter 1,$(CUDA_WERROR)),-Werror all-warnings -Xcompiler -Werror)
+GCC_WERROR = $(if $(filter 1,$(CUDA_WERROR)),-Werror)
+NVCCFLAGS = -std=c++17 -O3 $(GENCODE) -I. -I$(CUDA_HOME)/include $(ATTN_DEF) $(PRECISION_DEF) \
+    -Xcompiler -Wall,-Wextra $(NVCC_WERROR) -MMD -MP
+CFLAGS_CUDA_HOST = $(CFLAGS_BASE) $(ATTN_DEF) $(PRECISION_DEF) $(GCC_WERROR)
+LDLIBS_CUDA = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcurand \
+    -lcudart -lstdc++ -lm -fopenmp
+# One attention file per variant, like kernels/cpu/attention_{naive,flash}.c.
+CUDA_KERNEL_SRC = $(filter-out kernels/cuda/attention_%.cu,$(wildcard kernels/cuda/*.cu)) kernels/cuda/attention_$(ATTN).cu
+FLASH_STOP = ATTN=flash for the CUDA backend is not written yet; build with ATTN=naive
+
+.PHONY: train_gpt test-cuda-compile
+train_gpt: $(BUILD)/train_gpt
+
+$(CUDA_OBJ)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(CUDA_OBJ)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_CUDA_HOST) -c $< -o $@
+
+ifeq ($(ATTN),flash)
+# A stop in the recipe, not at parse time, so `make test` (default ATTN=flash) still reads this file.
+$(BUILD)/train_gpt $(TEST_BIN)/test_kernels_gpu:
+	@echo "error: $(FLASH_STOP)" >&2; exit 1
+else
+$(BUILD)/train_gpt: $(call cuda_obj,train.c $(MODEL_SRC) $(LIB_SRC) $(CUDA_KERNEL_SRC)) $(CONFIG_STAMP)
+	$(CC) $(filter %.o,$^) $(LDLIBS_CUDA) -o $@
+
+# The CPU reference kernels, renamed cpu_<name> (kernels/cpu_reference_names.h), fp32 as always.
+CPU_REF_OBJ = $(OBJ)/cpu-reference-$(ATTN)
+$(CPU_REF_OBJ)/%.o: %.c kernels/cpu_reference_names.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_CPU) -include kernels/cpu_reference_names.h -c $< -o $@
+
+$(TEST_BIN)/test_kernels_gpu: $(call cuda_obj,tests/test_kernels_gpu.cu tests/testutil.c $(COMMON_SRC) $(CUDA_KERNEL_SRC)) \
+                              $(patsubst %.c,$(CPU_REF_OBJ)/%.o,$(CPU_KERNEL_SRC))
+	@mkdir -p $(dir $@)
+	$(CC) $^ $(LDLIBS_CUDA) -o $@
+endif
+
+# Every ATTN x PRECISION for all four architectures in BUILD dirs of their own: the naive ones
+# must build without a warning, the flash ones must stop with the message.
+CUDA_CHECK_ARCH = 80 86 89 90
+test-cuda-compile:
+	@for p in BF16 FP32; do \
+	    dir=$(BUILD)/cuda-compile/naive-$$p; \
+	    $(MAKE) -f $(TOP_MAKEFILE) --no-print-directory BUILD=$$dir ATTN=naive PRECISION=$$p GPU_ARCH="$(CUDA_CHECK_ARCH)" \
+	        CUDA_WERROR=1 $$dir/train_gpt $$dir/tests/test_kernels_gpu || exit 1; \
+	    echo "PASS ATTN=naive PRECISION=$$p compiles for sm $(CUDA_CHECK_ARCH) without warnings"; \
+	done
+	@for p in BF16 FP32; do \
+	    dir=$(BUILD)/cuda-compile/flash-$$p; \
+	    if out=$$($(MAKE) -f $(TOP_MAKEFILE) --no-print-directory BUILD=$$dir ATTN=flash PRECISION=$$p $$dir/train_gpt 2>&1); then \
+	        echo "FAIL ATTN=flash PRECISION=$$p built, but must stop until flash is written"; exit 1; fi; \
+	    echo "$$out" | grep -qF "$(FLASH_STOP)" || { echo "$$out"; echo "FAIL ATTN=flash PRECISION=$$p: no clear message"; exit 1; }; \
+	    echo "PASS ATTN=flash PRECISION=$$p stops: $(FLASH_STOP)"; \
+	done
+
+# On a GPU machine: the kernel tests in both precisions, then the whole-model checks.
+test-gpu:
+	@for p in FP32 BF16; do \
+	    dir=$(BUILD)/gpu-$$p; \
+	    $(MAKE) -f $(TOP_MAKEFILE) --no-print-directory BUILD=$$dir ATTN=naive PRECISION=$$p $$dir/tests/test_kernels_gpu || exit 1; \
+	    $$dir/tests/test_kernels_gpu || exit 1; \
+	done
+	BUILD=$(BUILD) tests/test_gpu_model.sh

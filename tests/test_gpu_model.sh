@@ -1,0 +1,56 @@
+#!/bin/bash
+# Whole-model checks on a GPU: the CUDA trainer against the CPU reference trainer on the same small
+# GPT-2, the same data and the same seed.
+#   FP32: the loss of every one of 20 steps and the gradient norm (all gradients at once) within
+#         1e-4 relative of the CPU's.
+#   BF16: the first step's loss within 1e-2 relative (bf16 activations: a few 2^-8 roundings per
+#         layer), and the loss still falling after 20 steps.
+# Usage: BUILD=dir GPU_ARCH=90 tests/test_gpu_model.sh   (needs GPT_DATA_DIR and a GPU)
+set -eu
+BUILD=${BUILD:-.}
+ARCH=${GPU_ARCH:-90}
+: "${GPT_DATA_DIR:?set GPT_DATA_DIR to the shared data directory}"
+DATA=$GPT_DATA_DIR/tinyshakespeare
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+failed=0
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1"; failed=1; }
+
+make --no-print-directory BUILD="$BUILD/model-cpu" ATTN=naive "$BUILD/model-cpu/train_gpt_cpu" >/dev/null
+for p in FP32 BF16; do
+    make --no-print-directory BUILD="$BUILD/model-$p" ATTN=naive PRECISION=$p GPU_ARCH="$ARCH" \
+        "$BUILD/model-$p/train_gpt" >/dev/null
+done
+
+# 2 layers, 64 channels, 4 heads, T = 64, B = 4, 20 steps, no validation, sampling or checkpoints.
+ARGS=(-i "$DATA/tiny_shakespeare_train.bin" -j "$DATA/tiny_shakespeare_val.bin" --layers 2
+      --channels 64 --heads 4 --max-seq 64 -b 4 -t 64 -x 20 -l 1e-3 -v 0 -s 0 -n 0 --seed 1337)
+"$BUILD/model-cpu/train_gpt_cpu" "${ARGS[@]}" -o "$WORK/cpu" > "$WORK/cpu.out"
+for p in FP32 BF16; do
+    "$BUILD/model-$p/train_gpt" "${ARGS[@]}" -o "$WORK/$p" > "$WORK/$p.out"
+done
+
+# compare FILE_A FILE_B COLUMN ROWS RTOL: every one of the first ROWS rows within RTOL.
+compare() {
+    awk -F, -v col="$3" -v rows="$4" -v rtol="$5" '
+        NR == FNR { if (FNR > 1) want[FNR] = $col; next }
+        FNR > 1 && FNR <= rows + 1 {
+            n++; d = $col - want[FNR]; if (d < 0) d = -d; w = want[FNR]; if (w < 0) w = -w
+            if (d > worst) { worst = d; at = FNR - 1 }
+            if (!(d <= rtol * w)) bad++
+        }
+        END { printf "%d rows, %d outside %.0e, worst difference %.3g at row %d\n", n, bad, rtol, worst, at
+              exit (n == rows && bad == 0) ? 0 : 1 }' "$1" "$2"
+}
+col() { head -1 "$1" | tr , '\n' | grep -nx "$2" | cut -d: -f1; }
+LOG=$WORK/cpu/log.csv
+loss=$(col "$LOG" train_loss)
+norm=$(col "$LOG" grad_norm)
+if r=$(compare "$LOG" "$WORK/FP32/log.csv" "$loss" 20 1e-4); then pass "FP32 losses of 20 steps vs CPU: $r"; else fail "FP32 losses vs CPU: $r"; fi
+if r=$(compare "$LOG" "$WORK/FP32/log.csv" "$norm" 20 1e-4); then pass "FP32 gradient norms of 20 steps vs CPU: $r"; else fail "FP32 gradient norms vs CPU: $r"; fi
+if r=$(compare "$LOG" "$WORK/BF16/log.csv" "$loss" 1 1e-2); then pass "BF16 first loss vs CPU: $r"; else fail "BF16 first loss vs CPU: $r"; fi
+first=$(awk -F, -v c="$loss" 'NR == 2 { print $c }' "$WORK/BF16/log.csv")
+last=$(awk -F, -v c="$loss" 'NR == 21 { print $c }' "$WORK/BF16/log.csv")
+if awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.5) }'; then pass "BF16 loss falls: $first -> $last"; else fail "BF16 loss does not fall: $first -> $last"; fi
+[ $failed = 0 ] && echo "test_gpu_model: all passed" || { echo "test_gpu_model: FAILED"; exit 1; }

@@ -1,0 +1,407 @@
+// Every CUDA kernel against the CPU reference kernels (fp32, linked under cpu_<name>, see
+// kernels/cpu_reference_names.h) on fresh random inputs of awkward sizes. GPU outputs are poisoned
+// with 0xFF bytes (NaN in fp32 and bf16) before each run, so an unwritten element fails.
+// The seed is printed; TEST_SEED=n reruns one case.
+//
+// Tolerances. FP32 build: 1e-5 relative (TF32 is off: cuBLAS runs CUBLAS_COMPUTE_32F), plus
+// 1e-5 of the largest reference value as absolute slack for sums that cancel. BF16 build: the
+// inputs are rounded to bf16 before both backends see them, so the only differences are the
+// roundings to bf16 along the GPU path; each has relative error <= 2^-9, counted as 2^-8 for
+// margin, so a result after k roundings gets k * 2^-8 relative (and of the largest value as
+// absolute slack), with k counted at each check.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CPU_REFERENCE_DECLARATIONS_ONLY
+#include "kernels/cpu_reference_names.h"
+#include "kernels/cuda/common.cuh"
+extern "C" {
+#include "tests/testutil.h"
+}
+
+#if defined(PRECISION_BF16)
+static double tolerance(int roundings) { return roundings * (1.0 / 256.0); }
+#else
+static double tolerance(int roundings) {
+    (void)roundings;
+    return 1e-5;
+}
+#endif
+
+static TestRng rng;
+
+// ---- host <-> device helpers -------------------------------------------------------------
+static float* host_floats(size_t n) { return (float*)xmalloc(n * sizeof(float), "test array"); }
+
+// Uploads host (n floats) as floatX and rounds the host copy to what the GPU holds, so the CPU
+// reference sees exactly the GPU's inputs.
+static floatX* upload_x(float* host, size_t n) {
+    float* staging = (float*)dev_malloc(n * sizeof(float), "staging");
+    floatX* dev = (floatX*)dev_malloc(n * sizeof(floatX), "test input");
+    dev_upload(staging, host, n * sizeof(float));
+    floatX_from_float(dev, staging, n);
+    float_from_floatX(staging, dev, n);
+    dev_download(host, staging, n * sizeof(float));
+    dev_free(staging);
+    return dev;
+}
+static void download_x(float* host, const floatX* dev, size_t n) {
+    float* staging = (float*)dev_malloc(n * sizeof(float), "staging");
+    float_from_floatX(staging, dev, n);
+    dev_download(host, staging, n * sizeof(float));
+    dev_free(staging);
+}
+static void* poisoned(size_t bytes) {
+    void* p = dev_malloc(bytes, "test output");
+    cudaCheck(cudaMemset(p, 0xff, bytes));
+    return p;
+}
+static float* random_array(size_t n, float lo, float hi) {
+    float* p = host_floats(n);
+    test_fill_uniform(p, n, lo, hi, &rng);
+    return p;
+}
+static double max_abs(const float* p, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)p[i]));
+    return m;
+}
+// Compares a GPU floatX array with the CPU reference after `roundings` bf16 roundings (see top).
+static void check_x(const char* name, const floatX* dev, const float* want, size_t n, int roundings) {
+    float* got = host_floats(n);
+    download_x(got, dev, n);
+    double tol = tolerance(roundings);
+    test_close_f(name, got, want, n, tol, tol * max_abs(want, n));
+    free(got);
+}
+static void check_f(const char* name, const float* dev, const float* want, size_t n, double tol) {
+    float* got = host_floats(n);
+    dev_download(got, dev, n * sizeof(float));
+    test_close_f(name, got, want, n, tol, tol * max_abs(want, n));
+    free(got);
+}
+static int* upload_tokens(const int* host, size_t n) {
+    int* dev = (int*)dev_malloc(n * sizeof(int), "tokens");
+    dev_upload(dev, host, n * sizeof(int));
+    return dev;
+}
+
+// ---- layers ------------------------------------------------------------------------------
+static void test_encoder(int B, int T, int C, int vocab) {
+    char name[128];
+    size_t N = (size_t)B * T;
+    int* tokens = (int*)xmalloc(N * sizeof(int), "tokens");
+    for (size_t i = 0; i < N; i++) tokens[i] = (int)(test_uniform(&rng) * vocab); // many repeats
+    float *wte = random_array((size_t)vocab * C, -1, 1), *wpe = random_array((size_t)T * C, -1, 1);
+    int* d_tokens = upload_tokens(tokens, N);
+    floatX *d_wte = upload_x(wte, (size_t)vocab * C), *d_wpe = upload_x(wpe, (size_t)T * C);
+    floatX* d_out = (floatX*)poisoned(N * C * sizeof(floatX));
+    float* want = host_floats(N * C);
+    encoder_forward(d_out, d_tokens, d_wte, d_wpe, B, T, C);
+    cpu_encoder_forward(want, tokens, wte, wpe, B, T, C);
+    snprintf(name, sizeof name, "encoder_forward B=%d T=%d C=%d", B, T, C);
+    check_x(name, d_out, want, N * C, 1);
+
+    // Backward accumulates into random gradients; run it twice from the same start to check the
+    // result is bit-identical (no atomics).
+    float *dwte = random_array((size_t)vocab * C, -1, 1), *dwpe = random_array((size_t)T * C, -1, 1);
+    float* dout = random_array(N * C, -1, 1);
+    floatX *d_dwte = upload_x(dwte, (size_t)vocab * C), *d_dwpe = upload_x(dwpe, (size_t)T * C);
+    floatX* d_dout = upload_x(dout, N * C);
+    floatX* d_dwte_again = upload_x(dwte, (size_t)vocab * C);
+    floatX* d_dwpe_again = upload_x(dwpe, (size_t)T * C);
+    encoder_backward(d_dwte, d_dwpe, d_dout, d_tokens, B, T, C);
+    encoder_backward(d_dwte_again, d_dwpe_again, d_dout, d_tokens, B, T, C);
+    cpu_encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
+    snprintf(name, sizeof name, "encoder_backward dwte B=%d T=%d C=%d", B, T, C);
+    check_x(name, d_dwte, dwte, (size_t)vocab * C, 1);
+    snprintf(name, sizeof name, "encoder_backward dwpe B=%d T=%d C=%d", B, T, C);
+    check_x(name, d_dwpe, dwpe, (size_t)T * C, 1);
+    size_t bytes = (size_t)vocab * C * sizeof(floatX);
+    void *first = xmalloc(bytes, "copy"), *second = xmalloc(bytes, "copy");
+    dev_download(first, d_dwte, bytes);
+    dev_download(second, d_dwte_again, bytes);
+    snprintf(name, sizeof name, "encoder_backward deterministic B=%d T=%d C=%d", B, T, C);
+    test_check(memcmp(first, second, bytes) == 0, name, "two runs differ");
+    free(first), free(second), free(tokens), free(wte), free(wpe), free(want), free(dwte), free(dwpe), free(dout);
+    dev_free(d_tokens), dev_free(d_wte), dev_free(d_wpe), dev_free(d_out), dev_free(d_dwte);
+    dev_free(d_dwpe), dev_free(d_dout), dev_free(d_dwte_again), dev_free(d_dwpe_again);
+}
+
+static void test_layernorm(int N, int C) {
+    char name[128];
+    size_t n = (size_t)N * C;
+    float *inp = random_array(n, -2, 3), *w = random_array(C, 0.5, 1.5), *b = random_array(C, -1, 1);
+    floatX *d_inp = upload_x(inp, n), *d_w = upload_x(w, C), *d_b = upload_x(b, C);
+    floatX* d_out = (floatX*)poisoned(n * sizeof(floatX));
+    float *d_mean = (float*)poisoned(N * sizeof(float)), *d_rstd = (float*)poisoned(N * sizeof(float));
+    float *out = host_floats(n), *mean = host_floats(N), *rstd = host_floats(N);
+    layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C);
+    cpu_layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+    snprintf(name, sizeof name, "layernorm_forward out N=%d C=%d", N, C);
+    check_x(name, d_out, out, n, 1);
+    snprintf(name, sizeof name, "layernorm_forward mean N=%d C=%d", N, C);
+    check_f(name, d_mean, mean, N, 1e-5);
+    snprintf(name, sizeof name, "layernorm_forward rstd N=%d C=%d", N, C);
+    check_f(name, d_rstd, rstd, N, 1e-5);
+
+    float *dinp = random_array(n, -1, 1), *dw = random_array(C, -1, 1), *db = random_array(C, -1, 1);
+    float* dout = random_array(n, -1, 1);
+    floatX *d_dinp = upload_x(dinp, n), *d_dw = upload_x(dw, C), *d_db = upload_x(db, C);
+    floatX* d_dout = upload_x(dout, n);
+    layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C);
+    cpu_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    snprintf(name, sizeof name, "layernorm_backward dinp N=%d C=%d", N, C);
+    check_x(name, d_dinp, dinp, n, 1);
+    snprintf(name, sizeof name, "layernorm_backward dweight N=%d C=%d", N, C);
+    check_x(name, d_dw, dw, C, 1);
+    snprintf(name, sizeof name, "layernorm_backward dbias N=%d C=%d", N, C);
+    check_x(name, d_db, db, C, 1);
+    free(inp), free(w), free(b), free(out), free(mean), free(rstd), free(dinp), free(dw), free(db), free(dout);
+    dev_free(d_inp), dev_free(d_w), dev_free(d_b), dev_free(d_out), dev_free(d_mean), dev_free(d_rstd);
+    dev_free(d_dinp), dev_free(d_dw), dev_free(d_db), dev_free(d_dout);
+}
+
+static void test_matmul(int N, int C, int OC, int with_bias) {
+    char name[128];
+    float *inp = random_array((size_t)N * C, -1, 1), *w = random_array((size_t)OC * C, -1, 1);
+    float* bias = random_array(OC, -1, 1);
+    floatX *d_inp = upload_x(inp, (size_t)N * C), *d_w = upload_x(w, (size_t)OC * C);
+    floatX* d_bias = upload_x(bias, OC);
+    floatX* d_out = (floatX*)poisoned((size_t)N * OC * sizeof(floatX));
+    float* out = host_floats((size_t)N * OC);
+    matmul_forward(d_out, d_inp, d_w, with_bias ? d_bias : NULL, N, C, OC);
+    cpu_matmul_forward(out, inp, w, with_bias ? bias : NULL, N, C, OC);
+    snprintf(name, sizeof name, "matmul_forward N=%d C=%d OC=%d bias=%d", N, C, OC, with_bias);
+    check_x(name, d_out, out, (size_t)N * OC, 1);
+
+    float *dout = random_array((size_t)N * OC, -1, 1), *dw = random_array((size_t)OC * C, -1, 1);
+    float *db = random_array(OC, -1, 1), *dinp = host_floats((size_t)N * C);
+    floatX *d_dout = upload_x(dout, (size_t)N * OC), *d_dw = upload_x(dw, (size_t)OC * C);
+    floatX* d_db = upload_x(db, OC);
+    floatX* d_dinp = (floatX*)poisoned((size_t)N * C * sizeof(floatX));
+    matmul_backward(d_dinp, d_dw, with_bias ? d_db : NULL, d_dout, d_inp, d_w, N, C, OC);
+    cpu_matmul_backward(dinp, dw, with_bias ? db : NULL, dout, inp, w, N, C, OC);
+    snprintf(name, sizeof name, "matmul_backward dinp N=%d C=%d OC=%d", N, C, OC);
+    check_x(name, d_dinp, dinp, (size_t)N * C, 1);
+    snprintf(name, sizeof name, "matmul_backward dweight N=%d C=%d OC=%d", N, C, OC);
+    check_x(name, d_dw, dw, (size_t)OC * C, 1);
+    snprintf(name, sizeof name, "matmul_backward dbias N=%d C=%d OC=%d bias=%d", N, C, OC, with_bias);
+    check_x(name, d_db, db, OC, 1); // unchanged random values when there is no bias
+    free(inp), free(w), free(bias), free(out), free(dout), free(dw), free(db), free(dinp);
+    dev_free(d_inp), dev_free(d_w), dev_free(d_bias), dev_free(d_out), dev_free(d_dout), dev_free(d_dw);
+    dev_free(d_db), dev_free(d_dinp);
+}
+
+// gelu forward and backward, residual; `offset` elements into the arrays makes them misaligned
+// for the 16-byte path.
+static void test_elementwise(size_t n, size_t offset) {
+    char name[128];
+    float *a = random_array(n + offset, -4, 4), *b = random_array(n + offset, -1, 1);
+    floatX *d_a = upload_x(a, n + offset), *d_b = upload_x(b, n + offset);
+    floatX* d_out = (floatX*)poisoned((n + offset) * sizeof(floatX));
+    float* want = host_floats(n);
+    gelu_forward(d_out + offset, d_a + offset, n);
+    cpu_gelu_forward(want, a + offset, n);
+    snprintf(name, sizeof name, "gelu_forward n=%zu offset=%zu", n, offset);
+    check_x(name, d_out + offset, want, n, 1);
+    gelu_backward(d_out + offset, d_a + offset, d_b + offset, n);
+    cpu_gelu_backward(want, a + offset, b + offset, n);
+    snprintf(name, sizeof name, "gelu_backward n=%zu offset=%zu", n, offset);
+    check_x(name, d_out + offset, want, n, 1);
+    cudaCheck(cudaMemset(d_out, 0xff, (n + offset) * sizeof(floatX)));
+    residual_forward(d_out + offset, d_a + offset, d_b + offset, n);
+    cpu_residual_forward(want, a + offset, b + offset, n);
+    snprintf(name, sizeof name, "residual_forward n=%zu offset=%zu", n, offset);
+    check_x(name, d_out + offset, want, n, 1);
+    free(a), free(b), free(want);
+    dev_free(d_a), dev_free(d_b), dev_free(d_out);
+}
+
+static void test_classifier(int N, int V, int Vp) {
+    char name[128];
+    size_t n = (size_t)N * Vp;
+    float* logits = host_floats(n);
+    test_fill_normal(logits, n, 3.0f, &rng);
+    int* targets = (int*)xmalloc(N * sizeof(int), "targets");
+    for (int i = 0; i < N; i++) targets[i] = (int)(test_uniform(&rng) * V);
+    targets[0] = V - 1; // the last real column
+    floatX* d_logits = upload_x(logits, n);
+    int* d_targets = upload_tokens(targets, N);
+    float* d_losses = (float*)poisoned(N * sizeof(float));
+    float* losses = host_floats(N);
+    float dloss = 1.0f / N;
+    // Without dlogits the logits must stay as they were.
+    fused_classifier(d_logits, d_losses, d_targets, dloss, N, V, Vp, 0);
+    float* kept = host_floats(n);
+    download_x(kept, d_logits, n);
+    snprintf(name, sizeof name, "fused_classifier keeps logits N=%d V=%d Vp=%d", N, V, Vp);
+    test_check(memcmp(kept, logits, n * sizeof(float)) == 0, name, "logits changed");
+    cudaCheck(cudaMemset(d_losses, 0xff, N * sizeof(float)));
+    fused_classifier(d_logits, d_losses, d_targets, dloss, N, V, Vp, 1);
+    cpu_fused_classifier(logits, losses, targets, dloss, N, V, Vp, 1);
+    snprintf(name, sizeof name, "fused_classifier losses N=%d V=%d Vp=%d", N, V, Vp);
+    check_f(name, d_losses, losses, N, 1e-5); // fp32 from identical inputs in both builds
+    snprintf(name, sizeof name, "fused_classifier dlogits N=%d V=%d Vp=%d", N, V, Vp);
+    check_x(name, d_logits, logits, n, 1);
+    free(logits), free(targets), free(losses), free(kept);
+    dev_free(d_logits), dev_free(d_targets), dev_free(d_losses);
+}
+
+// BF16 roundings: forward: the scores (their absolute error 2^-9 |s| becomes a relative error of
+// exp(s); |s| <= ~2 here, so 2), the probabilities (1), the output (1): 4. Backward adds dP, dS
+// and the output rounding, with the forward's 4 inside: 8.
+static void test_attention(int B, int T, int C, int NH) {
+    char name[128];
+    size_t n_qkv = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C;
+    float* qkv = random_array(n_qkv, -1, 1);
+    floatX* d_qkv = upload_x(qkv, n_qkv);
+    floatX* d_out = (floatX*)poisoned(n_out * sizeof(floatX));
+    void* d_saved = poisoned(attention_saved_bytes(B, T, NH));
+    float* out = host_floats(n_out);
+    void* saved = xmalloc(cpu_attention_saved_bytes(B, T, NH), "cpu saved");
+    attention_forward(d_out, d_saved, d_qkv, B, T, C, NH);
+    cpu_attention_forward(out, saved, qkv, B, T, C, NH);
+    snprintf(name, sizeof name, "attention_forward B=%d T=%d C=%d NH=%d", B, T, C, NH);
+    check_x(name, d_out, out, n_out, 4);
+
+    float* dout = random_array(n_out, -1, 1);
+    floatX* d_dout = upload_x(dout, n_out);
+    floatX* d_dqkv = (floatX*)poisoned(n_qkv * sizeof(floatX));
+    void* d_scratch = poisoned(attention_scratch_bytes(B, T, C, NH));
+    float* dqkv = host_floats(n_qkv);
+    void* scratch = xmalloc(cpu_attention_scratch_bytes(B, T, C, NH), "cpu scratch");
+    attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_saved, B, T, C, NH);
+    cpu_attention_backward(dqkv, scratch, dout, qkv, out, saved, B, T, C, NH);
+    snprintf(name, sizeof name, "attention_backward B=%d T=%d C=%d NH=%d", B, T, C, NH);
+    check_x(name, d_dqkv, dqkv, n_qkv, 8);
+    free(qkv), free(out), free(saved), free(dout), free(dqkv), free(scratch);
+    dev_free(d_qkv), dev_free(d_out), dev_free(d_saved), dev_free(d_dout), dev_free(d_dqkv), dev_free(d_scratch);
+}
+
+// ---- optimizer and initialisation ----------------------------------------------------------
+static void test_grad_norm(size_t n) {
+    char name[128];
+    float* g = random_array(n, -1, 1);
+    floatX* d_g = upload_x(g, n);
+    double got = grad_norm_squared(d_g, n), want = cpu_grad_norm_squared(g, n);
+    snprintf(name, sizeof name, "grad_norm_squared n=%zu", n);
+    test_check(fabs(got - want) <= 1e-5 * want, name, "got %.9g want %.9g", got, want);
+    snprintf(name, sizeof name, "grad_norm_squared deterministic n=%zu", n);
+    double again = grad_norm_squared(d_g, n);
+    test_check(again == got, name, "%.9g then %.9g", got, again);
+    free(g);
+    dev_free(d_g);
+}
+
+static void test_adamw(size_t n) {
+    char name[128];
+    float *w = random_array(n, -1, 1), *g = random_array(n, -1, 1);
+    float *m = random_array(n, -0.1, 0.1), *v = random_array(n, 0, 0.01);
+    const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, scale = 0.7f;
+    const int t = 3;
+    const unsigned long long seed = 1234;
+    floatX* d_g = upload_x(g, n);
+    float *d_m = (float*)dev_malloc(n * sizeof(float), "m"), *d_v = (float*)dev_malloc(n * sizeof(float), "v");
+    dev_upload(d_m, m, n * sizeof(float));
+    dev_upload(d_v, v, n * sizeof(float));
+#if defined(PRECISION_BF16)
+    float* d_master = (float*)dev_malloc(n * sizeof(float), "master");
+    dev_upload(d_master, w, n * sizeof(float));
+    float* w_bf16 = (float*)xmalloc(n * sizeof(float), "w");
+    memcpy(w_bf16, w, n * sizeof(float));
+    floatX* d_w = upload_x(w_bf16, n); // the bf16 parameters; the CPU updates the fp32 master
+    cudaCheck(cudaMemset(d_w, 0xff, n * sizeof(floatX)));
+    adamw_update(d_w, d_master, d_g, d_m, d_v, n, lr, b1, b2, eps, wd, scale, t, seed);
+    float* d_updated = d_master;
+#else
+    floatX* d_w = upload_x(w, n);
+    adamw_update(d_w, NULL, d_g, d_m, d_v, n, lr, b1, b2, eps, wd, scale, t, seed);
+    float* d_updated = d_w;
+#endif
+    cpu_adamw_update(w, NULL, g, m, v, n, lr, b1, b2, eps, wd, scale, t, seed);
+    snprintf(name, sizeof name, "adamw_update weights n=%zu", n);
+    check_f(name, d_updated, w, n, 1e-5);
+    snprintf(name, sizeof name, "adamw_update m n=%zu", n);
+    check_f(name, d_m, m, n, 1e-5);
+    snprintf(name, sizeof name, "adamw_update v n=%zu", n);
+    check_f(name, d_v, v, n, 1e-5);
+#if defined(PRECISION_BF16)
+    // Stochastic rounding: each bf16 weight is one of the two bf16 neighbours of its master value;
+    // about a quarter (E[min(f, 1 - f)] for uniform fractions f) go to the farther one, and the
+    // rounding errors average to zero.
+    float *master = host_floats(n), *param = host_floats(n);
+    dev_download(master, d_master, n * sizeof(float));
+    download_x(param, d_w, n);
+    size_t outside = 0, farther = 0;
+    double mean_error = 0;
+    for (size_t i = 0; i < n; i++) {
+        int exponent;
+        frexpf(master[i], &exponent);
+        double ulp = ldexp(1.0, exponent - 8); // bf16 keeps 8 significant bits
+        double error = ((double)param[i] - master[i]) / ulp;
+        if (!(fabs(error) < 1.0)) outside++;
+        if (fabs(error) > 0.5) farther++;
+        mean_error += error / n;
+    }
+    snprintf(name, sizeof name, "adamw_update stochastic rounding brackets n=%zu", n);
+    test_check(outside == 0, name, "%zu of %zu bf16 weights are not a neighbour of the master", outside, n);
+    snprintf(name, sizeof name, "adamw_update stochastic rounding is stochastic n=%zu", n);
+    test_check(fabs((double)farther / n - 0.25) < 0.03 && fabs(mean_error) < 0.01, name,
+               "%.4f rounded to the farther neighbour (want ~0.25), mean error %.4f ulp (want ~0)",
+               (double)farther / n, mean_error);
+    free(master), free(param), free(w_bf16);
+    dev_free(d_master);
+#endif
+    free(w), free(g), free(m), free(v);
+    dev_free(d_g), dev_free(d_m), dev_free(d_v), dev_free(d_w);
+}
+
+static void test_init_normal(size_t n, unsigned long long seed, unsigned long long offset) {
+    char name[128];
+    float* d = (float*)poisoned(n * sizeof(float));
+    float *got = host_floats(n), *want = host_floats(n);
+    init_normal(d, n, 0.0f, 0.02f, seed, offset);
+    dev_download(got, d, n * sizeof(float));
+    cpu_init_normal(want, n, 0.0f, 0.02f, seed, offset);
+    snprintf(name, sizeof name, "init_normal bit-identical to the CPU n=%zu seed=%llu offset=%llu", n, seed, offset);
+    test_check(memcmp(got, want, n * sizeof(float)) == 0, name, "first values %.9g vs %.9g",
+               (double)got[0], (double)want[0]);
+    free(got), free(want);
+    dev_free(d);
+}
+
+int main(void) {
+    const char* seed_env = getenv("TEST_SEED");
+    unsigned long long seed = seed_env ? strtoull(seed_env, NULL, 10) : (unsigned long long)time(NULL);
+    printf("test_kernels_gpu seed %llu (TEST_SEED=%llu reruns it)\n", seed, seed);
+    rng = test_rng(seed);
+    backend_init(0);
+    printf("%s, attention %s\n", backend_describe(), attention_name());
+
+    test_encoder(3, 7, 37, 11);
+    test_encoder(2, 1, 768, 50);
+    test_layernorm(1, 37);
+    test_layernorm(301, 771);
+    test_matmul(35, 37, 101, 1);
+    test_matmul(1, 64, 40, 1);
+    test_matmul(133, 96, 288, 0);
+    test_elementwise(1, 0);
+    test_elementwise(100003, 0);
+    test_elementwise(100003, 3);
+    test_classifier(5, 1000, 1024);
+    test_classifier(3, 101, 107);
+    test_attention(2, 1, 24, 2);
+    test_attention(3, 37, 36, 3);
+    test_attention(2, 130, 128, 2);
+    test_grad_norm(1000003);
+    test_adamw(100003);
+    test_init_normal(1000, 42, 0);
+    test_init_normal(1001, 42, 12345);
+    test_init_normal(7, 1337, 3);
+    test_init_normal((1 << 22) + 3, 7, 5); // more than one upload chunk
+    return test_summary("test_kernels_gpu");
+}
