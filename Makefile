@@ -63,7 +63,7 @@ $(BUILD)/prepare_data: $(call cpu_obj,data/prepare_data.c $(LIB_SRC))
 # ---- tests -------------------------------------------------------------------------------
 # Each test links only the parts it tests, so parts can be built and tested on their own.
 TEST_BIN = $(BUILD)/tests
-CPU_TESTS = test_kernels_cpu test_attention_cpu test_tokenizer test_data test_checkpoint
+CPU_TESTS = test_kernels_cpu test_attention_cpu test_tokenizer test_data test_checkpoint test_dist
 TEST_BASE = tests/testutil.c $(COMMON_SRC)
 LAYER_SRC = $(filter-out kernels/cpu/attention%,$(CPU_KERNEL_SRC))
 ATTN_SRC = $(filter kernels/cpu/attention%,$(CPU_KERNEL_SRC))
@@ -72,6 +72,7 @@ test_attention_cpu_SRC = $(ATTN_SRC)
 test_tokenizer_SRC = data/tokenizer.c
 test_data_SRC = data/tokenfile.c data/dataloader.c checkpoints/atomic_file.c
 test_checkpoint_SRC = data/tokenfile.c data/dataloader.c $(CKPT_SRC)
+test_dist_SRC = common/dist.c checkpoints/atomic_file.c
 
 .SECONDEXPANSION:
 $(TEST_BIN)/%: $$(call cpu_obj,tests/%.c $$(TEST_BASE) $$($$*_SRC))

@@ -527,6 +527,10 @@ int main(int argc, char** argv) {
     signal(SIGINT, on_stop_signal);
     signal(SIGTERM, on_stop_signal);
     const float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+    // Training FLOPs per token: 6 per parameter (forward + backward) plus causal attention's
+    // 6 * L * C * T (half of the 12 L C T of full attention), the usual estimate (PaLM, appendix B).
+    double peak_flops = backend_peak_flops();
+    double flops_per_token = 6.0 * (double)model.num_parameters + 6.0 * cfg.num_layers * cfg.channels * (double)o.T;
     double train_seconds = 0.0;
     int timed_steps = 0;
     if (start_step == 0 && do_val) {
@@ -556,8 +560,11 @@ int main(int argc, char** argv) {
         double mean_step = timed_steps ? train_seconds / timed_steps : seconds;
         char eta[32];
         format_eta(eta, sizeof eta, mean_step * (double)(max_steps - step));
-        printf("step %5lld/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | eta %s\n",
-               step, max_steps, loss, norm, lr, 1e3 * seconds, total_batch / seconds, eta);
+        char mfu[32] = "";
+        if (peak_flops > 0.0)
+            snprintf(mfu, sizeof mfu, " | MFU %.1f%%", 100.0 * flops_per_token * total_batch / world / seconds / peak_flops);
+        printf("step %5lld/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s%s | eta %s\n",
+               step, max_steps, loss, norm, lr, 1e3 * seconds, total_batch / seconds, mfu, eta);
 
         char val_field[32] = "";
         if (do_val && (step % o.val_every == 0 || step == max_steps)) {

@@ -12,6 +12,7 @@ extern "C" {
 #endif
 void cpu_backend_init(int device_index);
 const char* cpu_backend_describe(void);
+double cpu_backend_peak_flops(void);
 void* cpu_dev_malloc(size_t bytes, const char* what);
 void cpu_dev_free(void* p);
 void cpu_dev_memset_zero(void* p, size_t bytes);
@@ -54,6 +55,7 @@ void cpu_adamw_update(float* param, float* master, const float* grad, float* m, 
 #ifndef CPU_REFERENCE_DECLARATIONS_ONLY
 #define backend_init cpu_backend_init
 #define backend_describe cpu_backend_describe
+#define backend_peak_flops cpu_backend_peak_flops
 #define dev_malloc cpu_dev_malloc
 #define dev_free cpu_dev_free
 #define dev_memset_zero cpu_dev_memset_zero

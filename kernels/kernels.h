@@ -34,6 +34,8 @@ extern "C" {
 // ---- backend: memory and device ------------------------------------------------------------
 void backend_init(int device_index);      // CPU: reports threads; CUDA: selects the GPU
 const char* backend_describe(void);       // e.g. "CPU fp32, 2 threads" or "NVIDIA H100, BF16"
+// Dense bf16 tensor-core peak of the device in FLOP/s, for MFU; 0 when unknown (and on the CPU).
+double backend_peak_flops(void);
 void* dev_malloc(size_t bytes, const char* what);  // exits with a clear message on failure
 void dev_free(void* p);
 void dev_memset_zero(void* p, size_t bytes);

@@ -27,6 +27,8 @@ run attention_cpu "$BUILD/tests/test_attention_cpu"
 run tokenizer "$BUILD/tests/test_tokenizer"
 run data "$BUILD/tests/test_data"
 run checkpoint "$BUILD/tests/test_checkpoint"
+run dist "$BUILD/tests/test_dist"
+run launch tests/test_launch.sh
 run prepare_data tests/test_prepare_data.sh
 run train_cpu tests/test_train_cpu.sh
 run resume tests/test_resume.sh

@@ -25,38 +25,6 @@ static char tmpdir[] = "/tmp/test_checkpoint_XXXXXX";
 
 // ---- helpers -----------------------------------------------------------------------------
 
-// Runs fn(arg) in a child and checks that it exits with status 1 and an "error: " message that
-// contains want1 and want2 (when not NULL).
-static void expect_fatal(const char* name, void (*fn)(const void*), const void* arg,
-                         const char* want1, const char* want2) {
-    int fds[2];
-    if (pipe(fds) != 0) fatal("pipe: cannot create");
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid < 0) fatal("fork failed");
-    if (pid == 0) {
-        close(fds[0]);
-        dup2(fds[1], 2);
-        fn(arg);
-        _exit(0);
-    }
-    close(fds[1]);
-    char msg[4096];
-    size_t len = 0;
-    ssize_t got;
-    while ((got = read(fds[0], msg + len, sizeof(msg) - 1 - len)) > 0) len += (size_t)got;
-    msg[len] = 0;
-    close(fds[0]);
-    int status;
-    waitpid(pid, &status, 0);
-    int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    int ok = code == 1 && strncmp(msg, "error: ", 7) == 0 && strstr(msg, want1) &&
-             (!want2 || strstr(msg, want2));
-    char* nl = strchr(msg, '\n');
-    if (nl) *nl = 0;
-    test_check(ok, name, "exit status %d, message \"%s\"", code, msg);
-}
-
 static char* tmp_path(const char* name) {
     static char buf[8][512];
     static int next;
@@ -234,9 +202,9 @@ static void test_model_errors(void) {
         snprintf(name, sizeof(name), "bad_model_%zu.bin", c);
         char* p = tmp_path(name);
         write_all(p, bad, (size_t)((long long)bytes + cases[c].size_change));
-        expect_fatal(cases[c].name, child_read_model, p, p, cases[c].want);
+        test_expect_fatal(cases[c].name, child_read_model, p, p, cases[c].want);
     }
-    expect_fatal("model missing", child_read_model, tmp_path("no_model.bin"), "no_model.bin", "No such file");
+    test_expect_fatal("model missing", child_read_model, tmp_path("no_model.bin"), "no_model.bin", "No such file");
 
     // The largest sizes the checks allow, against absurd file sizes: no overflow, a clear answer.
     int32_t huge[256] = {20240326, 3, 1 << 20, 65536, 1024, 1, 65536, 1 << 20};
@@ -332,11 +300,11 @@ static void test_state_errors(void) {
         snprintf(name, sizeof(name), "bad_state_%zu.bin", c);
         char* p = tmp_path(name);
         write_bad_state(good, p, cases[c].field, cases[c].value, cases[c].size_change);
-        expect_fatal(cases[c].name, child_read_state, p, p, cases[c].want);
+        test_expect_fatal(cases[c].name, child_read_state, p, p, cases[c].want);
     }
     char* model = tmp_path("model_fp32.bin");
-    expect_fatal("state given a model file", child_read_state, model, model, "not a training state but a model file");
-    expect_fatal("state missing", child_read_state, tmp_path("no_state.bin"), "no_state.bin", "No such file");
+    test_expect_fatal("state given a model file", child_read_state, model, model, "not a training state but a model file");
+    test_expect_fatal("state missing", child_read_state, tmp_path("no_state.bin"), "no_state.bin", "No such file");
 }
 
 // ---- atomic writes -----------------------------------------------------------------------
@@ -423,7 +391,7 @@ static void test_failed_writes(void) {
     size_t before_n, after_n;
     unsigned char* before = read_all(p, &before_n);
     int tmp_before = count_tmp_files(tmpdir);
-    expect_fatal("full disk error", child_write_on_full_disk, p, p, "File too large");
+    test_expect_fatal("full disk error", child_write_on_full_disk, p, p, "File too large");
     unsigned char* after = read_all(p, &after_n);
     int tmp_left = count_tmp_files(tmpdir) - tmp_before;
     test_check(before_n == after_n && memcmp(before, after, before_n) == 0 && tmp_left == 0,
@@ -437,9 +405,9 @@ static void test_failed_writes(void) {
     char* ro = tmp_path("read_only");
     mkdir(ro, 0555);
     char* target = tmp_path("read_only/model.bin");
-    expect_fatal("unwritable directory", child_write_as_nobody, target, target, "Permission denied");
+    test_expect_fatal("unwritable directory", child_write_as_nobody, target, target, "Permission denied");
     char* nodir = tmp_path("no_such_dir/model.bin");
-    expect_fatal("nonexistent directory", child_write_model, nodir, nodir, "No such file or directory");
+    test_expect_fatal("nonexistent directory", child_write_model, nodir, nodir, "No such file or directory");
 }
 
 // ---- checkpoint directory ----------------------------------------------------------------

@@ -19,38 +19,6 @@ static char tmpdir[] = "/tmp/test_data_XXXXXX";
 
 // ---- helpers -----------------------------------------------------------------------------
 
-// Runs fn(arg) in a child and checks that it exits with status 1 and an "error: " message that
-// contains want1 and want2 (when not NULL).
-static void expect_fatal(const char* name, void (*fn)(const void*), const void* arg,
-                         const char* want1, const char* want2) {
-    int fds[2];
-    if (pipe(fds) != 0) fatal("pipe: cannot create");
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid < 0) fatal("fork failed");
-    if (pid == 0) {
-        close(fds[0]);
-        dup2(fds[1], 2);
-        fn(arg);
-        _exit(0);
-    }
-    close(fds[1]);
-    char msg[4096];
-    size_t len = 0;
-    ssize_t got;
-    while ((got = read(fds[0], msg + len, sizeof(msg) - 1 - len)) > 0) len += (size_t)got;
-    msg[len] = 0;
-    close(fds[0]);
-    int status;
-    waitpid(pid, &status, 0);
-    int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    int ok = code == 1 && strncmp(msg, "error: ", 7) == 0 && strstr(msg, want1) &&
-             (!want2 || strstr(msg, want2));
-    char* nl = strchr(msg, '\n');
-    if (nl) *nl = 0;
-    test_check(ok, name, "exit status %d, message \"%s\"", code, msg);
-}
-
 // Writes a token file byte by byte, independently of tokenfile_write: header fields as given,
 // `ntokens` little-endian tokens, then `extra` zero bytes.
 static void write_raw(const char* path, int magic, int version, int header_count,
@@ -151,32 +119,32 @@ static void test_token_file_errors(void) {
     for (int i = 0; i < 200; i++) t[i] = (uint16_t)(i * 7);
     char* p = tmp_path("bad_magic.bin");
     write_raw(p, 12345, 1, 200, t, 200, 0);
-    expect_fatal("tokenfile wrong magic", child_read_vocab50257, p, p, "wrong magic number 12345");
+    test_expect_fatal("tokenfile wrong magic", child_read_vocab50257, p, p, "wrong magic number 12345");
     p = tmp_path("bad_version.bin");
     write_raw(p, TOKENFILE_MAGIC, 2, 200, t, 200, 0);
-    expect_fatal("tokenfile wrong version", child_read_vocab50257, p, p, "version 2");
+    test_expect_fatal("tokenfile wrong version", child_read_vocab50257, p, p, "version 2");
     p = tmp_path("truncated.bin");
     write_raw(p, TOKENFILE_MAGIC, 1, 200, t, 150, 0);
-    expect_fatal("tokenfile truncated", child_read_vocab50257, p, p, "truncated");
+    test_expect_fatal("tokenfile truncated", child_read_vocab50257, p, p, "truncated");
     p = tmp_path("trailing.bin");
     write_raw(p, TOKENFILE_MAGIC, 1, 200, t, 200, 3);
-    expect_fatal("tokenfile trailing bytes", child_read_vocab50257, p, p, "trailing bytes");
+    test_expect_fatal("tokenfile trailing bytes", child_read_vocab50257, p, p, "trailing bytes");
     p = tmp_path("negative.bin");
     write_raw(p, TOKENFILE_MAGIC, 1, -5, t, 0, 0);
-    expect_fatal("tokenfile negative count", child_read_vocab50257, p, p, "negative token count -5");
+    test_expect_fatal("tokenfile negative count", child_read_vocab50257, p, p, "negative token count -5");
     p = tmp_path("short.bin");
     FILE* f = xfopen(p, "wb");
     fwrite("hello", 1, 5, f);
     fclose(f);
-    expect_fatal("tokenfile shorter than header", child_read_vocab50257, p, p, "too short");
+    test_expect_fatal("tokenfile shorter than header", child_read_vocab50257, p, p, "too short");
     p = tmp_path("bad_token.bin");
     t[123] = 50300;
     t[150] = 60000; // only the first bad token is reported
     write_raw(p, TOKENFILE_MAGIC, 1, 200, t, 200, 0);
-    expect_fatal("tokenfile bad token", child_read_vocab50257, p, p,
+    test_expect_fatal("tokenfile bad token", child_read_vocab50257, p, p,
                  "token 50300 at index 123 (byte offset 1270) is outside the vocabulary of 50257");
     p = tmp_path("missing.bin");
-    expect_fatal("tokenfile missing", child_read_vocab50257, p, p, "No such file");
+    test_expect_fatal("tokenfile missing", child_read_vocab50257, p, p, "No such file");
 
     long long n = -7;
     char err[256] = "";
@@ -394,25 +362,25 @@ static void test_state(void) {
     dataloader_free(&b);
 
     RestoreArgs args = {{pattern, 4, 8, 1, 2}, st};
-    expect_fatal("set_state other B", child_restore, &args, "cannot restore the data position", "B 2, T 8, rank 1 of 2");
+    test_expect_fatal("set_state other B", child_restore, &args, "cannot restore the data position", "B 2, T 8, rank 1 of 2");
     args.loader = (LoaderArgs){pattern, 2, 8, 1, 4};
-    expect_fatal("set_state other world", child_restore, &args, "cannot restore the data position", "rank 1 of 4");
+    test_expect_fatal("set_state other world", child_restore, &args, "cannot restore the data position", "rank 1 of 4");
     args.loader = (LoaderArgs){pattern, 2, 8, 1, 2};
     args.state.round = 1000;
-    expect_fatal("set_state impossible round", child_restore, &args, "round 1000", NULL);
+    test_expect_fatal("set_state impossible round", child_restore, &args, "round 1000", NULL);
 }
 
 static void test_loader_errors(void) {
     LoaderArgs a = {tmp_path("nothing_*.bin"), 2, 8, 0, 1};
-    expect_fatal("loader no match", child_init_loader, &a, a.pattern, "no file matches");
+    test_expect_fatal("loader no match", child_init_loader, &a, a.pattern, "no file matches");
     char* small = tmp_path("small.bin");
     write_counting(small, 0, 40);
     a = (LoaderArgs){small, 2, 8, 0, 3};
-    expect_fatal("loader shard too small for ranks", child_init_loader, &a, small, "too few for one batch of each of 3 rank(s)");
+    test_expect_fatal("loader shard too small for ranks", child_init_loader, &a, small, "too few for one batch of each of 3 rank(s)");
     a = (LoaderArgs){tmp_path("bad_token.bin"), 2, 8, 0, 1};
-    expect_fatal("loader validates tokens", child_init_loader, &a, "bad_token.bin: token 50300 at index 123", NULL);
+    test_expect_fatal("loader validates tokens", child_init_loader, &a, "bad_token.bin: token 50300 at index 123", NULL);
     a = (LoaderArgs){small, 2, 8, 2, 2};
-    expect_fatal("loader rank out of range", child_init_loader, &a, "rank 2", NULL);
+    test_expect_fatal("loader rank out of range", child_init_loader, &a, "rank 2", NULL);
 }
 
 static int remove_entry(const char* path, const struct stat* sb, int type, struct FTW* ftw) {

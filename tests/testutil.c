@@ -3,6 +3,11 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../common/util.h"
 
 static int passed, failed;
 
@@ -86,6 +91,38 @@ int test_close_f(const char* name, const float* got, const float* want, size_t n
     else test_check(ok, name, "%zu elements, %zu outside tolerance (rtol %.1e, atol %.1e); worst [%zu] got %.9g want %.9g",
                     n, bad, rtol, atol, worst, (double)got[worst], (double)want[worst]);
     return ok;
+}
+
+// Runs fn(arg) in a child and checks that it exits with status 1 and an "error: " message that
+// contains want1 and want2 (when not NULL).
+void test_expect_fatal(const char* name, void (*fn)(const void*), const void* arg,
+                         const char* want1, const char* want2) {
+    int fds[2];
+    if (pipe(fds) != 0) fatal("pipe: cannot create");
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) fatal("fork failed");
+    if (pid == 0) {
+        close(fds[0]);
+        dup2(fds[1], 2);
+        fn(arg);
+        _exit(0);
+    }
+    close(fds[1]);
+    char msg[4096];
+    size_t len = 0;
+    ssize_t got;
+    while ((got = read(fds[0], msg + len, sizeof(msg) - 1 - len)) > 0) len += (size_t)got;
+    msg[len] = 0;
+    close(fds[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    int ok = code == 1 && strncmp(msg, "error: ", 7) == 0 && strstr(msg, want1) &&
+             (!want2 || strstr(msg, want2));
+    char* nl = strchr(msg, '\n');
+    if (nl) *nl = 0;
+    test_check(ok, name, "exit status %d, message \"%s\"", code, msg);
 }
 
 int test_summary(const char* suite) {

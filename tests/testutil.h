@@ -21,4 +21,8 @@ int test_close(const char* name, const float* got, const double* want, size_t n,
                double atol);
 int test_close_f(const char* name, const float* got, const float* want, size_t n, double rtol,
                  double atol);
+// Runs fn(arg) in a forked child (for code that exits through fatal()) and counts one check: the
+// child must exit with status 1 and an "error: " message containing want1 and want2 (if not NULL).
+void test_expect_fatal(const char* name, void (*fn)(const void*), const void* arg, const char* want1,
+                       const char* want2);
 int test_summary(const char* suite);

@@ -20,6 +20,8 @@ void backend_init(int device_index) {
 
 const char* backend_describe(void) { return description; }
 
+double backend_peak_flops(void) { return 0.0; } // MFU is a GPU measure
+
 // 64-byte alignment: a cache line, and whole AVX-512 vectors for the kernels' inner loops.
 void* dev_malloc(size_t bytes, const char* what) {
     void* p = NULL;

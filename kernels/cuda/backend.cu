@@ -1,6 +1,7 @@
 // The CUDA backend's device, memory, conversions and weight initialisation.
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/cuda/common.cuh"
 
@@ -10,6 +11,18 @@ void* cublaslt_workspace;
 size_t cublaslt_workspace_bytes = 32u << 20; // what cuBLASLt's fastest algorithms ask for on Hopper
 int device_sm_count;
 static char description[512];
+static double peak_flops;
+
+// Dense bf16 tensor-core peaks with fp32 accumulation, TFLOP/s, from NVIDIA's data sheets. Matched
+// by substring of the device name, most specific first ("A100" before "A10").
+static double bf16_peak_tflops(const char* name) {
+    static const struct { const char* name; double tflops; } peaks[] = {
+        {"H200", 989}, {"H100 PCIe", 756}, {"H100", 989}, {"A100", 312}, {"A10", 125},
+        {"L40S", 362}, {"4090", 165}, {"3090", 71}};
+    for (size_t i = 0; i < sizeof peaks / sizeof peaks[0]; i++)
+        if (strstr(name, peaks[i].name)) return peaks[i].tflops;
+    return 0.0;
+}
 
 void backend_init(int device_index) {
     int count = 0;
@@ -25,6 +38,7 @@ void backend_init(int device_index) {
     cudaDeviceProp props;
     cudaCheck(cudaGetDeviceProperties(&props, device_index));
     device_sm_count = props.multiProcessorCount;
+    peak_flops = bf16_peak_tflops(props.name) * 1e12;
     cublasCheck(cublasCreate(&cublas_handle));
     cublasCheck(cublasLtCreate(&cublaslt_handle));
     cublaslt_workspace = dev_malloc(cublaslt_workspace_bytes, "cuBLASLt workspace");
@@ -38,6 +52,7 @@ void backend_init(int device_index) {
 }
 
 const char* backend_describe(void) { return description; }
+double backend_peak_flops(void) { return peak_flops; }
 
 void* dev_malloc(size_t bytes, const char* what) {
     void* p = NULL;

@@ -1,7 +1,8 @@
 # CUDA builds: included by the Makefile (`include kernels/cuda/cuda.mk`), which defines ATTN,
 # PRECISION, GPU_ARCH, BUILD, OBJ, CFLAGS_BASE, ATTN_DEF, LIB_SRC, MODEL_SRC, COMMON_SRC, CUDA_HOME.
 # Objects of each ATTN x PRECISION x GPU_ARCH go to their own directory, so variants never mix.
-#   $(BUILD)/train_gpt                 the trainer (ATTN=flash stops: not written yet)
+#   $(BUILD)/train_gpt                 the trainer
+#   $(BUILD)/tests/test_attention_gpu  the flash kernels against the CPU flash reference
 #   $(BUILD)/tests/test_kernels_gpu    every CUDA kernel against the CPU reference kernels
 #   test-cuda-compile                  compiles every variant for sm 80 86 89 90, warnings fatal
 #   test-gpu                           the GPU tests (needs a GPU)
@@ -26,7 +27,6 @@ LDLIBS_CUDA = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcu
     -lcudart -lstdc++ -lm -fopenmp
 # One attention file per variant, like kernels/cpu/attention_{naive,flash}.c.
 CUDA_KERNEL_SRC = $(filter-out kernels/cuda/attention_%.cu,$(wildcard kernels/cuda/*.cu)) kernels/cuda/attention_$(ATTN).cu
-FLASH_STOP = ATTN=flash for the CUDA backend is not written yet; build with ATTN=naive
 
 .PHONY: train_gpt test-cuda-compile
 train_gpt: $(BUILD)/train_gpt
@@ -39,11 +39,6 @@ $(CUDA_OBJ)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_CUDA_HOST) -c $< -o $@
 
-ifeq ($(ATTN),flash)
-# A stop in the recipe, not at parse time, so `make test` (default ATTN=flash) still reads this file.
-$(BUILD)/train_gpt $(TEST_BIN)/test_kernels_gpu:
-	@echo "error: $(FLASH_STOP)" >&2; exit 1
-else
 $(BUILD)/train_gpt: $(call cuda_obj,train.c $(MODEL_SRC) $(LIB_SRC) $(CUDA_KERNEL_SRC)) $(CONFIG_STAMP)
 	$(CC) $(filter %.o,$^) $(LDLIBS_CUDA) -o $@
 
@@ -57,31 +52,33 @@ $(TEST_BIN)/test_kernels_gpu: $(call cuda_obj,tests/test_kernels_gpu.cu tests/te
                               $(patsubst %.c,$(CPU_REF_OBJ)/%.o,$(CPU_KERNEL_SRC))
 	@mkdir -p $(dir $@)
 	$(CC) $^ $(LDLIBS_CUDA) -o $@
-endif
 
-# Every ATTN x PRECISION for all four architectures in BUILD dirs of their own: the naive ones
-# must build without a warning, the flash ones must stop with the message.
+# The flash kernels against the CPU flash reference (its own names, attention_flash_*_cpu).
+$(TEST_BIN)/test_attention_gpu: $(call cuda_obj,tests/test_attention_gpu.cu tests/testutil.c $(COMMON_SRC) kernels/cuda/attention_flash.cu) \
+                                $(CPU_REF_OBJ)/kernels/cpu/attention_flash.o
+	@mkdir -p $(dir $@)
+	$(CC) $^ $(LDLIBS_CUDA) -o $@
+
+# Every ATTN x PRECISION for all four architectures, each in a BUILD dir of its own, without a
+# warning in our code.
 CUDA_CHECK_ARCH = 80 86 89 90
 test-cuda-compile:
-	@for p in BF16 FP32; do \
-	    dir=$(BUILD)/cuda-compile/naive-$$p; \
-	    $(MAKE) -f $(TOP_MAKEFILE) --no-print-directory BUILD=$$dir ATTN=naive PRECISION=$$p GPU_ARCH="$(CUDA_CHECK_ARCH)" \
-	        CUDA_WERROR=1 $$dir/train_gpt $$dir/tests/test_kernels_gpu || exit 1; \
-	    echo "PASS ATTN=naive PRECISION=$$p compiles for sm $(CUDA_CHECK_ARCH) without warnings"; \
-	done
-	@for p in BF16 FP32; do \
-	    dir=$(BUILD)/cuda-compile/flash-$$p; \
-	    if out=$$($(MAKE) -f $(TOP_MAKEFILE) --no-print-directory BUILD=$$dir ATTN=flash PRECISION=$$p $$dir/train_gpt 2>&1); then \
-	        echo "FAIL ATTN=flash PRECISION=$$p built, but must stop until flash is written"; exit 1; fi; \
-	    echo "$$out" | grep -qF "$(FLASH_STOP)" || { echo "$$out"; echo "FAIL ATTN=flash PRECISION=$$p: no clear message"; exit 1; }; \
-	    echo "PASS ATTN=flash PRECISION=$$p stops: $(FLASH_STOP)"; \
-	done
+	@for a in naive flash; do for p in BF16 FP32; do \
+	    dir=$(BUILD)/cuda-compile/$$a-$$p; \
+	    tests="$$dir/tests/test_kernels_gpu"; [ $$a = flash ] && tests="$$tests $$dir/tests/test_attention_gpu"; \
+	    $(MAKE) -f $(TOP_MAKEFILE) --no-print-directory BUILD=$$dir ATTN=$$a PRECISION=$$p GPU_ARCH="$(CUDA_CHECK_ARCH)" \
+	        CUDA_WERROR=1 $$dir/train_gpt $$tests || exit 1; \
+	    echo "PASS ATTN=$$a PRECISION=$$p compiles for sm $(CUDA_CHECK_ARCH) without warnings"; \
+	done; done
 
-# On a GPU machine: the kernel tests in both precisions, then the whole-model checks.
+# On a GPU machine: the kernel tests in both precisions (the flash kernels under both tile
+# configurations), then the whole-model checks.
 test-gpu:
 	@for p in FP32 BF16; do \
 	    dir=$(BUILD)/gpu-$$p; \
-	    $(MAKE) -f $(TOP_MAKEFILE) --no-print-directory BUILD=$$dir ATTN=naive PRECISION=$$p $$dir/tests/test_kernels_gpu || exit 1; \
+	    $(MAKE) -f $(TOP_MAKEFILE) --no-print-directory BUILD=$$dir ATTN=flash PRECISION=$$p \
+	        $$dir/tests/test_kernels_gpu $$dir/tests/test_attention_gpu || exit 1; \
 	    $$dir/tests/test_kernels_gpu || exit 1; \
+	    $$dir/tests/test_attention_gpu || exit 1; \
 	done
 	BUILD=$(BUILD) tests/test_gpu_model.sh

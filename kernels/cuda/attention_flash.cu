@@ -1,0 +1,933 @@
+// Flash attention on the GPU (ATTN=flash): the generic attention_* of kernels/kernels.h. The same
+// algorithm as the CPU reference kernels/cpu/attention_flash.c, in fused kernels.
+//
+// Forward: each thread block owns a block of query rows of one (batch, head) and streams the K/V
+// blocks at or below the diagonal through shared memory; an online softmax keeps the running max
+// and sum in registers; only O and (m, l) per row are written.
+// Backward: a small kernel computes D_i = rowsum(dO_i * O_i) and lse_i = log2 of sum_j exp(s_ij);
+// then the dK/dV kernel (each block owns a block of key rows and loops over the query blocks at or
+// below the diagonal, recomputing P from Q, K and lse) and the dQ kernel (each block owns a block
+// of query rows and loops over the key blocks, recomputing P and dP). dQ from a kernel of its own
+// costs two more tile products (S and dP recomputed: 7 instead of 5 per tile) but no atomics,
+// so every result is bit-identical from run to run, and no extra memory beyond D and lse.
+//
+// BF16 build: tensor cores through mma.sync m16n8k16 (bf16 in, fp32 accumulate), ldmatrix from
+// shared memory rows padded by 16 bytes (conflict-free for ldmatrix and cp.async), cp.async double
+// buffering; Q, K, V are read straight from the qkv buffer. Head sizes 32, 64 and 128. Tile shapes
+// come in two configurations picked at launch from the GPU (sm80 for A100/H100/H200, sm86 for
+// RTX 3090/4090 class GPUs with 100 KB of shared memory per SM; every block stays under 99 KB);
+// FLASH_ATTN_CONFIG=sm80|sm86 forces one on any GPU.
+// FP32 build: the same algorithm on CUDA cores in exact fp32 (expf), one warp per row, any HS
+// up to 128.
+//
+// Built only with -DATTN_FLASH; kernels/cuda/attention_naive.cu is the ATTN=naive variant.
+#if defined(ATTN_FLASH)
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/common.cuh"
+
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
+
+size_t attention_saved_bytes(int B, int T, int NH) { return 2 * (size_t)B * NH * T * sizeof(float); }
+
+// D (B, NH, T) floats; the BF16 path also keeps lse in log2 units (B, NH, T) after it.
+size_t attention_scratch_bytes(int B, int T, int C, int NH) {
+    (void)C;
+#if defined(PRECISION_BF16)
+    return 2 * (size_t)B * NH * T * sizeof(float);
+#else
+    return (size_t)B * NH * T * sizeof(float);
+#endif
+}
+
+const char* attention_name(void) { return "flash"; }
+
+static void check_shapes(int B, int T, int C, int NH) {
+    if (B < 1 || T < 1 || NH < 1 || C % NH != 0) {
+        fatal("flash attention: bad shape B %d, T %d, C %d, NH %d (need B, T, NH >= 1 and NH dividing C)",
+              B, T, C, NH);
+    }
+}
+
+// D_i = rowsum(dO_i * O_i) and, if lse2 is not NULL, lse2_i = m_i * log2(e) + log2(l_i), one warp
+// per row. The rows are enumerated in the order of `out` (B, T, NH), so a warp reads one contiguous
+// head vector.
+__global__ void flash_backward_prepare_kernel(float* D, float* lse2, const floatX* dout, const floatX* out,
+                                              const float* m, const float* l, int B, int T, int NH, int HS) {
+    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= B * T * NH) return;
+    const int h = row % NH, t = row / NH % T, b = row / NH / T;
+    const floatX* o = out + (size_t)row * HS;
+    const floatX* d_o = dout + (size_t)row * HS;
+    float sum = 0.0f;
+    for (int d = lane; d < HS; d += 32) sum += (float)d_o[d] * (float)o[d];
+    sum = warp_sum(sum);
+    if (lane == 0) {
+        const size_t i = ((size_t)b * NH + h) * T + t;
+        D[i] = sum;
+        if (lse2) lse2[i] = m[i] * LOG2E + log2f(l[i]);
+    }
+}
+
+static void flash_backward_prepare(float* D, float* lse2, const floatX* dout, const floatX* out,
+                                   const float* m, const float* l, int B, int T, int NH, int HS) {
+    const int rows = B * T * NH, warps_per_block = 8;
+    flash_backward_prepare_kernel<<<ceil_div(rows, warps_per_block), warps_per_block * 32>>>(
+        D, lse2, dout, out, m, l, B, T, NH, HS);
+    launchCheck();
+}
+
+#if defined(PRECISION_BF16)
+// ================================ BF16: tensor cores =========================================
+
+// ---- PTX wrappers --------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+// 16 bytes global -> shared without passing through registers; src_bytes 0 writes zeros.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_4(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(dst)), "l"(src),
+                 "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most `pending` of this thread's committed groups are still in flight.
+template <int pending> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_address(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_address(p)));
+}
+// c (16 x 8, fp32) += a (16 x 16, bf16, row-major) b (16 x 8, bf16, column-major).
+__device__ __forceinline__ void mma_16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// 2^x in one MUFU instruction; results below 2^-126 become 0 (they vanish beside the row's 1).
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t*)&v;
+}
+
+// Shared-memory tiles hold HS bf16 per row plus 8 of padding: rows 16 bytes apart modulo 128, so
+// the 8 row addresses of an ldmatrix phase fall in 8 different bank groups.
+template <int HS> __host__ __device__ constexpr int smem_stride() { return HS + 8; }
+
+// Copies rows row0 .. row0 + ROWS - 1 of a (T, HS) matrix whose rows are `stride` elements apart
+// into a padded tile; rows at or past T are zeros.
+template <int ROWS, int HS, int THREADS>
+__device__ __forceinline__ void load_tile_async(floatX* tile, const floatX* src, int row0, int T, size_t stride) {
+    constexpr int CHUNKS = HS / 8; // 16-byte chunks per row
+#pragma unroll
+    for (int i = threadIdx.x; i < ROWS * CHUNKS; i += THREADS) {
+        const int r = i / CHUNKS, c = i % CHUNKS;
+        const bool valid = row0 + r < T;
+        cp_async_16(tile + r * smem_stride<HS>() + c * 8, src + (valid ? (size_t)(row0 + r) * stride + c * 8 : 0),
+                    valid);
+    }
+}
+
+// COLS floats from src[col0 ..] (zeros at or past T).
+template <int COLS, int THREADS>
+__device__ __forceinline__ void load_vector_async(float* dst, const float* src, int col0, int T) {
+    for (int i = threadIdx.x; i < COLS; i += THREADS) {
+        const bool valid = col0 + i < T;
+        cp_async_4(dst + i, src + (valid ? col0 + i : 0), valid);
+    }
+}
+
+// Fragment layouts (PTX ISA, mma.m16n8k16): lane = 4 g + q. An accumulator c[4] of a 16 x 8 tile
+// holds (row g, cols 2q, 2q+1) in c[0..1] and (row g + 8, same cols) in c[2..3]. An A fragment
+// a[4] of a 16 x 16 tile holds (row g, cols 2q..2q+1), (row g+8, same), (row g, cols 2q+8..9),
+// (row g+8, same). A B fragment (b0, b1) of a 16 x 8 tile holds (rows 2q..2q+1, col g) and
+// (rows 2q+8..2q+9, col g).
+
+// A fragments of the warp's 16 * M_TILES rows starting at tile row `row0`, all HS columns.
+template <int M_TILES, int HS>
+__device__ __forceinline__ void load_a_fragments(uint32_t a[M_TILES][HS / 16][4], const floatX* tile, int row0) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+        for (int k = 0; k < HS / 16; k++)
+            ldmatrix_x4(a[mt][k], tile + (row0 + mt * 16 + lane % 16) * smem_stride<HS>() + k * 16 + lane / 16 * 8);
+}
+
+// acc (16 M_TILES x COLS) = A (16 M_TILES x HS, fragments) B^T, B a (COLS x HS) tile: S = Q K^T.
+// The B fragments of two column groups come from one ldmatrix of four 8 x 8 blocks.
+template <int M_TILES, int HS, int COLS>
+__device__ __forceinline__ void warp_gemm_a_bt(float acc[M_TILES][COLS / 8][4], const uint32_t a[M_TILES][HS / 16][4],
+                                               const floatX* b_tile) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+        for (int nt = 0; nt < COLS / 8; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < HS / 16; k++) {
+#pragma unroll
+        for (int np = 0; np < COLS / 16; np++) {
+            uint32_t b[4]; // (cols 0-7, k 0-7), (cols 0-7, k 8-15), (cols 8-15, k 0-7), (cols 8-15, k 8-15)
+            ldmatrix_x4(b, b_tile + (np * 16 + lane / 16 * 8 + lane % 8) * smem_stride<HS>() + k * 16 + lane / 8 % 2 * 8);
+#pragma unroll
+            for (int mt = 0; mt < M_TILES; mt++) {
+                mma_16816(acc[mt][2 * np], a[mt][k], b[0], b[1]);
+                mma_16816(acc[mt][2 * np + 1], a[mt][k], b[2], b[3]);
+            }
+        }
+    }
+}
+
+// acc (16 M_TILES x HS) += P (16 M_TILES x COLS, accumulator layout, rounded to bf16) B, B a
+// (COLS x HS) row-major tile: O += P V. ldmatrix.trans turns B's rows into column fragments.
+template <int M_TILES, int HS, int COLS>
+__device__ __forceinline__ void warp_gemm_c_b(float acc[M_TILES][HS / 8][4], const float p[M_TILES][COLS / 8][4],
+                                              const floatX* b_tile) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int k = 0; k < COLS / 16; k++) {
+        uint32_t a[M_TILES][4];
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; mt++) {
+            a[mt][0] = pack_bf16(p[mt][2 * k][0], p[mt][2 * k][1]);
+            a[mt][1] = pack_bf16(p[mt][2 * k][2], p[mt][2 * k][3]);
+            a[mt][2] = pack_bf16(p[mt][2 * k + 1][0], p[mt][2 * k + 1][1]);
+            a[mt][3] = pack_bf16(p[mt][2 * k + 1][2], p[mt][2 * k + 1][3]);
+        }
+#pragma unroll
+        for (int np = 0; np < HS / 16; np++) {
+            uint32_t b[4]; // (rows 0-7, cols 0-7), (rows 8-15, cols 0-7), (rows 0-7, cols 8-15), (rows 8-15, cols 8-15)
+            ldmatrix_x4_trans(b, b_tile + (k * 16 + lane / 8 % 2 * 8 + lane % 8) * smem_stride<HS>() + np * 16 + lane / 16 * 8);
+#pragma unroll
+            for (int mt = 0; mt < M_TILES; mt++) {
+                mma_16816(acc[mt][2 * np], a[mt], b[0], b[1]);
+                mma_16816(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+            }
+        }
+    }
+}
+
+// Writes a warp's (16 M_TILES x HS) accumulator times `scale` as bf16 into rows row0.. (< T) of a
+// matrix whose rows are `stride` elements apart.
+template <int M_TILES, int HS>
+__device__ __forceinline__ void store_rows(floatX* dst, const float acc[M_TILES][HS / 8][4], const float scale[M_TILES][2],
+                                           int row0, int T, size_t stride) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int row = row0 + mt * 16 + lane / 4 + half * 8;
+            if (row >= T) continue;
+#pragma unroll
+            for (int nt = 0; nt < HS / 8; nt++) {
+                *(__nv_bfloat162*)(dst + (size_t)row * stride + nt * 8 + lane % 4 * 2) = __floats2bfloat162_rn(
+                    acc[mt][nt][2 * half] * scale[mt][half], acc[mt][nt][2 * half + 1] * scale[mt][half]);
+            }
+        }
+}
+
+// ---- tile configurations -------------------------------------------------------------------
+// ROWS = 16 * WARPS * M_TILES rows per block; COLS columns per streamed tile. Shared memory,
+// HS 64 (rows of 144 bytes): forward (ROWS + 4 COLS) rows, dK/dV and dQ (2 ROWS + 4 COLS) rows.
+// HS 128 halves COLS and uses 4 warps everywhere so every kernel stays under 99 KB and 255
+// registers per thread.
+// Measured on an H200 (T 1024 to 16384): forward 4 warps x 32 rows beat 8 x 32 and 4 x 16 by 5 to
+// 15%; dK/dV blocks of 4 warps beat 8 by 2 to 5% (two blocks per SM overlap each other's barriers);
+// dQ blocks of 8 warps lost 5 to 8% to 4.
+struct TilesSm80 { // A100, H100, H200: 228 KB of shared memory and 64K registers per SM
+    static constexpr int FWD_WARPS = 4, FWD_M_TILES = 2, DKV_WARPS = 4, DQ_WARPS = 4;
+};
+struct TilesSm86 { // RTX 3090/4090: 100 KB per SM; 16-row warps keep the forward at 46 KB, two blocks per SM
+    static constexpr int FWD_WARPS = 4, FWD_M_TILES = 1, DKV_WARPS = 4, DQ_WARPS = 4;
+};
+template <int HS> constexpr int tile_cols() { return HS > 64 ? 32 : 64; }
+template <int HS> constexpr int warps_for(int warps) { return HS > 64 ? 4 : warps; }
+template <int HS> constexpr int m_tiles_for(int m_tiles) { return HS > 64 ? 1 : m_tiles; }
+
+// ---- forward --------------------------------------------------------------------------------
+template <int HS, int WARPS, int M_TILES, int COLS>
+__global__ void __launch_bounds__(WARPS * 32)
+    flash_forward_kernel(floatX* out, float* m_out, float* l_out, const floatX* qkv, int T, int NH) {
+    constexpr int ROWS = 16 * WARPS * M_TILES, THREADS = 32 * WARPS, STRIDE = smem_stride<HS>();
+    extern __shared__ __align__(16) unsigned char smem[];
+    floatX* q_tile = (floatX*)smem;
+    floatX* k_tiles = q_tile + ROWS * STRIDE; // two stages each
+    floatX* v_tiles = k_tiles + 2 * COLS * STRIDE;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int C = NH * HS, b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * ROWS; // the longest rows start first
+    const size_t stride = 3 * (size_t)C;
+    const floatX* q_src = qkv + (size_t)b * T * stride + h * HS;
+    const floatX* k_src = q_src + C;
+    const floatX* v_src = q_src + 2 * C;
+    const int num_tiles = (min(q0 + ROWS, T) + COLS - 1) / COLS; // tiles above the diagonal skipped
+
+    load_tile_async<ROWS, HS, THREADS>(q_tile, q_src, q0, T, stride);
+    cp_async_commit();
+    load_tile_async<COLS, HS, THREADS>(k_tiles, k_src, 0, T, stride);
+    load_tile_async<COLS, HS, THREADS>(v_tiles, v_src, 0, T, stride);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const int r0 = q0 + warp * 16 * M_TILES; // this warp's first query row
+    uint32_t q_frag[M_TILES][HS / 16][4];
+    load_a_fragments<M_TILES, HS>(q_frag, q_tile, warp * 16 * M_TILES);
+
+    const float scale_log2 = LOG2E / sqrtf((float)HS); // scores in log2 units: exp2 is one instruction
+    float o_acc[M_TILES][HS / 8][4] = {};
+    float m_run[M_TILES][2], l_run[M_TILES][2]; // per thread: rows g and g + 8 of each m-tile
+#pragma unroll
+    for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            m_run[mt][half] = -INFINITY;
+            l_run[mt][half] = 0.0f; // this thread's columns only; the quad's four add up at the end
+        }
+
+    for (int tile = 0; tile < num_tiles; tile++) {
+        if (tile + 1 < num_tiles) { // prefetch the next K/V tile into the other stage
+            const int stage = (tile + 1) % 2;
+            load_tile_async<COLS, HS, THREADS>(k_tiles + stage * COLS * STRIDE, k_src, (tile + 1) * COLS, T, stride);
+            load_tile_async<COLS, HS, THREADS>(v_tiles + stage * COLS * STRIDE, v_src, (tile + 1) * COLS, T, stride);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const int c0 = tile * COLS;
+        // Tile 0 holds key 0, which every row sees, so every running max is finite after it.
+        if (c0 <= r0 + 16 * M_TILES - 1) { // some key of the tile is visible to some row of the warp
+            const floatX* k_tile = k_tiles + tile % 2 * COLS * STRIDE;
+            const floatX* v_tile = v_tiles + tile % 2 * COLS * STRIDE;
+            float s[M_TILES][COLS / 8][4];
+            warp_gemm_a_bt<M_TILES, HS, COLS>(s, q_frag, k_tile);
+            const bool diagonal = c0 + COLS - 1 > r0;
+#pragma unroll
+            for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    const int row = r0 + mt * 16 + lane / 4 + half * 8;
+                    float tile_max = -INFINITY; // of the unscaled scores
+#pragma unroll
+                    for (int nt = 0; nt < COLS / 8; nt++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            if (diagonal && c0 + nt * 8 + lane % 4 * 2 + e > row) s[mt][nt][2 * half + e] = -INFINITY; // causal mask
+                            tile_max = fmaxf(tile_max, s[mt][nt][2 * half + e]);
+                        }
+                    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 1));
+                    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 2));
+                    // Online softmax: move the row to the new max and rescale what was summed.
+                    const float m_new = fmaxf(m_run[mt][half], tile_max * scale_log2);
+                    const float correction = fast_exp2(m_run[mt][half] - m_new); // 0 on the first tile
+                    float sum = 0.0f;
+#pragma unroll
+                    for (int nt = 0; nt < COLS / 8; nt++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const float p = fast_exp2(s[mt][nt][2 * half + e] * scale_log2 - m_new); // one FFMA
+                            s[mt][nt][2 * half + e] = p;
+                            sum += p;
+                        }
+                    m_run[mt][half] = m_new;
+                    l_run[mt][half] = l_run[mt][half] * correction + sum;
+#pragma unroll
+                    for (int nt = 0; nt < HS / 8; nt++) {
+                        o_acc[mt][nt][2 * half] *= correction;
+                        o_acc[mt][nt][2 * half + 1] *= correction;
+                    }
+                }
+            warp_gemm_c_b<M_TILES, HS, COLS>(o_acc, s, v_tile);
+        }
+        __syncthreads(); // the stage just read is overwritten by the next prefetch
+    }
+
+    float inv_l[M_TILES][2];
+#pragma unroll
+    for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            float l = l_run[mt][half];
+            l += __shfl_xor_sync(0xffffffff, l, 1);
+            l += __shfl_xor_sync(0xffffffff, l, 2);
+            inv_l[mt][half] = 1.0f / l;
+            const int row = r0 + mt * 16 + lane / 4 + half * 8;
+            if (lane % 4 == 0 && row < T) {
+                const size_t i = ((size_t)b * NH + h) * T + row;
+                m_out[i] = m_run[mt][half] * LN2;
+                l_out[i] = l;
+            }
+        }
+    store_rows<M_TILES, HS>(out + (size_t)b * T * C + h * HS, o_acc, inv_l, r0, T, C);
+}
+
+// ---- backward: dK and dV -------------------------------------------------------------------
+// Each block owns ROWS key rows (16 per warp) with K and V as A fragments in registers, streams
+// (Q, dO, lse, D) tiles of COLS queries from its diagonal to the end, and accumulates
+// dV = P^T dO and dK = scale dS^T Q in registers, working on the transposed scores S^T = K Q^T.
+template <int HS, int WARPS, int COLS>
+__global__ void __launch_bounds__(WARPS * 32)
+    flash_backward_dkv_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse2,
+                              const float* D, int T, int NH) {
+    constexpr int ROWS = 16 * WARPS, THREADS = 32 * WARPS, STRIDE = smem_stride<HS>();
+    extern __shared__ __align__(16) unsigned char smem[];
+    floatX* k_tile = (floatX*)smem;
+    floatX* v_tile = k_tile + ROWS * STRIDE;
+    floatX* q_tiles = v_tile + ROWS * STRIDE; // two stages each
+    floatX* do_tiles = q_tiles + 2 * COLS * STRIDE;
+    float* lse_tiles = (float*)(do_tiles + 2 * COLS * STRIDE);
+    float* d_tiles = lse_tiles + 2 * COLS;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int C = NH * HS, b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const int k0 = blockIdx.x * ROWS; // the first key blocks see the most queries: they start first
+    const size_t stride = 3 * (size_t)C;
+    const floatX* q_src = qkv + (size_t)b * T * stride + h * HS;
+    const floatX* k_src = q_src + C;
+    const floatX* v_src = q_src + 2 * C;
+    const floatX* do_src = dout + (size_t)b * T * C + h * HS;
+    const float* lse_src = lse2 + ((size_t)b * NH + h) * T;
+    const float* d_src = D + ((size_t)b * NH + h) * T;
+    const int first_tile = k0 / COLS, num_tiles = (T + COLS - 1) / COLS; // tiles above the diagonal skipped
+
+    load_tile_async<ROWS, HS, THREADS>(k_tile, k_src, k0, T, stride);
+    load_tile_async<ROWS, HS, THREADS>(v_tile, v_src, k0, T, stride);
+    cp_async_commit();
+    auto load_query_tile = [&](int tile) {
+        const int stage = tile % 2, c0 = tile * COLS;
+        load_tile_async<COLS, HS, THREADS>(q_tiles + stage * COLS * STRIDE, q_src, c0, T, stride);
+        load_tile_async<COLS, HS, THREADS>(do_tiles + stage * COLS * STRIDE, do_src, c0, T, C);
+        load_vector_async<COLS, THREADS>(lse_tiles + stage * COLS, lse_src, c0, T);
+        load_vector_async<COLS, THREADS>(d_tiles + stage * COLS, d_src, c0, T);
+        cp_async_commit();
+    };
+    load_query_tile(first_tile);
+    cp_async_wait<1>();
+    __syncthreads();
+    const int r0 = k0 + warp * 16; // this warp's first key row
+    uint32_t k_frag[1][HS / 16][4], v_frag[1][HS / 16][4];
+    load_a_fragments<1, HS>(k_frag, k_tile, warp * 16);
+    load_a_fragments<1, HS>(v_frag, v_tile, warp * 16);
+
+    const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * LOG2E;
+    float dk_acc[1][HS / 8][4] = {}, dv_acc[1][HS / 8][4] = {};
+    for (int tile = first_tile; tile < num_tiles; tile++) {
+        if (tile + 1 < num_tiles) {
+            load_query_tile(tile + 1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const int c0 = tile * COLS, stage = tile % 2;
+        if (c0 + COLS - 1 >= r0) { // some query of the tile sees some key of the warp
+            const floatX* q_tile = q_tiles + stage * COLS * STRIDE;
+            const floatX* do_tile = do_tiles + stage * COLS * STRIDE;
+            const float* lse_tile = lse_tiles + stage * COLS;
+            const float* d_tile = d_tiles + stage * COLS;
+            // Masked: queries before the key (diagonal tiles) and queries at or past T (last tile).
+            const bool needs_mask = c0 < r0 + 15 || c0 + COLS > T;
+            float p[1][COLS / 8][4];
+            warp_gemm_a_bt<1, HS, COLS>(p, k_frag, q_tile);
+#pragma unroll
+            for (int nt = 0; nt < COLS / 8; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int key = r0 + lane / 4 + i / 2 * 8, col = nt * 8 + lane % 4 * 2 + i % 2;
+                    const bool masked = needs_mask && (c0 + col < key || c0 + col >= T);
+                    p[0][nt][i] = masked ? 0.0f : fast_exp2(p[0][nt][i] * scale_log2 - lse_tile[col]);
+                }
+            warp_gemm_c_b<1, HS, COLS>(dv_acc, p, do_tile); // dV += P^T dO
+            float ds[1][COLS / 8][4];
+            warp_gemm_a_bt<1, HS, COLS>(ds, v_frag, do_tile); // dP^T = V dO^T
+#pragma unroll
+            for (int nt = 0; nt < COLS / 8; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) ds[0][nt][i] = p[0][nt][i] * (ds[0][nt][i] - d_tile[nt * 8 + lane % 4 * 2 + i % 2]);
+            warp_gemm_c_b<1, HS, COLS>(dk_acc, ds, q_tile); // dK += dS^T Q (scaled at the end)
+        }
+        __syncthreads(); // the stage just read is overwritten by the next prefetch
+    }
+    const float k_scale[1][2] = {{scale, scale}}, v_scale[1][2] = {{1.0f, 1.0f}};
+    store_rows<1, HS>(dqkv + (size_t)b * T * stride + C + h * HS, dk_acc, k_scale, r0, T, stride);
+    store_rows<1, HS>(dqkv + (size_t)b * T * stride + 2 * C + h * HS, dv_acc, v_scale, r0, T, stride);
+}
+
+// ---- backward: dQ --------------------------------------------------------------------------
+// Each block owns ROWS query rows (16 per warp) with Q and dO as A fragments, streams the K/V
+// tiles at or below the diagonal, recomputes P and dP, and accumulates dQ = scale dS K.
+template <int HS, int WARPS, int COLS>
+__global__ void __launch_bounds__(WARPS * 32)
+    flash_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse2,
+                             const float* D, int T, int NH) {
+    constexpr int ROWS = 16 * WARPS, THREADS = 32 * WARPS, STRIDE = smem_stride<HS>();
+    extern __shared__ __align__(16) unsigned char smem[];
+    floatX* q_tile = (floatX*)smem;
+    floatX* do_tile = q_tile + ROWS * STRIDE;
+    floatX* k_tiles = do_tile + ROWS * STRIDE; // two stages each
+    floatX* v_tiles = k_tiles + 2 * COLS * STRIDE;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int C = NH * HS, b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * ROWS; // the longest rows start first
+    const size_t stride = 3 * (size_t)C;
+    const floatX* q_src = qkv + (size_t)b * T * stride + h * HS;
+    const floatX* k_src = q_src + C;
+    const floatX* v_src = q_src + 2 * C;
+    const int num_tiles = (min(q0 + ROWS, T) + COLS - 1) / COLS;
+
+    load_tile_async<ROWS, HS, THREADS>(q_tile, q_src, q0, T, stride);
+    load_tile_async<ROWS, HS, THREADS>(do_tile, dout + (size_t)b * T * C + h * HS, q0, T, C);
+    cp_async_commit();
+    load_tile_async<COLS, HS, THREADS>(k_tiles, k_src, 0, T, stride);
+    load_tile_async<COLS, HS, THREADS>(v_tiles, v_src, 0, T, stride);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const int r0 = q0 + warp * 16;
+    uint32_t q_frag[1][HS / 16][4], do_frag[1][HS / 16][4];
+    load_a_fragments<1, HS>(q_frag, q_tile, warp * 16);
+    load_a_fragments<1, HS>(do_frag, do_tile, warp * 16);
+    float row_lse[2], row_d[2]; // rows g and g + 8
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int row = r0 + lane / 4 + half * 8;
+        const size_t i = ((size_t)b * NH + h) * T + row;
+        row_lse[half] = row < T ? lse2[i] : 0.0f;
+        row_d[half] = row < T ? D[i] : 0.0f;
+    }
+
+    const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * LOG2E;
+    float dq_acc[1][HS / 8][4] = {};
+    for (int tile = 0; tile < num_tiles; tile++) {
+        if (tile + 1 < num_tiles) {
+            const int stage = (tile + 1) % 2;
+            load_tile_async<COLS, HS, THREADS>(k_tiles + stage * COLS * STRIDE, k_src, (tile + 1) * COLS, T, stride);
+            load_tile_async<COLS, HS, THREADS>(v_tiles + stage * COLS * STRIDE, v_src, (tile + 1) * COLS, T, stride);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const int c0 = tile * COLS;
+        if (c0 <= r0 + 15) {
+            const floatX* k_tile = k_tiles + tile % 2 * COLS * STRIDE;
+            const floatX* v_tile = v_tiles + tile % 2 * COLS * STRIDE;
+            const bool diagonal = c0 + COLS - 1 > r0;
+            float p[1][COLS / 8][4];
+            warp_gemm_a_bt<1, HS, COLS>(p, q_frag, k_tile);
+#pragma unroll
+            for (int nt = 0; nt < COLS / 8; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int row = r0 + lane / 4 + i / 2 * 8, key = c0 + nt * 8 + lane % 4 * 2 + i % 2;
+                    p[0][nt][i] = diagonal && key > row ? 0.0f : fast_exp2(p[0][nt][i] * scale_log2 - row_lse[i / 2]);
+                }
+            float ds[1][COLS / 8][4];
+            warp_gemm_a_bt<1, HS, COLS>(ds, do_frag, v_tile); // dP = dO V^T
+#pragma unroll
+            for (int nt = 0; nt < COLS / 8; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) ds[0][nt][i] = p[0][nt][i] * (ds[0][nt][i] - row_d[i / 2]);
+            warp_gemm_c_b<1, HS, COLS>(dq_acc, ds, k_tile); // dQ += dS K (scaled at the end)
+        }
+        __syncthreads();
+    }
+    const float q_scale[1][2] = {{scale, scale}};
+    store_rows<1, HS>(dqkv + (size_t)b * T * stride + h * HS, dq_acc, q_scale, r0, T, stride);
+}
+
+// ---- launch ---------------------------------------------------------------------------------
+template <class Kernel> static void allow_shared_memory(Kernel kernel, size_t bytes) {
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+
+template <int HS, class Tiles> struct FlashBf16 {
+    static constexpr int COLS = tile_cols<HS>();
+    static constexpr int FWD_WARPS = warps_for<HS>(Tiles::FWD_WARPS), FWD_M_TILES = m_tiles_for<HS>(Tiles::FWD_M_TILES);
+    static constexpr int DKV_WARPS = warps_for<HS>(Tiles::DKV_WARPS), DQ_WARPS = warps_for<HS>(Tiles::DQ_WARPS);
+    static constexpr size_t ROW_BYTES = smem_stride<HS>() * sizeof(floatX);
+
+    static void forward(floatX* out, float* m, float* l, const floatX* qkv, int B, int T, int NH) {
+        constexpr int ROWS = 16 * FWD_WARPS * FWD_M_TILES;
+        const size_t smem = (ROWS + 4 * COLS) * ROW_BYTES;
+        auto kernel = flash_forward_kernel<HS, FWD_WARPS, FWD_M_TILES, COLS>;
+        allow_shared_memory(kernel, smem);
+        kernel<<<dim3(ceil_div(T, ROWS), B * NH), FWD_WARPS * 32, smem>>>(out, m, l, qkv, T, NH);
+        launchCheck();
+    }
+
+    static void backward(floatX* dqkv, const float* lse2, const float* D, const floatX* dout,
+                         const floatX* qkv, int B, int T, int NH) {
+        constexpr int DKV_ROWS = 16 * DKV_WARPS, DQ_ROWS = 16 * DQ_WARPS;
+        const size_t dkv_smem = (2 * DKV_ROWS + 4 * COLS) * ROW_BYTES + 4 * COLS * sizeof(float);
+        auto dkv_kernel = flash_backward_dkv_kernel<HS, DKV_WARPS, COLS>;
+        allow_shared_memory(dkv_kernel, dkv_smem);
+        dkv_kernel<<<dim3(ceil_div(T, DKV_ROWS), B * NH), DKV_WARPS * 32, dkv_smem>>>(dqkv, dout, qkv, lse2, D, T, NH);
+        launchCheck();
+        const size_t dq_smem = (2 * DQ_ROWS + 4 * COLS) * ROW_BYTES;
+        auto dq_kernel = flash_backward_dq_kernel<HS, DQ_WARPS, COLS>;
+        allow_shared_memory(dq_kernel, dq_smem);
+        dq_kernel<<<dim3(ceil_div(T, DQ_ROWS), B * NH), DQ_WARPS * 32, dq_smem>>>(dqkv, dout, qkv, lse2, D, T, NH);
+        launchCheck();
+    }
+};
+
+// sm80 tiles on A100/H100/H200 and newer; sm86 tiles on the sm_86/sm_87/sm_89 consumer parts.
+static bool use_sm86_tiles(void) {
+    const char* forced = getenv("FLASH_ATTN_CONFIG");
+    if (forced && forced[0]) {
+        if (strcmp(forced, "sm80") == 0) return false;
+        if (strcmp(forced, "sm86") == 0) return true;
+        fatal("FLASH_ATTN_CONFIG=%s: unknown tile configuration (use sm80 for A100/H100/H200 tiles or "
+              "sm86 for RTX 3090/4090 tiles)", forced);
+    }
+    int device, major, minor;
+    cudaCheck(cudaGetDevice(&device));
+    cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    cudaCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    return major == 8 && minor > 0;
+}
+
+template <class Tiles> static void forward_bf16(floatX* out, float* m, float* l, const floatX* qkv, int B, int T, int NH, int HS) {
+    switch (HS) {
+    case 32: FlashBf16<32, Tiles>::forward(out, m, l, qkv, B, T, NH); break;
+    case 64: FlashBf16<64, Tiles>::forward(out, m, l, qkv, B, T, NH); break;
+    case 128: FlashBf16<128, Tiles>::forward(out, m, l, qkv, B, T, NH); break;
+    }
+}
+
+template <class Tiles>
+static void backward_bf16(floatX* dqkv, const float* lse2, const float* D, const floatX* dout, const floatX* qkv,
+                          int B, int T, int NH, int HS) {
+    switch (HS) {
+    case 32: FlashBf16<32, Tiles>::backward(dqkv, lse2, D, dout, qkv, B, T, NH); break;
+    case 64: FlashBf16<64, Tiles>::backward(dqkv, lse2, D, dout, qkv, B, T, NH); break;
+    case 128: FlashBf16<128, Tiles>::backward(dqkv, lse2, D, dout, qkv, B, T, NH); break;
+    }
+}
+
+// cp.async moves 16-byte chunks: head vectors must start on 16-byte boundaries.
+static void check_bf16_inputs(const void* a, const void* b, int HS) {
+    if (HS != 32 && HS != 64 && HS != 128) {
+        fatal("flash attention (BF16): head size %d is not supported (32, 64 or 128; choose the number of heads "
+              "so that channels / heads is one of these)", HS);
+    }
+    if (((uintptr_t)a | (uintptr_t)b) % 16 != 0) {
+        fatal("flash attention (BF16): the qkv and output buffers must be 16-byte aligned");
+    }
+}
+
+void attention_forward(floatX* out, void* saved, const floatX* qkv, int B, int T, int C, int NH) {
+    check_shapes(B, T, C, NH);
+    const int HS = C / NH;
+    check_bf16_inputs(qkv, out, HS);
+    float* m = (float*)saved;
+    float* l = m + (size_t)B * NH * T;
+    if (use_sm86_tiles()) forward_bf16<TilesSm86>(out, m, l, qkv, B, T, NH, HS);
+    else forward_bf16<TilesSm80>(out, m, l, qkv, B, T, NH, HS);
+}
+
+void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, const floatX* qkv,
+                        const floatX* out, const void* saved, int B, int T, int C, int NH) {
+    check_shapes(B, T, C, NH);
+    const int HS = C / NH;
+    check_bf16_inputs(qkv, dqkv, HS);
+    check_bf16_inputs(dout, out, HS);
+    const float* m = (const float*)saved;
+    const float* l = m + (size_t)B * NH * T;
+    float* D = (float*)scratch;
+    float* lse2 = D + (size_t)B * NH * T;
+    flash_backward_prepare(D, lse2, dout, out, m, l, B, T, NH, HS);
+    if (use_sm86_tiles()) backward_bf16<TilesSm86>(dqkv, lse2, D, dout, qkv, B, T, NH, HS);
+    else backward_bf16<TilesSm80>(dqkv, lse2, D, dout, qkv, B, T, NH, HS);
+}
+
+#else
+// ================================ FP32: CUDA cores ===========================================
+// One warp per row: the 32 lanes take the 32 columns (keys or queries) of a tile for the scores,
+// then the head dimensions (lane, lane + 32, ...) for the products with V, K, Q or dO. Rows of a
+// block share the column tiles in shared memory, padded to an odd stride (conflict-free reads of
+// one column per lane). Exact expf and fp32 sums.
+#define F32_WARPS 4
+#define F32_ROWS_PER_WARP 4
+#define F32_ROWS (F32_WARPS * F32_ROWS_PER_WARP)
+#define F32_COLS 32
+
+// The padded row length of the shared tiles: DIMS_PER_LANE * 32 + 1 floats.
+template <int DIMS_PER_LANE> __host__ __device__ constexpr int f32_stride() { return DIMS_PER_LANE * 32 + 1; }
+
+// rows row0 .. row0 + count - 1 of a (T, HS) matrix with rows `stride` apart into a padded tile;
+// rows at or past T and dimensions past HS are zeros.
+template <int DIMS_PER_LANE>
+__device__ void load_rows_f32(float* tile, const float* src, int row0, int count, int T, int HS, size_t stride) {
+    constexpr int WIDTH = DIMS_PER_LANE * 32;
+    for (int i = threadIdx.x; i < count * WIDTH; i += blockDim.x) {
+        const int r = i / WIDTH, d = i % WIDTH;
+        tile[r * f32_stride<DIMS_PER_LANE>() + d] = row0 + r < T && d < HS ? src[(size_t)(row0 + r) * stride + d] : 0.0f;
+    }
+}
+
+__device__ inline float dot_f32(const float* a, const float* b, int HS) {
+    float sum = 0.0f;
+    for (int d = 0; d < HS; d++) sum += a[d] * b[d];
+    return sum;
+}
+
+template <int DIMS_PER_LANE>
+__global__ void flash_forward_f32_kernel(float* out, float* m_out, float* l_out, const float* qkv, int T, int NH, int HS) {
+    constexpr int STRIDE = f32_stride<DIMS_PER_LANE>();
+    extern __shared__ float smem_f32[];
+    float* q_rows = smem_f32;
+    float* k_tile = q_rows + F32_ROWS * STRIDE;
+    float* v_tile = k_tile + F32_COLS * STRIDE;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int C = NH * HS, b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * F32_ROWS;
+    const size_t stride = 3 * (size_t)C;
+    const float* q_src = qkv + (size_t)b * T * stride + h * HS;
+    const float scale = 1.0f / sqrtf((float)HS);
+    load_rows_f32<DIMS_PER_LANE>(q_rows, q_src, q0, F32_ROWS, T, HS, stride);
+    float m_run[F32_ROWS_PER_WARP], l_run[F32_ROWS_PER_WARP], acc[F32_ROWS_PER_WARP][DIMS_PER_LANE] = {};
+    for (int i = 0; i < F32_ROWS_PER_WARP; i++) {
+        m_run[i] = -INFINITY;
+        l_run[i] = 0.0f;
+    }
+    for (int c0 = 0; c0 < min(q0 + F32_ROWS, T); c0 += F32_COLS) {
+        __syncthreads(); // the previous tile is no longer read
+        load_rows_f32<DIMS_PER_LANE>(k_tile, q_src + C, c0, F32_COLS, T, HS, stride);
+        load_rows_f32<DIMS_PER_LANE>(v_tile, q_src + 2 * C, c0, F32_COLS, T, HS, stride);
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < F32_ROWS_PER_WARP; i++) {
+            const int local = warp * F32_ROWS_PER_WARP + i, row = q0 + local, key = c0 + lane;
+            if (row >= T || c0 > row) continue; // the whole warp agrees: uniform branch
+            const bool visible = key <= row;
+            const float s = visible ? dot_f32(q_rows + local * STRIDE, k_tile + lane * STRIDE, HS) * scale : -INFINITY;
+            const float m_new = fmaxf(m_run[i], warp_max(s)); // finite: key c0 <= row is visible
+            const float correction = expf(m_run[i] - m_new);
+            const float p = visible ? expf(s - m_new) : 0.0f;
+            l_run[i] = l_run[i] * correction + warp_sum(p);
+            m_run[i] = m_new;
+#pragma unroll
+            for (int k = 0; k < DIMS_PER_LANE; k++) acc[i][k] *= correction;
+            for (int j = 0; j < F32_COLS; j++) {
+                const float pj = __shfl_sync(0xffffffff, p, j);
+#pragma unroll
+                for (int k = 0; k < DIMS_PER_LANE; k++) acc[i][k] += pj * v_tile[j * STRIDE + lane + 32 * k];
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < F32_ROWS_PER_WARP; i++) {
+        const int row = q0 + warp * F32_ROWS_PER_WARP + i;
+        if (row >= T) continue;
+        float* o = out + ((size_t)b * T + row) * C + h * HS;
+#pragma unroll
+        for (int k = 0; k < DIMS_PER_LANE; k++)
+            if (lane + 32 * k < HS) o[lane + 32 * k] = acc[i][k] / l_run[i];
+        if (lane == 0) {
+            m_out[((size_t)b * NH + h) * T + row] = m_run[i];
+            l_out[((size_t)b * NH + h) * T + row] = l_run[i];
+        }
+    }
+}
+
+// dQ: rows are queries; P = exp(s - m) / l and dP = dO V^T recomputed per key tile.
+template <int DIMS_PER_LANE>
+__global__ void flash_backward_dq_f32_kernel(float* dqkv, const float* dout, const float* qkv, const float* m,
+                                             const float* l, const float* D, int T, int NH, int HS) {
+    constexpr int STRIDE = f32_stride<DIMS_PER_LANE>();
+    extern __shared__ float smem_f32[];
+    float* q_rows = smem_f32;
+    float* do_rows = q_rows + F32_ROWS * STRIDE;
+    float* k_tile = do_rows + F32_ROWS * STRIDE;
+    float* v_tile = k_tile + F32_COLS * STRIDE;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int C = NH * HS, b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * F32_ROWS;
+    const size_t stride = 3 * (size_t)C, head_row0 = ((size_t)b * NH + h) * T;
+    const float* q_src = qkv + (size_t)b * T * stride + h * HS;
+    const float scale = 1.0f / sqrtf((float)HS);
+    load_rows_f32<DIMS_PER_LANE>(q_rows, q_src, q0, F32_ROWS, T, HS, stride);
+    load_rows_f32<DIMS_PER_LANE>(do_rows, dout + (size_t)b * T * C + h * HS, q0, F32_ROWS, T, HS, C);
+    float dq[F32_ROWS_PER_WARP][DIMS_PER_LANE] = {};
+    for (int c0 = 0; c0 < min(q0 + F32_ROWS, T); c0 += F32_COLS) {
+        __syncthreads();
+        load_rows_f32<DIMS_PER_LANE>(k_tile, q_src + C, c0, F32_COLS, T, HS, stride);
+        load_rows_f32<DIMS_PER_LANE>(v_tile, q_src + 2 * C, c0, F32_COLS, T, HS, stride);
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < F32_ROWS_PER_WARP; i++) {
+            const int local = warp * F32_ROWS_PER_WARP + i, row = q0 + local, key = c0 + lane;
+            if (row >= T || c0 > row) continue;
+            float ds = 0.0f;
+            if (key <= row) {
+                const float s = dot_f32(q_rows + local * STRIDE, k_tile + lane * STRIDE, HS) * scale;
+                const float p = expf(s - m[head_row0 + row]) / l[head_row0 + row];
+                const float dp = dot_f32(do_rows + local * STRIDE, v_tile + lane * STRIDE, HS);
+                ds = p * (dp - D[head_row0 + row]);
+            }
+            for (int j = 0; j < F32_COLS; j++) {
+                const float dsj = __shfl_sync(0xffffffff, ds, j);
+#pragma unroll
+                for (int k = 0; k < DIMS_PER_LANE; k++) dq[i][k] += dsj * k_tile[j * STRIDE + lane + 32 * k];
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < F32_ROWS_PER_WARP; i++) {
+        const int row = q0 + warp * F32_ROWS_PER_WARP + i;
+        if (row >= T) continue;
+        float* dst = dqkv + ((size_t)b * T + row) * stride + h * HS;
+#pragma unroll
+        for (int k = 0; k < DIMS_PER_LANE; k++)
+            if (lane + 32 * k < HS) dst[lane + 32 * k] = dq[i][k] * scale;
+    }
+}
+
+// dK and dV: rows are keys, the tiles hold queries from the diagonal on.
+template <int DIMS_PER_LANE>
+__global__ void flash_backward_dkv_f32_kernel(float* dqkv, const float* dout, const float* qkv, const float* m,
+                                              const float* l, const float* D, int T, int NH, int HS) {
+    constexpr int STRIDE = f32_stride<DIMS_PER_LANE>();
+    extern __shared__ float smem_f32[];
+    float* k_rows = smem_f32;
+    float* v_rows = k_rows + F32_ROWS * STRIDE;
+    float* q_tile = v_rows + F32_ROWS * STRIDE;
+    float* do_tile = q_tile + F32_COLS * STRIDE;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int C = NH * HS, b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const int k0 = blockIdx.x * F32_ROWS;
+    const size_t stride = 3 * (size_t)C, head_row0 = ((size_t)b * NH + h) * T;
+    const float* q_src = qkv + (size_t)b * T * stride + h * HS;
+    const float scale = 1.0f / sqrtf((float)HS);
+    load_rows_f32<DIMS_PER_LANE>(k_rows, q_src + C, k0, F32_ROWS, T, HS, stride);
+    load_rows_f32<DIMS_PER_LANE>(v_rows, q_src + 2 * C, k0, F32_ROWS, T, HS, stride);
+    float dk[F32_ROWS_PER_WARP][DIMS_PER_LANE] = {}, dv[F32_ROWS_PER_WARP][DIMS_PER_LANE] = {};
+    for (int c0 = k0 / F32_COLS * F32_COLS; c0 < T; c0 += F32_COLS) {
+        __syncthreads();
+        load_rows_f32<DIMS_PER_LANE>(q_tile, q_src, c0, F32_COLS, T, HS, stride);
+        load_rows_f32<DIMS_PER_LANE>(do_tile, dout + (size_t)b * T * C + h * HS, c0, F32_COLS, T, HS, C);
+        __syncthreads();
+        const int query = c0 + lane;
+        const float m_q = query < T ? m[head_row0 + query] : 0.0f;
+        const float l_q = query < T ? l[head_row0 + query] : 1.0f;
+        const float d_q = query < T ? D[head_row0 + query] : 0.0f;
+#pragma unroll
+        for (int i = 0; i < F32_ROWS_PER_WARP; i++) {
+            const int local = warp * F32_ROWS_PER_WARP + i, key = k0 + local;
+            if (key >= T || c0 + F32_COLS - 1 < key) continue;
+            float p = 0.0f, ds = 0.0f;
+            if (query >= key && query < T) {
+                const float s = dot_f32(q_tile + lane * STRIDE, k_rows + local * STRIDE, HS) * scale;
+                p = expf(s - m_q) / l_q;
+                const float dp = dot_f32(do_tile + lane * STRIDE, v_rows + local * STRIDE, HS);
+                ds = p * (dp - d_q);
+            }
+            for (int j = 0; j < F32_COLS; j++) {
+                const float pj = __shfl_sync(0xffffffff, p, j), dsj = __shfl_sync(0xffffffff, ds, j);
+#pragma unroll
+                for (int k = 0; k < DIMS_PER_LANE; k++) {
+                    dv[i][k] += pj * do_tile[j * STRIDE + lane + 32 * k];
+                    dk[i][k] += dsj * q_tile[j * STRIDE + lane + 32 * k];
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < F32_ROWS_PER_WARP; i++) {
+        const int key = k0 + warp * F32_ROWS_PER_WARP + i;
+        if (key >= T) continue;
+        float* dst = dqkv + ((size_t)b * T + key) * stride + h * HS;
+#pragma unroll
+        for (int k = 0; k < DIMS_PER_LANE; k++)
+            if (lane + 32 * k < HS) {
+                dst[C + lane + 32 * k] = dk[i][k] * scale;
+                dst[2 * C + lane + 32 * k] = dv[i][k];
+            }
+    }
+}
+
+template <int DIMS_PER_LANE> struct FlashF32 {
+    static constexpr size_t ROW_BYTES = f32_stride<DIMS_PER_LANE>() * sizeof(float);
+    static void forward(float* out, float* m, float* l, const float* qkv, int B, int T, int NH, int HS) {
+        const size_t smem = (F32_ROWS + 2 * F32_COLS) * ROW_BYTES;
+        auto kernel = flash_forward_f32_kernel<DIMS_PER_LANE>;
+        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        kernel<<<dim3(ceil_div(T, F32_ROWS), B * NH), F32_WARPS * 32, smem>>>(out, m, l, qkv, T, NH, HS);
+        launchCheck();
+    }
+    static void backward(float* dqkv, const float* dout, const float* qkv, const float* m, const float* l,
+                         const float* D, int B, int T, int NH, int HS) {
+        const size_t smem = (2 * F32_ROWS + 2 * F32_COLS) * ROW_BYTES;
+        auto dkv_kernel = flash_backward_dkv_f32_kernel<DIMS_PER_LANE>;
+        cudaCheck(cudaFuncSetAttribute(dkv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        dkv_kernel<<<dim3(ceil_div(T, F32_ROWS), B * NH), F32_WARPS * 32, smem>>>(dqkv, dout, qkv, m, l, D, T, NH, HS);
+        launchCheck();
+        auto dq_kernel = flash_backward_dq_f32_kernel<DIMS_PER_LANE>;
+        cudaCheck(cudaFuncSetAttribute(dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        dq_kernel<<<dim3(ceil_div(T, F32_ROWS), B * NH), F32_WARPS * 32, smem>>>(dqkv, dout, qkv, m, l, D, T, NH, HS);
+        launchCheck();
+    }
+};
+
+static void check_f32_head_size(int HS) {
+    if (HS > 128) fatal("flash attention (FP32): head size %d is not supported (at most 128)", HS);
+}
+
+void attention_forward(floatX* out, void* saved, const floatX* qkv, int B, int T, int C, int NH) {
+    check_shapes(B, T, C, NH);
+    const int HS = C / NH;
+    check_f32_head_size(HS);
+    float* m = (float*)saved;
+    float* l = m + (size_t)B * NH * T;
+    switch ((HS + 31) / 32) {
+    case 1: FlashF32<1>::forward(out, m, l, qkv, B, T, NH, HS); break;
+    case 2: FlashF32<2>::forward(out, m, l, qkv, B, T, NH, HS); break;
+    case 3: FlashF32<3>::forward(out, m, l, qkv, B, T, NH, HS); break;
+    case 4: FlashF32<4>::forward(out, m, l, qkv, B, T, NH, HS); break;
+    }
+}
+
+void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, const floatX* qkv,
+                        const floatX* out, const void* saved, int B, int T, int C, int NH) {
+    check_shapes(B, T, C, NH);
+    const int HS = C / NH;
+    check_f32_head_size(HS);
+    const float* m = (const float*)saved;
+    const float* l = m + (size_t)B * NH * T;
+    float* D = (float*)scratch;
+    flash_backward_prepare(D, NULL, dout, out, m, l, B, T, NH, HS);
+    switch ((HS + 31) / 32) {
+    case 1: FlashF32<1>::backward(dqkv, dout, qkv, m, l, D, B, T, NH, HS); break;
+    case 2: FlashF32<2>::backward(dqkv, dout, qkv, m, l, D, B, T, NH, HS); break;
+    case 3: FlashF32<3>::backward(dqkv, dout, qkv, m, l, D, B, T, NH, HS); break;
+    case 4: FlashF32<4>::backward(dqkv, dout, qkv, m, l, D, B, T, NH, HS); break;
+    }
+}
+#endif // PRECISION_BF16
+#endif // ATTN_FLASH

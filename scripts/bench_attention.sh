@@ -1,0 +1,27 @@
+#!/bin/bash
+# Flash attention speed on the GPU beside PyTorch's scaled_dot_product_attention (flash and cuDNN
+# backends), measured in the same run: causal, NH 12, HS 64, bf16, 65536 tokens per call, T from
+# 1024 to 16384. Prints one table of TFLOP/s (forward, forward + backward).
+#
+#   scripts/bench_attention.sh            from the repository root, on a GPU machine
+#
+# Environment: GPU_ARCH (default 90) the SASS to build; BUILD (default build/bench-attention)
+# where the binary and our raw numbers go; SEQ_LENS to time other lengths (divisors of 65536).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GPU_ARCH=${GPU_ARCH:-90}
+BUILD=${BUILD:-build/bench-attention}
+SEQ_LENS=${SEQ_LENS:-1024 2048 4096 8192 16384}
+NVCC=${NVCC:-${CUDA_HOME:-/usr/local/cuda}/bin/nvcc}
+
+mkdir -p "$BUILD"
+"$NVCC" -std=c++17 -O3 -gencode "arch=compute_$GPU_ARCH,code=sm_$GPU_ARCH" -I. -DATTN_FLASH -DPRECISION_BF16 \
+    scripts/bench_attention.cu kernels/cuda/attention_flash.cu common/util.c -o "$BUILD/bench_attention"
+# shellcheck disable=SC2086 # SEQ_LENS is a list
+"$BUILD/bench_attention" $SEQ_LENS | tee "$BUILD/ours.txt"
+if python3 -c "import torch" 2>/dev/null; then
+    # shellcheck disable=SC2086
+    python3 scripts/bench_attention_torch.py "$BUILD/ours.txt" $SEQ_LENS
+else
+    echo "PyTorch not found: our numbers only (T B fwd_ms fwd_TFLOP/s fwdbwd_ms fwdbwd_TFLOP/s) above"
+fi
