@@ -226,7 +226,7 @@ static void check_matches(const char* path, const char* what, int file_value, in
 static float* resolve_model(const Options* o, GPT2Config* cfg) {
     int custom = o->layers || o->channels || o->heads;
     memset(cfg, 0, sizeof *cfg);
-    if (preset_config(o->model, cfg) || custom) {
+    if (preset_config(o->model, cfg)) { // from scratch: a preset, or custom sizes
         if (custom) {
             if (!(o->layers && o->channels && o->heads))
                 fatal("a custom size needs all of --layers, --channels and --heads");

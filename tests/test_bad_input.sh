@@ -45,7 +45,7 @@ head -c 5000 "$model" > "$tmp/truncated_model.bin"
 expect_error "truncated_model.bin" -e "$tmp/truncated_model.bin" -t 32 -b 2 -x 1 -v 0 -s 0 -i "$train_bin" -o "$tmp/o"
 { printf '\x01\x02\x03\x04'; tail -c +5 "$model"; } > "$tmp/magic_model.bin"
 expect_error "magic_model.bin" -e "$tmp/magic_model.bin" -t 32 -b 2 -x 1 -v 0 -s 0 -i "$train_bin" -o "$tmp/o"
-expect_error "layers" -e "$model" --layers 3 -t 32 -b 2 -x 1 -v 0 -s 0 -i "$train_bin" -o "$tmp/o"
+expect_error "has layers = 1, but the options ask for 3" -e "$model" --layers 3 -t 32 -b 2 -x 1 -v 0 -s 0 -i "$train_bin" -o "$tmp/o"
 expect_error "maximum" -e "$model" -t 64 -b 2 -x 1 -v 0 -s 0 -i "$train_bin" -o "$tmp/o"
 # options
 expect_error "divide" --layers 1 --channels 10 --heads 3 -t 8 -x 1 -i "$train_bin" -o "$tmp/o"
