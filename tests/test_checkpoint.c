@@ -21,17 +21,7 @@
 #include "../common/util.h"
 #include "testutil.h"
 
-static char tmpdir[] = "/tmp/test_checkpoint_XXXXXX";
-
 // ---- helpers -----------------------------------------------------------------------------
-
-static char* tmp_path(const char* name) {
-    static char buf[8][512];
-    static int next;
-    char* p = buf[next++ % 8];
-    snprintf(p, 512, "%s/%s", tmpdir, name);
-    return p;
-}
 
 static unsigned char* read_all(const char* path, size_t* bytes) {
     *bytes = (size_t)file_size(path);
@@ -126,7 +116,7 @@ static void test_model_round_trip(void) {
     params[0] = -0.0f;
     params[1] = 1e-40f; // subnormal
     params[n - 1] = INFINITY;
-    char* p = tmp_path("model_fp32.bin");
+    char* p = test_tmp_path("model_fp32.bin");
     model_file_write(p, &tiny, params);
 
     size_t bytes;
@@ -162,7 +152,7 @@ static void test_model_bf16(void) {
         file[1024 + 2 * i] = (unsigned char)(bits & 0xFF);
         file[1024 + 2 * i + 1] = (unsigned char)(bits >> 8);
     }
-    char* p = tmp_path("model_bf16.bin");
+    char* p = test_tmp_path("model_bf16.bin");
     write_all(p, file, 1024 + 2 * n);
     GPT2Config cfg;
     size_t got_n = 0;
@@ -200,11 +190,11 @@ static void test_model_errors(void) {
         if (cases[c].field >= 0) put_i32(bad, (size_t)cases[c].field, cases[c].value);
         char name[64];
         snprintf(name, sizeof(name), "bad_model_%zu.bin", c);
-        char* p = tmp_path(name);
+        char* p = test_tmp_path(name);
         write_all(p, bad, (size_t)((long long)bytes + cases[c].size_change));
         test_expect_fatal(cases[c].name, child_read_model, p, p, cases[c].want);
     }
-    test_expect_fatal("model missing", child_read_model, tmp_path("no_model.bin"), "no_model.bin", "No such file");
+    test_expect_fatal("model missing", child_read_model, test_tmp_path("no_model.bin"), "no_model.bin", "No such file");
 
     // The largest sizes the checks allow, against absurd file sizes: no overflow, a clear answer.
     int32_t huge[256] = {20240326, 3, 1 << 20, 65536, 1024, 1, 65536, 1 << 20};
@@ -242,7 +232,7 @@ static TrainState make_state(const GPT2Config* cfg, size_t offset, size_t count,
 static void test_state_round_trip(void) {
     size_t n = count_params(&tiny);
     TrainState st = make_state(&tiny, 100, n - 150, 2);
-    char* p = tmp_path("state.bin");
+    char* p = test_tmp_path("state.bin");
     train_state_write(p, &st);
     long long bytes = file_size(p);
     TrainState got;
@@ -280,7 +270,7 @@ static void test_state_errors(void) {
     size_t n = count_params(&tiny);
     TrainState st = make_state(&tiny, 0, n, 3);
     char good[512];
-    snprintf(good, sizeof(good), "%s", tmp_path("good_state.bin"));
+    snprintf(good, sizeof(good), "%s", test_tmp_path("good_state.bin"));
     train_state_write(good, &st);
     train_state_free(&st);
     struct { const char* name; int field; int64_t value; long long size_change; const char* want; } cases[] = {
@@ -298,13 +288,13 @@ static void test_state_errors(void) {
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         char name[64];
         snprintf(name, sizeof(name), "bad_state_%zu.bin", c);
-        char* p = tmp_path(name);
+        char* p = test_tmp_path(name);
         write_bad_state(good, p, cases[c].field, cases[c].value, cases[c].size_change);
         test_expect_fatal(cases[c].name, child_read_state, p, p, cases[c].want);
     }
-    char* model = tmp_path("model_fp32.bin");
+    char* model = test_tmp_path("model_fp32.bin");
     test_expect_fatal("state given a model file", child_read_state, model, model, "not a training state but a model file");
-    test_expect_fatal("state missing", child_read_state, tmp_path("no_state.bin"), "no_state.bin", "No such file");
+    test_expect_fatal("state missing", child_read_state, test_tmp_path("no_state.bin"), "no_state.bin", "No such file");
 }
 
 // ---- atomic writes -----------------------------------------------------------------------
@@ -334,7 +324,7 @@ static void test_kill_during_write(void) {
     size_t n = count_params(&big);
     float* params = xmalloc(n * sizeof(float), "params");
     for (size_t i = 0; i < n; i++) params[i] = -1.0f;
-    char* p = tmp_path("model_big.bin");
+    char* p = test_tmp_path("model_big.bin");
     model_file_write(p, &big, params);
     srand((unsigned)time(NULL));
     // Kills that land between two writes prove nothing, so go on until four landed inside one.
@@ -348,14 +338,14 @@ static void test_kill_during_write(void) {
                 model_file_write(p, &big, params);
             }
         }
-        int tmp_before = count_tmp_files(tmpdir);
+        int tmp_before = count_tmp_files(test_tmpdir);
         usleep((useconds_t)(2000 + rand() % 80000));
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
         float v = uniform_model_value(p, &big);
         broken += isnan(v);
         replaced += v >= 1.0f;
-        int leftover = count_tmp_files(tmpdir) - tmp_before;
+        int leftover = count_tmp_files(test_tmpdir) - tmp_before;
         interrupted += leftover > 0;
         // The killed writer's temporary file stays behind; clean it for the next trial.
         char tmp[600];
@@ -366,7 +356,7 @@ static void test_kill_during_write(void) {
                "%d of %d trials broke the file; %d were killed mid-write, %d had replaced the old file",
                broken, trials, interrupted, replaced);
     // Resume after such a crash: the leftover temporary state file is not a checkpoint.
-    char* dir = tmp_path("killed_run");
+    char* dir = test_tmp_path("killed_run");
     mkdir(dir, 0755);
     char state_path[600], tmp[700];
     checkpoint_state_path(state_path, sizeof(state_path), dir, 5, 0);
@@ -383,17 +373,17 @@ static void test_kill_during_write(void) {
 
 static void test_failed_writes(void) {
     // Full disk: the write fails with EFBIG part way; the old file stays, no temporary file remains.
-    char* p = tmp_path("model_full.bin");
+    char* p = test_tmp_path("model_full.bin");
     float params[4096];
     TestRng rng = test_rng(5);
     test_fill_normal(params, 4096, 1, &rng);
     model_file_write(p, &tiny, params);
     size_t before_n, after_n;
     unsigned char* before = read_all(p, &before_n);
-    int tmp_before = count_tmp_files(tmpdir);
+    int tmp_before = count_tmp_files(test_tmpdir);
     test_expect_fatal("full disk error", child_write_on_full_disk, p, p, "File too large");
     unsigned char* after = read_all(p, &after_n);
-    int tmp_left = count_tmp_files(tmpdir) - tmp_before;
+    int tmp_left = count_tmp_files(test_tmpdir) - tmp_before;
     test_check(before_n == after_n && memcmp(before, after, before_n) == 0 && tmp_left == 0,
                "full disk keeps the old file", "old file %s, %d temporary files left",
                before_n == after_n && memcmp(before, after, before_n) == 0 ? "intact" : "changed", tmp_left);
@@ -401,12 +391,12 @@ static void test_failed_writes(void) {
     free(after);
 
     // A directory nobody may write to, and one that does not exist.
-    chmod(tmpdir, 0755);
-    char* ro = tmp_path("read_only");
+    chmod(test_tmpdir, 0755);
+    char* ro = test_tmp_path("read_only");
     mkdir(ro, 0555);
-    char* target = tmp_path("read_only/model.bin");
+    char* target = test_tmp_path("read_only/model.bin");
     test_expect_fatal("unwritable directory", child_write_as_nobody, target, target, "Permission denied");
-    char* nodir = tmp_path("no_such_dir/model.bin");
+    char* nodir = test_tmp_path("no_such_dir/model.bin");
     test_expect_fatal("nonexistent directory", child_write_model, nodir, nodir, "No such file or directory");
 }
 
@@ -431,7 +421,7 @@ static void test_checkpoint_dir(void) {
     checkpoint_state_path(buf2, sizeof(buf2), "out", 123456789, 3);
     test_check(model_ok && strcmp(buf2, "out/state_123456789_00003.bin") == 0, "checkpoint names", "%s, %s", buf, buf2);
 
-    char* dir = tmp_path("ckpt");
+    char* dir = test_tmp_path("ckpt");
     long long missing = checkpoint_latest_step(dir, 0);
     mkdir(dir, 0755);
     long long empty = checkpoint_latest_step(dir, 0);
@@ -475,13 +465,8 @@ static void test_checkpoint_dir(void) {
                models ? "right" : "wrong", others_kept ? "kept" : "touched", stale_removed ? "removed" : "kept");
 }
 
-static int remove_entry(const char* path, const struct stat* sb, int type, struct FTW* ftw) {
-    (void)sb, (void)type, (void)ftw;
-    return remove(path);
-}
-
 int main(void) {
-    if (!mkdtemp(tmpdir)) fatal("cannot create a temporary directory under /tmp");
+    test_tmpdir_create("test_checkpoint");
     test_model_round_trip();
     test_model_bf16();
     test_model_errors();
@@ -490,6 +475,6 @@ int main(void) {
     test_kill_during_write();
     test_failed_writes();
     test_checkpoint_dir();
-    nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    test_tmpdir_remove();
     return test_summary("test_checkpoint");
 }

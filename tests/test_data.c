@@ -15,8 +15,6 @@
 #include "../data/tokenfile.h"
 #include "testutil.h"
 
-static char tmpdir[] = "/tmp/test_data_XXXXXX";
-
 // ---- helpers -----------------------------------------------------------------------------
 
 // Writes a token file byte by byte, independently of tokenfile_write: header fields as given,
@@ -78,14 +76,6 @@ static long long batch_start(const DataLoader* dl) {
     return dl->inputs[0];
 }
 
-static char* tmp_path(const char* name) {
-    static char buf[8][512];
-    static int next;
-    char* p = buf[next++ % 8];
-    snprintf(p, 512, "%s/%s", tmpdir, name);
-    return p;
-}
-
 // The synthetic shards: sizes and global first values; written out of order to test the sorting.
 #define NSHARDS 3
 static const int shard_sizes[NSHARDS] = {1000, 1500, 777};
@@ -117,33 +107,33 @@ static void child_restore(const void* arg) {
 static void test_token_file_errors(void) {
     uint16_t t[200];
     for (int i = 0; i < 200; i++) t[i] = (uint16_t)(i * 7);
-    char* p = tmp_path("bad_magic.bin");
+    char* p = test_tmp_path("bad_magic.bin");
     write_raw(p, 12345, 1, 200, t, 200, 0);
     test_expect_fatal("tokenfile wrong magic", child_read_vocab50257, p, p, "wrong magic number 12345");
-    p = tmp_path("bad_version.bin");
+    p = test_tmp_path("bad_version.bin");
     write_raw(p, TOKENFILE_MAGIC, 2, 200, t, 200, 0);
     test_expect_fatal("tokenfile wrong version", child_read_vocab50257, p, p, "version 2");
-    p = tmp_path("truncated.bin");
+    p = test_tmp_path("truncated.bin");
     write_raw(p, TOKENFILE_MAGIC, 1, 200, t, 150, 0);
     test_expect_fatal("tokenfile truncated", child_read_vocab50257, p, p, "truncated");
-    p = tmp_path("trailing.bin");
+    p = test_tmp_path("trailing.bin");
     write_raw(p, TOKENFILE_MAGIC, 1, 200, t, 200, 3);
     test_expect_fatal("tokenfile trailing bytes", child_read_vocab50257, p, p, "trailing bytes");
-    p = tmp_path("negative.bin");
+    p = test_tmp_path("negative.bin");
     write_raw(p, TOKENFILE_MAGIC, 1, -5, t, 0, 0);
     test_expect_fatal("tokenfile negative count", child_read_vocab50257, p, p, "negative token count -5");
-    p = tmp_path("short.bin");
+    p = test_tmp_path("short.bin");
     FILE* f = xfopen(p, "wb");
     fwrite("hello", 1, 5, f);
     fclose(f);
     test_expect_fatal("tokenfile shorter than header", child_read_vocab50257, p, p, "too short");
-    p = tmp_path("bad_token.bin");
+    p = test_tmp_path("bad_token.bin");
     t[123] = 50300;
     t[150] = 60000; // only the first bad token is reported
     write_raw(p, TOKENFILE_MAGIC, 1, 200, t, 200, 0);
     test_expect_fatal("tokenfile bad token", child_read_vocab50257, p, p,
                  "token 50300 at index 123 (byte offset 1270) is outside the vocabulary of 50257");
-    p = tmp_path("missing.bin");
+    p = test_tmp_path("missing.bin");
     test_expect_fatal("tokenfile missing", child_read_vocab50257, p, p, "No such file");
 
     long long n = -7;
@@ -188,7 +178,7 @@ static void test_read_and_write(const char* data_dir) {
     free(raw);
 
     // tokenfile_write, checked against the raw bytes, then overwritten by a smaller file.
-    char* p = tmp_path("written.bin");
+    char* p = test_tmp_path("written.bin");
     uint16_t want[1000];
     for (int i = 0; i < 1000; i++) want[i] = (uint16_t)(i * 37 % 50257 + (i == 999) * 65000);
     tokenfile_write(p, want, 1000);
@@ -201,7 +191,7 @@ static void test_read_and_write(const char* data_dir) {
     tokenfile_write(p, want + 500, 10);
     raw = read_raw_tokens(p, &nraw);
     int tmp_left = 0;
-    DIR* d = opendir(tmpdir);
+    DIR* d = opendir(test_tmpdir);
     for (struct dirent* e; (e = readdir(d));) tmp_left += strstr(e->d_name, ".tmp.") != NULL;
     closedir(d);
     test_check(file_size(p) == 1024 + 20 && raw_header_int(p, 2) == 10 && memcmp(raw, want + 500, 20) == 0 && !tmp_left,
@@ -211,7 +201,7 @@ static void test_read_and_write(const char* data_dir) {
 
 static void test_file_order(void) {
     // One shard: batch k starts at token k*B*T; after the last batch the epoch wraps.
-    char* single = tmp_path("single.bin");
+    char* single = test_tmp_path("single.bin");
     write_counting(single, 0, 1000);
     DataLoader dl;
     dataloader_init(&dl, single, 2, 8, 0, 1, 0, 7, 65536);
@@ -234,7 +224,7 @@ static void test_file_order(void) {
     dataloader_free(&dl);
 
     // Shards from a glob, in name order, each read to its last full round.
-    dataloader_init(&dl, tmp_path("shard_*.bin"), 2, 8, 0, 1, 0, 7, 65536);
+    dataloader_init(&dl, test_tmp_path("shard_*.bin"), 2, 8, 0, 1, 0, 7, 65536);
     first_bad = -1;
     long long k = 0;
     for (int epoch = 0; epoch < 2; epoch++)
@@ -253,7 +243,7 @@ static void test_file_order(void) {
 // global batch, and no token position is an input of two ranks in an epoch.
 static void test_ranks(int shuffle) {
     enum { W = 3, B = 2, T = 8 };
-    const char* pattern = tmp_path("shard_*.bin");
+    const char* pattern = test_tmp_path("shard_*.bin");
     DataLoader ranks[W], global;
     for (int r = 0; r < W; r++) dataloader_init(&ranks[r], pattern, B, T, r, W, shuffle, 11, 65536);
     dataloader_init(&global, pattern, W * B, T, 0, 1, shuffle, 11, 65536);
@@ -293,7 +283,7 @@ static void record_starts(DataLoader* dl, long long* starts, int n) {
 }
 
 static void test_shuffle(void) {
-    const char* pattern = tmp_path("shard_*.bin");
+    const char* pattern = test_tmp_path("shard_*.bin");
     enum { PER_EPOCH = 62 + 93 + 48 };
     DataLoader a, b, c;
     dataloader_init(&a, pattern, 2, 8, 0, 1, 1, 42, 65536);
@@ -336,7 +326,7 @@ static void test_shuffle(void) {
 }
 
 static void test_state(void) {
-    const char* pattern = tmp_path("shard_*.bin");
+    const char* pattern = test_tmp_path("shard_*.bin");
     enum { N = 50 };
     DataLoader a, b;
     // Rank 1 of 2, shuffled: 31 + 46 + 24 = 101 batches per epoch; 80 lies inside a shard
@@ -371,32 +361,27 @@ static void test_state(void) {
 }
 
 static void test_loader_errors(void) {
-    LoaderArgs a = {tmp_path("nothing_*.bin"), 2, 8, 0, 1};
+    LoaderArgs a = {test_tmp_path("nothing_*.bin"), 2, 8, 0, 1};
     test_expect_fatal("loader no match", child_init_loader, &a, a.pattern, "no file matches");
-    char* small = tmp_path("small.bin");
+    char* small = test_tmp_path("small.bin");
     write_counting(small, 0, 40);
     a = (LoaderArgs){small, 2, 8, 0, 3};
     test_expect_fatal("loader shard too small for ranks", child_init_loader, &a, small, "too few for one batch of each of 3 rank(s)");
-    a = (LoaderArgs){tmp_path("bad_token.bin"), 2, 8, 0, 1};
+    a = (LoaderArgs){test_tmp_path("bad_token.bin"), 2, 8, 0, 1};
     test_expect_fatal("loader validates tokens", child_init_loader, &a, "bad_token.bin: token 50300 at index 123", NULL);
     a = (LoaderArgs){small, 2, 8, 2, 2};
     test_expect_fatal("loader rank out of range", child_init_loader, &a, "rank 2", NULL);
 }
 
-static int remove_entry(const char* path, const struct stat* sb, int type, struct FTW* ftw) {
-    (void)sb, (void)type, (void)ftw;
-    return remove(path);
-}
-
 int main(void) {
     const char* data_dir = getenv("GPT_DATA_DIR");
-    if (!mkdtemp(tmpdir)) fatal("cannot create a temporary directory under /tmp");
+    test_tmpdir_create("test_data");
     const int write_order[NSHARDS] = {2, 0, 1};
     for (int i = 0; i < NSHARDS; i++) {
         int s = write_order[i];
         char name[32];
         snprintf(name, sizeof(name), "shard_%02d.bin", s);
-        write_counting(tmp_path(name), shard_first[s], (size_t)shard_sizes[s]);
+        write_counting(test_tmp_path(name), shard_first[s], (size_t)shard_sizes[s]);
     }
     test_token_file_errors();
     if (data_dir) test_read_and_write(data_dir);
@@ -407,6 +392,6 @@ int main(void) {
     test_shuffle();
     test_state();
     test_loader_errors();
-    nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    test_tmpdir_remove();
     return test_summary("test_data");
 }

@@ -1,6 +1,9 @@
+#define _GNU_SOURCE // nftw
 #include "testutil.h"
 
+#include <ftw.h>
 #include <math.h>
+#include <stdlib.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -124,6 +127,28 @@ void test_expect_fatal(const char* name, void (*fn)(const void*), const void* ar
     if (nl) *nl = 0;
     test_check(ok, name, "exit status %d, message \"%s\"", code, msg);
 }
+
+char test_tmpdir[512];
+
+void test_tmpdir_create(const char* suite) {
+    snprintf(test_tmpdir, sizeof test_tmpdir, "/tmp/%s_XXXXXX", suite);
+    if (!mkdtemp(test_tmpdir)) fatal("cannot create a temporary directory under /tmp");
+}
+
+char* test_tmp_path(const char* name) {
+    static char buf[8][1024];
+    static int next;
+    char* p = buf[next++ % 8];
+    snprintf(p, sizeof buf[0], "%s/%s", test_tmpdir, name);
+    return p;
+}
+
+static int remove_entry(const char* path, const struct stat* sb, int type, struct FTW* ftw) {
+    (void)sb, (void)type, (void)ftw;
+    return remove(path);
+}
+
+void test_tmpdir_remove(void) { nftw(test_tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
 int test_summary(const char* suite) {
     printf("%s: %d passed, %d failed\n", suite, passed, failed);

@@ -25,4 +25,10 @@ int test_close_f(const char* name, const float* got, const float* want, size_t n
 // child must exit with status 1 and an "error: " message containing want1 and want2 (if not NULL).
 void test_expect_fatal(const char* name, void (*fn)(const void*), const void* arg, const char* want1,
                        const char* want2);
+// A scratch directory /tmp/<suite>_XXXXXX for a test's files: created once, paths inside it (each
+// call returns one of 8 rotating buffers), and removed with everything in it at the end.
+extern char test_tmpdir[512];
+void test_tmpdir_create(const char* suite);
+char* test_tmp_path(const char* name);
+void test_tmpdir_remove(void);
 int test_summary(const char* suite);
