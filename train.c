@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "checkpoints/checkpoint.h"
+#include "common/dist.h"
 #include "common/util.h"
 #include "data/dataloader.h"
 #include "data/tokenizer.h"
@@ -43,6 +44,8 @@ typedef struct {
     int keep;                   // --keep
     int recompute;              // -r
     int zero_stage;             // -z
+    const char* nccl_dir;       // --nccl-dir (NULL: the output directory)
+    double nccl_timeout;        // --nccl-timeout, seconds
     int shuffle;                // --shuffle
     unsigned long long seed;    // --seed
     int layers, channels, heads, max_seq; // custom sizes (0: not given)
@@ -59,7 +62,7 @@ static Options default_options(void) {
         .val_every = 20, .val_batches = 20, .sample_every = 20, .gen_tokens = 64,
         .temperature = 1.0f, .top_k = 0,
         .checkpoint_every = 0, .resume = 0, .keep = 0, .recompute = 0, .zero_stage = 0,
-        .shuffle = 0, .seed = 1337,
+        .shuffle = 0, .seed = 1337, .nccl_dir = NULL, .nccl_timeout = 300.0,
     };
     return o;
 }
@@ -104,13 +107,16 @@ static void print_usage(void) {
            "memory\n"
            "  -r, --recompute 0|1|2     recompute GELU (1) and also layernorms (2) in the backward\n"
            "                            instead of storing them (default %d)\n"
-           "  -z, --zero 0              ZeRO stage (default %d)\n"
+           "several GPUs (one process per GPU; rank from RANK/WORLD_SIZE/LOCAL_RANK, mpirun or srun)\n"
+           "  -z, --zero 0|1            ZeRO stage: 1 shards AdamW state and master weights (default %d)\n"
+           "      --nccl-dir DIR        directory shared by all ranks for the NCCL id (default: -o)\n"
+           "      --nccl-timeout S      give up when the ranks do not meet within S seconds (default %g)\n"
            "  -h, --help                this help\n",
            d.train_pattern, d.val_pattern, d.shuffle, d.vocab_dir, d.model, d.seed, d.B, d.T,
            (double)d.lr, d.warmup, d.schedule, (double)d.final_lr_frac, (double)d.weight_decay,
            (double)d.grad_clip, d.val_every, d.val_batches, d.sample_every, d.gen_tokens,
            (double)d.temperature, d.top_k, d.out_dir, d.checkpoint_every, d.resume, d.keep,
-           d.recompute, d.zero_stage);
+           d.recompute, d.zero_stage, d.nccl_timeout);
 }
 
 static long long parse_int(const char* s, const char* option, long long lo, long long hi) {
@@ -132,7 +138,7 @@ static float parse_float(const char* s, const char* option, double lo, double hi
 }
 
 enum { OPT_LAYERS = 1000, OPT_CHANNELS, OPT_HEADS, OPT_MAX_SEQ, OPT_SEED, OPT_VOCAB, OPT_KEEP,
-       OPT_TEMPERATURE, OPT_TOP_K, OPT_SHUFFLE, OPT_GRAD_CLIP };
+       OPT_TEMPERATURE, OPT_TOP_K, OPT_SHUFFLE, OPT_GRAD_CLIP, OPT_NCCL_DIR, OPT_NCCL_TIMEOUT };
 
 static Options parse_options(int argc, char** argv) {
     Options o = default_options();
@@ -147,7 +153,8 @@ static Options parse_options(int argc, char** argv) {
         {"layers", 1, 0, OPT_LAYERS}, {"channels", 1, 0, OPT_CHANNELS}, {"heads", 1, 0, OPT_HEADS},
         {"max-seq", 1, 0, OPT_MAX_SEQ}, {"seed", 1, 0, OPT_SEED}, {"vocab", 1, 0, OPT_VOCAB},
         {"keep", 1, 0, OPT_KEEP}, {"temperature", 1, 0, OPT_TEMPERATURE}, {"top-k", 1, 0, OPT_TOP_K},
-        {"shuffle", 1, 0, OPT_SHUFFLE}, {"grad-clip", 1, 0, OPT_GRAD_CLIP}, {0, 0, 0, 0}};
+        {"shuffle", 1, 0, OPT_SHUFFLE}, {"grad-clip", 1, 0, OPT_GRAD_CLIP},
+        {"nccl-dir", 1, 0, OPT_NCCL_DIR}, {"nccl-timeout", 1, 0, OPT_NCCL_TIMEOUT}, {0, 0, 0, 0}};
     const long long BIG = 1LL << 40;
     opterr = 0; // we print our own message
     int c, index;
@@ -176,7 +183,7 @@ static Options parse_options(int argc, char** argv) {
         case 'n': o.checkpoint_every = (int)parse_int(optarg, name, 0, 1 << 30); break;
         case 'y': o.resume = (int)parse_int(optarg, name, 0, 1); break;
         case 'r': o.recompute = (int)parse_int(optarg, name, 0, 2); break;
-        case 'z': o.zero_stage = (int)parse_int(optarg, name, 0, 0); break;
+        case 'z': o.zero_stage = (int)parse_int(optarg, name, 0, 1); break;
         case OPT_LAYERS: o.layers = (int)parse_int(optarg, name, 1, 1024); break;
         case OPT_CHANNELS: o.channels = (int)parse_int(optarg, name, 1, 65536); break;
         case OPT_HEADS: o.heads = (int)parse_int(optarg, name, 1, 65536); break;
@@ -188,6 +195,8 @@ static Options parse_options(int argc, char** argv) {
         case OPT_TOP_K: o.top_k = (int)parse_int(optarg, name, 0, 1 << 20); break;
         case OPT_SHUFFLE: o.shuffle = (int)parse_int(optarg, name, 0, 1); break;
         case OPT_GRAD_CLIP: o.grad_clip = parse_float(optarg, name, 0.0, 1e9); break;
+        case OPT_NCCL_DIR: o.nccl_dir = optarg; break;
+        case OPT_NCCL_TIMEOUT: o.nccl_timeout = parse_float(optarg, name, 1.0, 1e6); break;
         case 'h': print_usage(); exit(0);
         case ':': fatal("option %s needs a value (see --help)", argv[optind - 1]);
         default: fatal("unknown option %s (see --help)", argv[optind - 1]);
@@ -332,6 +341,7 @@ static void generate(GPT2* model, const Options* o, const Tokenizer* tok, uint64
 
 // ---- evaluation --------------------------------------------------------------------------
 
+// The mean over `batches` batches of every rank (each rank reads its own part of the data).
 static float validation_loss(GPT2* model, DataLoader* val, int batches) {
     dataloader_reset(val);
     double sum = 0.0;
@@ -339,7 +349,8 @@ static float validation_loss(GPT2* model, DataLoader* val, int batches) {
         dataloader_next_batch(val);
         sum += gpt2_forward(model, val->inputs, val->targets, val->B, val->T, 0.0f);
     }
-    return (float)(sum / batches);
+    comm_allreduce_host(&sum, 1, COMM_SUM);
+    return (float)(sum / batches / comm_world());
 }
 
 // ---- checkpoints, log, signals -----------------------------------------------------------
@@ -350,9 +361,11 @@ static void on_stop_signal(int sig) {
     signal(sig, SIG_DFL); // a second Ctrl-C stops at once; the checkpoint files stay consistent
 }
 
+// Every rank calls it: rank 0 writes the model file, each rank its own training state (with ZeRO,
+// its shard of the optimizer).
 static void save_checkpoint(GPT2* model, const DataLoader* train, long long step, uint64_t rng,
                             const Options* o, int rank, int world) {
-    size_t n = model->num_parameters;
+    size_t n = model->num_parameters, count = model->opt_count;
     TrainState st = {0};
     st.config = model->config;
     st.step = step;
@@ -361,18 +374,20 @@ static void save_checkpoint(GPT2* model, const DataLoader* train, long long step
     st.world = world;
     st.loader = dataloader_get_state(train);
     st.nparams = n;
-    st.opt_offset = 0;
-    st.opt_count = n;
-    st.master = xmalloc(n * sizeof(float), "checkpoint");
-    st.m = xmalloc(n * sizeof(float), "checkpoint");
-    st.v = xmalloc(n * sizeof(float), "checkpoint");
-    gpt2_get_weights(model, st.master);
-    gpt2_get_optimizer_state(model, st.m, st.v);
+    st.opt_offset = model->opt_offset;
+    st.opt_count = count;
+    st.master = xmalloc(count * sizeof(float) + 1, "checkpoint");
+    st.m = xmalloc(count * sizeof(float) + 1, "checkpoint");
+    st.v = xmalloc(count * sizeof(float) + 1, "checkpoint");
+    gpt2_get_optimizer_state(model, st.master, st.m, st.v);
     char path[4096];
+    float* weights = xmalloc(n * sizeof(float), "checkpoint");
+    gpt2_get_weights(model, weights); // collective with ZeRO: every rank takes part
     if (rank == 0) {
         checkpoint_model_path(path, sizeof path, o->out_dir, step);
-        model_file_write(path, &model->config, st.master);
+        model_file_write(path, &model->config, weights);
     }
+    free(weights);
     checkpoint_state_path(path, sizeof path, o->out_dir, step, rank);
     train_state_write(path, &st);
     checkpoint_prune(o->out_dir, rank, o->keep);
@@ -440,7 +455,10 @@ static void format_eta(char* buf, size_t n, double seconds) {
 int main(int argc, char** argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     Options o = parse_options(argc, argv);
-    int rank = 0, world = 1;
+    DistEnv env = dist_env_detect();
+    int rank = env.rank, world = env.world;
+    // Only rank 0 prints; errors go to stderr from every rank.
+    if (rank != 0 && !freopen("/dev/null", "w", stdout)) fatal("rank %d: cannot silence stdout", rank);
 
     GPT2Config cfg;
     float* file_weights = resolve_model(&o, &cfg);
@@ -466,17 +484,19 @@ int main(int argc, char** argv) {
     }
     ensure_dir(o.out_dir);
 
-    backend_init(0);
+    backend_init(env.local_rank);
+    comm_init(rank, world, o.nccl_dir ? o.nccl_dir : o.out_dir, o.nccl_timeout);
     GPT2 model;
-    gpt2_build(&model, &cfg, o.B, o.T, o.recompute);
+    gpt2_build(&model, &cfg, o.B, o.T, o.recompute, o.zero_stage);
     printf("%s | %s attention\n", backend_describe(), attention_name());
+    if (world > 1)
+        printf("%d ranks (%s, %s), ZeRO stage %d\n", world, env.source, comm_name(), o.zero_stage);
     printf("model: L %d, C %d, NH %d, max T %d, V %d (padded %d), %zu parameters%s%s\n",
            cfg.num_layers, cfg.channels, cfg.num_heads, cfg.max_seq_len, cfg.vocab_size,
            cfg.padded_vocab_size, model.num_parameters, file_weights ? " from " : "",
            file_weights ? o.model : "");
     printf("batch: B %d x T %d x %d GPU(s) x %d accumulation = %lld tokens per step, %d steps\n",
            o.B, o.T, world, accum, total_batch, max_steps);
-    gpt2_print_memory_plan(&model);
     if (file_weights) {
         gpt2_set_weights(&model, file_weights);
         free(file_weights);
@@ -487,12 +507,23 @@ int main(int argc, char** argv) {
     uint64_t rng = o.seed * 0x9E3779B97F4A7C15ull + 1; // the sampler's; never 0
     long long start_step = 0;
     if (o.resume) {
-        long long latest = checkpoint_latest_step(o.out_dir, rank);
-        if (latest < 0) {
+        // The newest step that every rank has saved (a kill during a save can leave some ranks a
+        // step ahead).
+        double latest[2] = {(double)checkpoint_latest_step(o.out_dir, rank), 0};
+        latest[1] = -latest[0];
+        comm_allreduce_host(latest, 2, COMM_MIN);
+        long long step = (long long)latest[0], newest = (long long)-latest[1];
+        if (newest < 0) {
             printf("no checkpoint in %s: starting from scratch\n", o.out_dir);
         } else {
+            if (step < 0)
+                fatal("rank %d: %s holds training states of some ranks but not of others; resume with "
+                      "the number of GPUs that saved them", rank, o.out_dir);
             char path[4096];
-            checkpoint_state_path(path, sizeof path, o.out_dir, latest, rank);
+            checkpoint_state_path(path, sizeof path, o.out_dir, step, rank);
+            double have = access(path, R_OK) == 0;
+            comm_allreduce_host(&have, 1, COMM_MIN);
+            if (!have) fatal("rank %d: not every rank has a training state of step %lld in %s", rank, step, o.out_dir);
             TrainState st;
             train_state_read(path, &st);
             if (memcmp(&st.config, &cfg, sizeof cfg) != 0)
@@ -501,10 +532,11 @@ int main(int argc, char** argv) {
             if (st.world != world || st.rank != rank)
                 fatal("training state %s was saved by rank %d of %d GPUs; resume with the same number of GPUs (now %d)",
                       path, st.rank, st.world, world);
-            if (st.nparams != model.num_parameters || st.opt_offset != 0 || st.opt_count != st.nparams)
-                fatal("training state %s holds %zu parameters, the model has %zu", path, st.opt_count, model.num_parameters);
-            gpt2_set_weights(&model, st.master);
-            gpt2_set_optimizer_state(&model, st.m, st.v);
+            if (st.nparams != model.num_parameters || st.opt_offset != model.opt_offset || st.opt_count != model.opt_count)
+                fatal("training state %s holds optimizer state of parameters [%zu, %zu) of %zu; this rank keeps "
+                      "[%zu, %zu) of %zu (saved with another -z?)", path, st.opt_offset, st.opt_offset + st.opt_count,
+                      st.nparams, model.opt_offset, model.opt_offset + model.opt_count, model.num_parameters);
+            gpt2_set_optimizer_state(&model, st.master, st.m, st.v);
             dataloader_set_state(&train, &st.loader);
             rng = st.sample_rng;
             start_step = st.step;
@@ -512,12 +544,12 @@ int main(int argc, char** argv) {
             printf("resumed from %s at step %lld\n", path, start_step);
         }
     }
-    FILE* log = open_log(o.out_dir, o.resume ? start_step : -1);
+    FILE* log = rank == 0 ? open_log(o.out_dir, o.resume ? start_step : -1) : NULL;
     char log_path[4096];
     snprintf(log_path, sizeof log_path, "%s/log.csv", o.out_dir);
 
     Tokenizer* tok = NULL;
-    if (o.sample_every > 0) {
+    if (rank == 0 && o.sample_every > 0) {
         char path[4096];
         snprintf(path, sizeof path, "%s/encoder.json", o.vocab_dir);
         if (access(path, R_OK) == 0) tok = tokenizer_load(o.vocab_dir);
@@ -536,11 +568,11 @@ int main(int argc, char** argv) {
     if (start_step == 0 && do_val) {
         float vl = validation_loss(&model, &val, val_batches);
         printf("step %d: val loss %.6f\n", 0, vl);
-        fprintf(log, "0,,%.9g,,,,\n", vl);
-        fflush(log);
+        if (log) fprintf(log, "0,,%.9g,,,,\n", vl), fflush(log);
     }
     long long step = start_step;
-    while (step < max_steps && !stop_signal) {
+    int stop = 0; // the largest signal any rank has received; all ranks stop after the same step
+    while (step < max_steps && !stop) {
         double t0 = wall_seconds();
         float lr = learning_rate(&o, (int)step, max_steps);
         gpt2_zero_grad(&model);
@@ -555,7 +587,11 @@ int main(int argc, char** argv) {
         dev_synchronize();
         double seconds = wall_seconds() - t0;
         step++;
-        float loss = (float)(loss_sum / accum);
+        double mean_loss = loss_sum / accum, signal_seen = stop_signal;
+        comm_allreduce_host(&mean_loss, 1, COMM_SUM);
+        comm_allreduce_host(&signal_seen, 1, COMM_MAX);
+        float loss = (float)(mean_loss / world);
+        stop = (int)signal_seen;
         if (step > start_step + 1 || max_steps - start_step == 1) { train_seconds += seconds; timed_steps++; }
         double mean_step = timed_steps ? train_seconds / timed_steps : seconds;
         char eta[32];
@@ -572,22 +608,25 @@ int main(int argc, char** argv) {
             printf("step %lld: val loss %.6f\n", step, vl);
             snprintf(val_field, sizeof val_field, "%.9g", vl);
         }
-        fprintf(log, "%lld,%.9g,%s,%.7g,%.7g,%.3f,%.1f\n", step, loss, val_field, lr, norm,
-                1e3 * seconds, total_batch / seconds);
-        if (fflush(log) != 0) fatal("cannot write %s: %s", log_path, strerror(errno));
+        if (log) {
+            fprintf(log, "%lld,%.9g,%s,%.7g,%.7g,%.3f,%.1f\n", step, loss, val_field, lr, norm,
+                    1e3 * seconds, total_batch / seconds);
+            if (fflush(log) != 0) fatal("cannot write %s: %s", log_path, strerror(errno));
+        }
 
-        if (o.sample_every > 0 && o.gen_tokens > 0 && (step % o.sample_every == 0 || step == max_steps))
+        if (rank == 0 && o.sample_every > 0 && o.gen_tokens > 0 && (step % o.sample_every == 0 || step == max_steps))
             generate(&model, &o, tok, &rng);
-        if (step == max_steps || stop_signal || (o.checkpoint_every > 0 && step % o.checkpoint_every == 0))
+        if (step == max_steps || stop || (o.checkpoint_every > 0 && step % o.checkpoint_every == 0))
             save_checkpoint(&model, &train, step, rng, &o, rank, world);
     }
     if (max_steps == start_step) save_checkpoint(&model, &train, step, rng, &o, rank, world);
-    fclose(log);
-    int sig = stop_signal;
+    if (log) fclose(log);
+    int sig = stop;
     if (sig) printf("stopped by signal %d after step %lld; resume with -y 1\n", sig, step);
     if (tok) tokenizer_free(tok);
     if (do_val) dataloader_free(&val);
     dataloader_free(&train);
     gpt2_free(&model);
+    comm_free();
     return sig ? 128 + sig : 0;
 }

@@ -4,7 +4,10 @@
 // reads B*T + 1 tokens from there (inputs, then targets shifted by one). Rank r of W reads chunk
 // k*W + r as its k-th batch of a shard, so the ranks read disjoint parts of every global batch and
 // together read the same tokens as one process would. A shard has floor((ntokens - 1) / (B*T)) / W
-// rounds; after the last round of the last shard the epoch ends and the loader starts over.
+// rounds; after the last round of the last shard the epoch ends and the loader starts over. The
+// (chunks mod W) chunks left over at the end of a shard are not read in any epoch, so once a
+// second epoch begins, W processes read other data than one would, unless W divides each shard's
+// chunk count (on large shards the few chunks make no difference; llm.c's loader does the same).
 // Without shuffling, batches come in file order (batch k of rank 0 of one process starts at token
 // k*B*T). With shuffling, the order of shards and the order of rounds within each shard are a
 // permutation drawn from (seed, epoch), so the whole position is (epoch, shard, round) and restores

@@ -18,6 +18,7 @@ void cpu_dev_free(void* p);
 void cpu_dev_memset_zero(void* p, size_t bytes);
 void cpu_dev_upload(void* dst_dev, const void* src_host, size_t bytes);
 void cpu_dev_download(void* dst_host, const void* src_dev, size_t bytes);
+void cpu_dev_copy(void* dst_dev, const void* src_dev, size_t bytes);
 void cpu_dev_synchronize(void);
 void cpu_floatX_from_float(float* dst, const float* src, size_t n);
 void cpu_float_from_floatX(float* dst, const float* src, size_t n);
@@ -46,7 +47,7 @@ void cpu_attention_backward(float* dqkv, void* scratch, const float* dout, const
 const char* cpu_attention_name(void);
 float cpu_grad_norm_squared(const float* grad, size_t n);
 void cpu_adamw_update(float* param, float* master, const float* grad, float* m, float* v, size_t n,
-                      float lr, float beta1, float beta2, float eps, float weight_decay,
+                      size_t index0, float lr, float beta1, float beta2, float eps, float weight_decay,
                       float grad_scale, int t, unsigned long long seed);
 #ifdef __cplusplus
 }
@@ -61,6 +62,7 @@ void cpu_adamw_update(float* param, float* master, const float* grad, float* m, 
 #define dev_memset_zero cpu_dev_memset_zero
 #define dev_upload cpu_dev_upload
 #define dev_download cpu_dev_download
+#define dev_copy cpu_dev_copy
 #define dev_synchronize cpu_dev_synchronize
 #define floatX_from_float cpu_floatX_from_float
 #define float_from_floatX cpu_float_from_floatX

@@ -32,7 +32,8 @@ extern "C" {
 #endif
 
 // ---- backend: memory and device ------------------------------------------------------------
-void backend_init(int device_index);      // CPU: reports threads; CUDA: selects the GPU
+// CPU: reports threads; CUDA: selects GPU device_index (GPU 0 when only one is visible).
+void backend_init(int device_index);
 const char* backend_describe(void);       // e.g. "CPU fp32, 2 threads" or "NVIDIA H100, BF16"
 // Dense bf16 tensor-core peak of the device in FLOP/s, for MFU; 0 when unknown (and on the CPU).
 double backend_peak_flops(void);
@@ -41,6 +42,7 @@ void dev_free(void* p);
 void dev_memset_zero(void* p, size_t bytes);
 void dev_upload(void* dst_dev, const void* src_host, size_t bytes);
 void dev_download(void* dst_host, const void* src_dev, size_t bytes);
+void dev_copy(void* dst_dev, const void* src_dev, size_t bytes);
 void dev_synchronize(void);
 // Conversions between fp32 arrays and floatX arrays, both in device memory (a copy on the CPU).
 void floatX_from_float(floatX* dst, const float* src, size_t n);
@@ -109,9 +111,37 @@ float grad_norm_squared(const floatX* grad, size_t n);
 // m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; w -= lr * (m / (1-b1^t) / (sqrt(v / (1-b2^t)) + eps)
 // + weight_decay * w). `master` holds the fp32 weights when floatX is not float (then param gets the
 // stochastically rounded master, randomness from seed) and is NULL when floatX is float.
+// index0 is the index of param[0] in its tensor: element i draws its randomness from (seed, index0
+// + i), so a ZeRO shard that updates part of a tensor rounds exactly as the whole tensor would.
 void adamw_update(floatX* param, float* master, const floatX* grad, float* m, float* v, size_t n,
-                  float lr, float beta1, float beta2, float eps, float weight_decay,
+                  size_t index0, float lr, float beta1, float beta2, float eps, float weight_decay,
                   float grad_scale, int t, unsigned long long seed);
+
+// ---- data parallelism: one process per GPU -----------------------------------------------
+// NCCL in the CUDA build (kernels/cuda/comm.cu); one process only in the CPU build and in a CUDA
+// build made with NCCL=0 (kernels/cpu/comm.c), where every operation below is the identity.
+// Collectives run in the order the calls are made, after the work already queued; each call waits
+// for its result, and a collective that does not finish within the timeout (a rank died or hangs)
+// aborts the communicator and exits with a message.
+typedef enum { COMM_FLOATX, COMM_FLOAT } CommType;
+typedef enum { COMM_SUM, COMM_MIN, COMM_MAX } CommOp;
+// Joins the `world` ranks: rank 0 writes the NCCL id to a file in id_dir (shared by all ranks),
+// the others wait for it (common/dist.h). Waits at most timeout_seconds for anything.
+void comm_init(int rank, int world, const char* id_dir, double timeout_seconds);
+void comm_free(void);
+int comm_rank(void);  // 0 before comm_init
+int comm_world(void); // 1 before comm_init
+const char* comm_name(void); // "NCCL" or "one process"
+// buf (count elements) = its sum over the ranks.
+void comm_allreduce_sum(void* buf, size_t count, CommType type);
+// buf holds world * shard elements; afterwards rank r's part buf[r*shard, (r+1)*shard) holds the
+// sum over the ranks of that part (the other parts are left unspecified).
+void comm_reduce_scatter_sum(void* buf, size_t shard, CommType type);
+// out (world * shard elements) = the shard of every rank, rank r's at out + r*shard. shard_in may
+// be out + rank*shard (in place).
+void comm_allgather(void* out, const void* shard_in, size_t shard, CommType type);
+// n host doubles combined over the ranks with op, in place.
+void comm_allreduce_host(double* values, int n, CommOp op);
 
 #ifdef __cplusplus
 }

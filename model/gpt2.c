@@ -65,7 +65,7 @@ static void point_parameters(ParameterTensors* p, floatX* base, const size_t* si
     }
 }
 
-void gpt2_build(GPT2* model, const GPT2Config* cfg, int B, int T, int recompute) {
+void gpt2_build(GPT2* model, const GPT2Config* cfg, int B, int T, int recompute, int zero_stage) {
     memset(model, 0, sizeof(*model));
     const char* problem = gpt2_config_problem(cfg);
     if (problem) fatal("impossible model configuration: %s", problem);
@@ -77,22 +77,45 @@ void gpt2_build(GPT2* model, const GPT2Config* cfg, int B, int T, int recompute)
     model->recompute = recompute;
     model->num_parameters = gpt2_parameter_sizes(cfg, model->param_sizes);
     size_t n = model->num_parameters;
-
-    floatX* params = dev_malloc(n * sizeof(floatX), "parameters");
-    floatX* grads = dev_malloc(n * sizeof(floatX), "gradients");
-    point_parameters(&model->params, params, model->param_sizes);
-    point_parameters(&model->grads, grads, model->param_sizes);
-    if (sizeof(floatX) != sizeof(float)) model->master = dev_malloc(n * sizeof(float), "master weights");
-    model->adam_m = dev_malloc(n * sizeof(float), "AdamW first moment");
-    model->adam_v = dev_malloc(n * sizeof(float), "AdamW second moment");
-    dev_memset_zero(grads, n * sizeof(floatX));
-    dev_memset_zero(model->adam_m, n * sizeof(float));
-    dev_memset_zero(model->adam_v, n * sizeof(float));
+    model->zero_stage = zero_stage;
+    model->rank = comm_rank();
+    model->world = comm_world();
+    // Shards of a multiple of 64 elements keep every shard's start 256-byte aligned.
+    model->shard = (n + model->world - 1) / model->world;
+    model->shard = (model->shard + 63) / 64 * 64;
+    size_t padded = model->shard * model->world;
+    if (zero_stage == 1) {
+        size_t start = model->rank * model->shard;
+        model->opt_offset = start < n ? start : n;
+        model->opt_count = start < n ? (n - start < model->shard ? n - start : model->shard) : 0;
+    } else {
+        model->opt_offset = 0;
+        model->opt_count = n;
+    }
+    // With ZeRO the master shard is a whole shard long, so that it can be all-gathered.
+    size_t opt_alloc = zero_stage == 1 ? model->shard : n;
 
     Carver sizing = {NULL, 0};
     carve_activations(model, &sizing);
     model->act_bytes = sizing.used;
-    Carver carver = {dev_malloc(sizing.used, "activations"), 0};
+    if (model->rank == 0) gpt2_print_memory_plan(model);
+
+    floatX* params = dev_malloc(padded * sizeof(floatX), "parameters");
+    floatX* grads = dev_malloc(padded * sizeof(floatX), "gradients");
+    point_parameters(&model->params, params, model->param_sizes);
+    point_parameters(&model->grads, grads, model->param_sizes);
+    dev_memset_zero(params, padded * sizeof(floatX));
+    dev_memset_zero(grads, padded * sizeof(floatX));
+    if (sizeof(floatX) != sizeof(float)) {
+        model->master = dev_malloc(opt_alloc * sizeof(float), "master weights");
+        dev_memset_zero(model->master, opt_alloc * sizeof(float));
+    }
+    model->adam_m = dev_malloc(opt_alloc * sizeof(float), "AdamW first moment");
+    model->adam_v = dev_malloc(opt_alloc * sizeof(float), "AdamW second moment");
+    dev_memset_zero(model->adam_m, opt_alloc * sizeof(float));
+    dev_memset_zero(model->adam_v, opt_alloc * sizeof(float));
+
+    Carver carver = {dev_malloc(model->act_bytes, "activations"), 0};
     carve_activations(model, &carver);
     model->host_losses = xmalloc((size_t)B * T * sizeof(float), "losses");
 }
@@ -111,35 +134,36 @@ void gpt2_free(GPT2* model) {
 void gpt2_print_memory_plan(const GPT2* model) {
     const GPT2Config* cfg = &model->config;
     double MiB = 1024.0 * 1024.0;
-    size_t n = model->num_parameters;
-    double params = n * sizeof(floatX) / MiB, grads = params;
-    double optim = (2.0 + (model->master ? 1.0 : 0.0)) * n * sizeof(float) / MiB;
+    size_t n = model->num_parameters, padded = model->shard * model->world;
+    size_t opt_alloc = model->zero_stage == 1 ? model->shard : n;
+    double params = padded * sizeof(floatX) / MiB, grads = params;
+    double optim = (2.0 + (model->master ? 1.0 : 0.0)) * opt_alloc * sizeof(float) / MiB;
     double att = (double)cfg->num_layers * attention_saved_bytes(model->B, model->T, cfg->num_heads) / MiB;
     double acts = model->act_bytes / MiB;
     printf("memory plan (B %d, T %d, recompute %d, %s attention):\n", model->B, model->T,
            model->recompute, attention_name());
     printf("  parameters   %10.1f MiB  (%zu x %zu bytes)\n", params, n, sizeof(floatX));
     printf("  gradients    %10.1f MiB\n", grads);
-    printf("  optimizer    %10.1f MiB  (AdamW m, v%s, fp32)\n", optim, model->master ? ", master weights" : "");
+    printf("  optimizer    %10.1f MiB  (AdamW m, v%s, fp32; %s)\n", optim,
+           model->master ? ", master weights" : "",
+           model->zero_stage == 1 ? "ZeRO 1: this rank's shard" : "all parameters");
     printf("  activations  %10.1f MiB  (of which attention state %.1f MiB)\n", acts, att);
     printf("  total        %10.1f MiB\n", params + grads + optim + acts);
 }
 
 // ---- weights -----------------------------------------------------------------------------
 
-// The fp32 copy of the weights that the optimizer updates: the master weights, or the parameters
-// themselves when they are fp32.
-static float* fp32_weights(const GPT2* model) {
-    return model->master ? model->master : (float*)(void*)model->params.t[0];
-}
-
-static void refresh_params_from_master(GPT2* model) {
-    if (model->master) floatX_from_float(model->params.t[0], model->master, model->num_parameters);
+// Loads the weights from n fp32 values in device memory: the parameters (rounded to nearest
+// when floatX is bf16) and the master weights this rank keeps.
+static void load_weights(GPT2* model, const float* w) {
+    floatX_from_float(model->params.t[0], w, model->num_parameters);
+    if (model->master) dev_copy(model->master, w + model->opt_offset, model->opt_count * sizeof(float));
 }
 
 void gpt2_init_random(GPT2* model, unsigned long long seed) {
     const GPT2Config* cfg = &model->config;
-    float* w = fp32_weights(model);
+    float* all = dev_malloc(model->num_parameters * sizeof(float), "initial weights");
+    float* w = all;
     float residual_std = 0.02f / sqrtf(2.0f * cfg->num_layers);
     float* ones = xmalloc((size_t)cfg->num_layers * cfg->channels * sizeof(float), "init");
     for (size_t i = 0; i < (size_t)cfg->num_layers * cfg->channels; i++) ones[i] = 1.0f;
@@ -161,26 +185,52 @@ void gpt2_init_random(GPT2* model, unsigned long long seed) {
         w += n;
     }
     free(ones);
-    refresh_params_from_master(model);
+    load_weights(model, all);
+    dev_free(all);
 }
 
 void gpt2_set_weights(GPT2* model, const float* host) {
-    dev_upload(fp32_weights(model), host, model->num_parameters * sizeof(float));
-    refresh_params_from_master(model);
+    float* all = dev_malloc(model->num_parameters * sizeof(float), "weights");
+    dev_upload(all, host, model->num_parameters * sizeof(float));
+    load_weights(model, all);
+    dev_free(all);
 }
 
 void gpt2_get_weights(const GPT2* model, float* host) {
-    dev_download(host, fp32_weights(model), model->num_parameters * sizeof(float));
+    size_t n = model->num_parameters;
+    if (!model->master) { // the parameters are the fp32 weights, whole on every rank
+        dev_download(host, model->params.t[0], n * sizeof(float));
+    } else if (model->zero_stage == 0) {
+        dev_download(host, model->master, n * sizeof(float));
+    } else { // each rank holds one shard of the master weights
+        float* all = dev_malloc(model->shard * model->world * sizeof(float), "gathered weights");
+        comm_allgather(all, model->master, model->shard, COMM_FLOAT);
+        dev_download(host, all, n * sizeof(float));
+        dev_free(all);
+    }
 }
 
-void gpt2_set_optimizer_state(GPT2* model, const float* m, const float* v) {
-    dev_upload(model->adam_m, m, model->num_parameters * sizeof(float));
-    dev_upload(model->adam_v, v, model->num_parameters * sizeof(float));
+void gpt2_set_optimizer_state(GPT2* model, const float* weights, const float* m, const float* v) {
+    size_t off = model->opt_offset, count = model->opt_count, bytes = count * sizeof(float);
+    floatX* params = model->params.t[0];
+    if (model->master) {
+        dev_upload(model->master, weights, bytes);
+        floatX_from_float(params + off, model->master, count);
+    } else {
+        dev_upload(params + off, weights, bytes);
+    }
+    dev_upload(model->adam_m, m, bytes);
+    dev_upload(model->adam_v, v, bytes);
+    if (model->zero_stage == 1)
+        comm_allgather(params, params + model->rank * model->shard, model->shard, COMM_FLOATX);
 }
 
-void gpt2_get_optimizer_state(const GPT2* model, float* m, float* v) {
-    dev_download(m, model->adam_m, model->num_parameters * sizeof(float));
-    dev_download(v, model->adam_v, model->num_parameters * sizeof(float));
+void gpt2_get_optimizer_state(const GPT2* model, float* weights, float* m, float* v) {
+    size_t bytes = model->opt_count * sizeof(float);
+    const float* w = model->master ? model->master : (const float*)(const void*)(model->params.t[0] + model->opt_offset);
+    dev_download(weights, w, bytes);
+    dev_download(m, model->adam_m, bytes);
+    dev_download(v, model->adam_v, bytes);
 }
 
 // ---- forward and backward ----------------------------------------------------------------
@@ -321,18 +371,31 @@ void gpt2_backward(GPT2* model) {
 
 float gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay,
                   float grad_clip, int t, unsigned long long seed) {
-    float norm = sqrtf(grad_norm_squared(model->grads.t[0], model->num_parameters));
+    floatX* params = model->params.t[0];
+    floatX* grads = model->grads.t[0];
+    size_t shard = model->shard;
+    if (model->zero_stage == 1) comm_reduce_scatter_sum(grads, shard, COMM_FLOATX);
+    else comm_allreduce_sum(grads, model->num_parameters, COMM_FLOATX);
+    // The norm adds up the ranks' shards in both stages, so ZeRO changes no arithmetic.
+    double norm_squared = grad_norm_squared(grads + model->rank * shard, shard);
+    comm_allreduce_host(&norm_squared, 1, COMM_SUM);
+    float norm = sqrtf((float)norm_squared);
     float grad_scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
-    size_t offset = 0;
+    // Each tensor's part inside [lo, hi), the parameters this rank keeps optimizer state for.
+    size_t lo = model->opt_offset, hi = lo + model->opt_count, offset = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        size_t end = offset + model->param_sizes[i];
+        size_t a = offset > lo ? offset : lo, b = end < hi ? end : hi;
         // weight decay on the 2-D weights only, not on biases and layernorm parameters
         int decay = i == P_WTE || i == P_WPE || i == P_QKVW || i == P_ATTPROJW || i == P_FCW || i == P_FCPROJW;
-        float* master = model->master ? model->master + offset : NULL;
-        adamw_update(model->params.t[i], master, model->grads.t[i], model->adam_m + offset,
-                     model->adam_v + offset, model->param_sizes[i], lr, beta1, beta2, eps,
-                     decay ? weight_decay : 0.0f, grad_scale, t, seed + 1000003ull * (unsigned)i);
-        offset += model->param_sizes[i];
+        if (a < b)
+            adamw_update(params + a, model->master ? model->master + (a - lo) : NULL, grads + a,
+                         model->adam_m + (a - lo), model->adam_v + (a - lo), b - a, a - offset, lr,
+                         beta1, beta2, eps, decay ? weight_decay : 0.0f, grad_scale, t,
+                         seed + 1000003ull * (unsigned)i);
+        offset = end;
     }
+    if (model->zero_stage == 1) comm_allgather(params, params + model->rank * shard, shard, COMM_FLOATX);
     return norm;
 }
 

@@ -55,6 +55,12 @@ typedef struct {
     size_t param_sizes[NUM_PARAMETER_TENSORS];
     size_t num_parameters;
     ParameterTensors params, grads;
+    // Data parallelism over comm_world() ranks: parameters and gradients are padded to world * shard
+    // elements, and rank r owns the shard [r * shard, (r + 1) * shard). This rank keeps master
+    // weights and AdamW moments for parameters [opt_offset, opt_offset + opt_count): all of them
+    // with ZeRO stage 0, its own shard with stage 1.
+    int zero_stage, rank, world;
+    size_t shard, opt_offset, opt_count;
     float* master;       // fp32 master weights when floatX is not float, else NULL (params are fp32)
     float* adam_m;
     float* adam_v;
@@ -65,9 +71,10 @@ typedef struct {
     float* host_losses;  // (B, T)
 } GPT2;
 
-// Allocates everything for batches up to B x T and prints the memory plan. The weights are not
-// initialised: call gpt2_init_random or gpt2_set_weights.
-void gpt2_build(GPT2* model, const GPT2Config* cfg, int B, int T, int recompute);
+// Prints the memory plan (on rank 0), then allocates everything for batches up to B x T, for this
+// rank of comm_world() (call comm_init first when there are several) with ZeRO stage 0 or 1. The
+// weights are not initialised: call gpt2_init_random or gpt2_set_weights.
+void gpt2_build(GPT2* model, const GPT2Config* cfg, int B, int T, int recompute, int zero_stage);
 void gpt2_free(GPT2* model);
 // Prints where the memory goes (parameters, gradients, optimizer, activations by kind).
 void gpt2_print_memory_plan(const GPT2* model);
@@ -75,12 +82,15 @@ void gpt2_print_memory_plan(const GPT2* model);
 // GPT-2 init from the seed (see DESIGN.md): N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)),
 // biases 0, layernorm weights 1, drawn with cuRAND Philox so both backends get the same weights.
 void gpt2_init_random(GPT2* model, unsigned long long seed);
-// Weights from / to a host fp32 array of num_parameters values (model-file order).
+// Weights from / to a host fp32 array of num_parameters values (model-file order). With ZeRO stage
+// 1 in the BF16 build, gpt2_get_weights gathers the master weights: every rank must call it.
 void gpt2_set_weights(GPT2* model, const float* host);
 void gpt2_get_weights(const GPT2* model, float* host);
-// AdamW moments from / to host fp32 arrays of num_parameters values.
-void gpt2_set_optimizer_state(GPT2* model, const float* m, const float* v);
-void gpt2_get_optimizer_state(const GPT2* model, float* m, float* v);
+// What this rank's optimizer keeps, from / to host fp32 arrays of opt_count values each: the fp32
+// weights (master or parameters), AdamW's m and v of parameters [opt_offset, opt_offset +
+// opt_count). Setting it is collective with ZeRO stage 1 (the ranks exchange their shards).
+void gpt2_set_optimizer_state(GPT2* model, const float* weights, const float* m, const float* v);
+void gpt2_get_optimizer_state(const GPT2* model, float* weights, float* m, float* v);
 
 // Forward pass over B x T tokens (host arrays; B, T at most what was built). With targets, returns
 // the mean loss (else 0). dloss > 0 means a backward follows: the logits buffer is overwritten with
@@ -89,8 +99,10 @@ float gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, in
 // Backward of the last forward (called with dloss > 0): adds into the gradients.
 void gpt2_backward(GPT2* model);
 void gpt2_zero_grad(GPT2* model);
-// Global gradient norm, clipped to grad_clip, then one AdamW step (t counts from 1). Returns the
-// norm before clipping.
+// Sums the gradients over the ranks (all-reduce, or reduce-scatter with ZeRO stage 1), takes the
+// global gradient norm, clipped to grad_clip, then one AdamW step (t counts from 1) on the
+// parameters this rank keeps optimizer state for (then all-gathered with ZeRO stage 1). Returns
+// the norm before clipping. Collective: every rank calls it.
 float gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay,
                   float grad_clip, int t, unsigned long long seed);
 // fp32 logits of position t of batch row b of the last forward (run without dloss), V values.

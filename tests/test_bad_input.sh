@@ -66,6 +66,8 @@ mkdir -p "$tmp/corrupt"
 state=$(ls "$tmp/corrupt"/state_*.bin)
 head -c 100 "$state" > "$state.cut" && mv "$state.cut" "$state"
 expect_error "$(basename "$state")" "${small[@]}" -i "$train_bin" -o "$tmp/corrupt" -y 1
+# several processes of the CPU build, which runs one
+RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 GPT_RUN_ID=t expect_error "one process only" "${small[@]}" -i "$train_bin" -o "$tmp/o"
 
 # a disk that fills up while a checkpoint is written: the write fails cleanly, the previous
 # checkpoint stays intact and no temporary file is left behind

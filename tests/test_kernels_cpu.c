@@ -456,7 +456,7 @@ static void test_adamw(size_t n, int with_master, TestRng* rng) {
     for (int t = 1; t <= 5; t++) {
         test_fill_normal(grad, n, 1.0f, rng);
         grad[0] = 0.0f; // a zero gradient: the update is weight decay and momentum only
-        adamw_update(param, master, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t, 1234);
+        adamw_update(param, master, grad, m, v, n, 0, lr, beta1, beta2, eps, weight_decay, grad_scale, t, 1234);
         adamw_reference(param_want, m_want, v_want, grad, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t);
     }
     const char* what = with_master ? ", with master" : "";

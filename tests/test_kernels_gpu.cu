@@ -315,14 +315,14 @@ static void test_adamw(size_t n) {
     memcpy(w_bf16, w, n * sizeof(float));
     floatX* d_w = upload_x(w_bf16, n); // the bf16 parameters; the CPU updates the fp32 master
     cudaCheck(cudaMemset(d_w, 0xff, n * sizeof(floatX)));
-    adamw_update(d_w, d_master, d_g, d_m, d_v, n, lr, b1, b2, eps, wd, scale, t, seed);
+    adamw_update(d_w, d_master, d_g, d_m, d_v, n, 0, lr, b1, b2, eps, wd, scale, t, seed);
     float* d_updated = d_master;
 #else
     floatX* d_w = upload_x(w, n);
-    adamw_update(d_w, NULL, d_g, d_m, d_v, n, lr, b1, b2, eps, wd, scale, t, seed);
+    adamw_update(d_w, NULL, d_g, d_m, d_v, n, 0, lr, b1, b2, eps, wd, scale, t, seed);
     float* d_updated = d_w;
 #endif
-    cpu_adamw_update(w, NULL, g, m, v, n, lr, b1, b2, eps, wd, scale, t, seed);
+    cpu_adamw_update(w, NULL, g, m, v, n, 0, lr, b1, b2, eps, wd, scale, t, seed);
     snprintf(name, sizeof name, "adamw_update weights n=%zu", n);
     check_f(name, d_updated, w, n, 1e-5);
     snprintf(name, sizeof name, "adamw_update m n=%zu", n);
@@ -353,6 +353,25 @@ static void test_adamw(size_t n) {
     test_check(fabs((double)farther / n - 0.25) < 0.03 && fabs(mean_error) < 0.01, name,
                "%.4f rounded to the farther neighbour (want ~0.25), mean error %.4f ulp (want ~0)",
                (double)farther / n, mean_error);
+    // A ZeRO shard updates a tensor in pieces: with index0 the pieces round exactly like the whole.
+    size_t cut = n / 3;
+    floatX* d_pieces = upload_x(w_bf16, n);
+    dev_upload(d_master, w, n * sizeof(float)); // w is now the CPU-updated weights: any start will do
+    dev_upload(d_m, m, n * sizeof(float));
+    dev_upload(d_v, v, n * sizeof(float));
+    adamw_update(d_w, d_master, d_g, d_m, d_v, n, 0, lr, b1, b2, eps, wd, scale, t + 1, seed);
+    dev_upload(d_master, w, n * sizeof(float));
+    dev_upload(d_m, m, n * sizeof(float));
+    dev_upload(d_v, v, n * sizeof(float));
+    adamw_update(d_pieces, d_master, d_g, d_m, d_v, cut, 0, lr, b1, b2, eps, wd, scale, t + 1, seed);
+    adamw_update(d_pieces + cut, d_master + cut, d_g + cut, d_m + cut, d_v + cut, n - cut, cut, lr,
+                 b1, b2, eps, wd, scale, t + 1, seed);
+    download_x(master, d_w, n);
+    download_x(param, d_pieces, n);
+    snprintf(name, sizeof name, "adamw_update in two pieces rounds like the whole n=%zu", n);
+    test_check(memcmp(master, param, n * sizeof(float)) == 0, name, "%s",
+               memcmp(master, param, n * sizeof(float)) == 0 ? "bit for bit" : "the bf16 weights differ");
+    dev_free(d_pieces);
     free(master), free(param), free(w_bf16);
     dev_free(d_master);
 #endif

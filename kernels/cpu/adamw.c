@@ -4,11 +4,12 @@
 #include <math.h>
 
 // floatX is float here, so the weights need no fp32 master copy and no stochastic rounding: the
-// seed is unused. A master copy, if one is given, is kept equal to param.
+// seed and index0 are unused. A master copy, if one is given, is kept equal to param.
 void adamw_update(floatX* param, float* master, const floatX* grad, float* m, float* v, size_t n,
-                  float lr, float beta1, float beta2, float eps, float weight_decay,
+                  size_t index0, float lr, float beta1, float beta2, float eps, float weight_decay,
                   float grad_scale, int t, unsigned long long seed) {
     (void)seed;
+    (void)index0;
     float m_correction = 1.0f - powf(beta1, (float)t);
     float v_correction = 1.0f - powf(beta2, (float)t);
     #pragma omp parallel for

@@ -1,5 +1,5 @@
 // AdamW and the gradient norm. In the BF16 build the fp32 master weights are updated and the bf16
-// parameters get them stochastically rounded (cuRAND Philox, seeded by (seed, element index)), so
+// parameters get them stochastically rounded (cuRAND Philox, seeded by (seed, index in the tensor)), so
 // small updates survive on average instead of always rounding away.
 #include <curand_kernel.h>
 
@@ -17,7 +17,7 @@ __device__ inline floatX stochastic_round(float x, unsigned int random) {
 #endif
 
 __global__ void adamw_kernel(floatX* param, float* master, const floatX* grad, float* m, float* v,
-                             size_t n, float lr, float beta1, float beta2, float eps,
+                             size_t n, size_t index0, float lr, float beta1, float beta2, float eps,
                              float weight_decay, float grad_scale, float bias_correction1,
                              float bias_correction2, int t, unsigned long long seed) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
@@ -30,20 +30,21 @@ __global__ void adamw_kernel(floatX* param, float* master, const floatX* grad, f
         w -= lr * (mi / bias_correction1 / (sqrtf(vi / bias_correction2) + eps) + weight_decay * w);
 #if defined(PRECISION_BF16)
         master[i] = w;
-        // Subsequence = element index, offset = 4 t: a fresh Philox block per element and step.
+        // Subsequence = index in the tensor, offset = 4 t: a fresh Philox block per element and step.
         curandStatePhilox4_32_10_t state;
-        curand_init(seed, i, 4ull * (unsigned long long)t, &state);
+        curand_init(seed, index0 + i, 4ull * (unsigned long long)t, &state);
         param[i] = stochastic_round(w, curand(&state));
 #else
         (void)t;
         (void)seed;
+        (void)index0;
         param[i] = w;
 #endif
     }
 }
 
 void adamw_update(floatX* param, float* master, const floatX* grad, float* m, float* v, size_t n,
-                  float lr, float beta1, float beta2, float eps, float weight_decay,
+                  size_t index0, float lr, float beta1, float beta2, float eps, float weight_decay,
                   float grad_scale, int t, unsigned long long seed) {
 #if defined(PRECISION_BF16)
     if (!master) fatal("adamw_update: the BF16 build needs fp32 master weights");
@@ -53,7 +54,7 @@ void adamw_update(floatX* param, float* master, const floatX* grad, float* m, fl
     if (n == 0) return;
     float bias_correction1 = 1.0f - powf(beta1, (float)t), bias_correction2 = 1.0f - powf(beta2, (float)t);
     unsigned int blocks = ceil_div(n, 256) < 65536 ? ceil_div(n, 256) : 65536;
-    adamw_kernel<<<blocks, 256>>>(param, master, grad, m, v, n, lr, beta1, beta2, eps, weight_decay,
+    adamw_kernel<<<blocks, 256>>>(param, master, grad, m, v, n, index0, lr, beta1, beta2, eps, weight_decay,
                                   grad_scale, bias_correction1, bias_correction2, t, seed);
     launchCheck();
 }

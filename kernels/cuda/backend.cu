@@ -31,6 +31,9 @@ void backend_init(int device_index) {
         fatal("no usable CUDA GPU (cudaGetDeviceCount: %s); train_gpt needs an NVIDIA GPU and its "
               "driver, use train_gpt_cpu to train on the CPU",
               err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+    // A launcher that gives each process one GPU (CUDA_VISIBLE_DEVICES per task, as some Slurm
+    // set-ups do) leaves one visible device whatever the local rank.
+    if (count == 1) device_index = 0;
     if (device_index < 0 || device_index >= count)
         fatal("GPU index %d does not exist: %d GPU(s) visible (CUDA_VISIBLE_DEVICES picks which)",
               device_index, count);
@@ -61,10 +64,15 @@ void* dev_malloc(size_t bytes, const char* what) {
         cudaGetLastError(); // clear the (non-sticky) allocation error before asking for the free size
         size_t free_bytes = 0, total_bytes = 0;
         cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
+#if defined(ATTN_NAIVE)
+        const char* attention_hint = ", or build with ATTN=flash (attention memory O(T), not O(T^2))";
+#else
+        const char* attention_hint = "";
+#endif
         fatal("out of GPU memory: %s needs %zu bytes (%.2f GiB), %zu bytes (%.2f GiB) are free of "
-              "%.2f GiB; lower -b (micro-batch), -t, or use -r recompute",
-              what, bytes, bytes / 1073741824.0, free_bytes, free_bytes / 1073741824.0,
-              total_bytes / 1073741824.0);
+              "%.2f GiB; lower -b (micro-batch) or -t, use -r 1 or 2 (recompute), -z 1 on several "
+              "GPUs%s", what, bytes, bytes / 1073741824.0, free_bytes, free_bytes / 1073741824.0,
+              total_bytes / 1073741824.0, attention_hint);
     }
     cudaCheck(err);
     return p;
@@ -77,6 +85,9 @@ void dev_upload(void* dst_dev, const void* src_host, size_t bytes) {
 }
 void dev_download(void* dst_host, const void* src_dev, size_t bytes) {
     cudaCheck(cudaMemcpy(dst_host, src_dev, bytes, cudaMemcpyDeviceToHost));
+}
+void dev_copy(void* dst_dev, const void* src_dev, size_t bytes) {
+    cudaCheck(cudaMemcpy(dst_dev, src_dev, bytes, cudaMemcpyDeviceToDevice));
 }
 void dev_synchronize(void) { cudaCheck(cudaDeviceSynchronize()); }
 
