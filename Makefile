@@ -3,6 +3,7 @@
 #   PRECISION=BF16|FP32   GPU storage type (the CPU backend is fp32)   default BF16
 #   GPU_ARCH="80 86 89 90" SASS to build for train_gpt                 default all four
 #   BUILD=DIR             where objects and binaries go                default .
+#   NCCL=1|0              multi-GPU train_gpt through NCCL             default 1 when nccl.h is found
 # Targets: train_gpt_cpu, train_gpt, prepare_data, test (what CI runs), test-gpu (needs a GPU).
 
 ATTN ?= flash
@@ -19,6 +20,7 @@ endif
 
 CC ?= gcc
 CUDA_HOME ?= /usr/local/cuda
+NCCL ?= $(if $(wildcard $(CUDA_HOME)/include/nccl.h $(NCCL_HOME)/include/nccl.h),1,0)
 STB_INCLUDE ?= /usr/include/stb
 ATTN_DEF = -DATTN_$(shell echo $(ATTN) | tr a-z A-Z)
 WARN = -Wall -Wextra
@@ -27,14 +29,14 @@ CFLAGS_CPU = $(CFLAGS_BASE) $(ATTN_DEF)
 LDLIBS_CPU = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcurand -lm -fopenmp
 
 OBJ = $(BUILD)/obj
-CONFIG_STAMP = $(OBJ)/config-$(ATTN)-$(PRECISION).stamp
+CONFIG_STAMP = $(OBJ)/config-$(ATTN)-$(PRECISION)-nccl$(NCCL).stamp
 
 COMMON_SRC = common/util.c model/config.c
 DATA_SRC = data/tokenfile.c data/dataloader.c data/tokenizer.c
 CKPT_SRC = $(wildcard checkpoints/*.c)
 MODEL_SRC = model/gpt2.c
 CPU_KERNEL_SRC = $(wildcard kernels/cpu/*.c)
-LIB_SRC = $(COMMON_SRC) $(DATA_SRC) $(CKPT_SRC)
+LIB_SRC = $(COMMON_SRC) common/dist.c $(DATA_SRC) $(CKPT_SRC)
 
 # CPU objects live in a directory per attention variant so variants never overwrite each other.
 CPU_OBJ = $(OBJ)/cpu-$(ATTN)
@@ -74,6 +76,11 @@ test_data_SRC = data/tokenfile.c data/dataloader.c checkpoints/atomic_file.c
 test_checkpoint_SRC = data/tokenfile.c data/dataloader.c $(CKPT_SRC)
 test_dist_SRC = common/dist.c checkpoints/atomic_file.c
 
+# One forward + backward of the whole model, dumped for tests/test_gpu_grads.sh (linked like train_gpt_cpu).
+$(TEST_BIN)/dump_grads_cpu: $(call cpu_obj,tests/dump_grads.c $(MODEL_SRC) $(CPU_KERNEL_SRC) $(LIB_SRC)) $(CONFIG_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(filter %.o,$^) $(LDLIBS_CPU) -o $@
+
 .SECONDEXPANSION:
 $(TEST_BIN)/%: $$(call cpu_obj,tests/%.c $$(TEST_BASE) $$($$*_SRC))
 	@mkdir -p $(dir $@)
@@ -103,8 +110,9 @@ test: all $(addprefix $(TEST_BIN)/,$(CPU_TESTS)) $(BUILD)/san/train_gpt_cpu $(ad
 
 include kernels/cuda/cuda.mk
 
-# Keep intermediate objects of the chained pattern rules.
-.SECONDARY:
+# Keep intermediate objects of the chained pattern rules. (Not `.SECONDARY:` for everything: that
+# made the config stamp intermediate too, so a missing stamp did not relink after a flag change.)
+.PRECIOUS: %.o
 
 clean:
 	rm -rf $(OBJ) $(TEST_BIN) $(BUILD)/san $(BUILD)/fuzz $(BUILD)/train_gpt_cpu $(BUILD)/train_gpt $(BUILD)/prepare_data

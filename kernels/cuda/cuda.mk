@@ -4,8 +4,11 @@
 #   $(BUILD)/train_gpt                 the trainer
 #   $(BUILD)/tests/test_attention_gpu  the flash kernels against the CPU flash reference
 #   $(BUILD)/tests/test_kernels_gpu    every CUDA kernel against the CPU reference kernels
+#   $(BUILD)/profile_step              per-kernel time split of one training step (scripts/profile_step.sh)
+#   $(BUILD)/tests/dump_grads          the whole model's loss and gradients of one batch
 #   test-cuda-compile                  compiles every variant for sm 80 86 89 90, warnings fatal
 #   test-gpu                           the GPU tests (needs a GPU)
+#   test-multi-gpu                     data parallelism on 2 GPUs against 1 (needs 2 GPUs)
 
 NVCC ?= $(CUDA_HOME)/bin/nvcc
 # The makefile that make was started with (the Makefile, which includes this file) for sub-makes.
@@ -25,10 +28,22 @@ NVCCFLAGS = -std=c++17 -O3 $(GENCODE) -I. -I$(CUDA_HOME)/include $(ATTN_DEF) $(P
 CFLAGS_CUDA_HOST = $(CFLAGS_BASE) $(ATTN_DEF) $(PRECISION_DEF) $(GCC_WERROR)
 LDLIBS_CUDA = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcurand \
     -lcudart -lstdc++ -lm -fopenmp
-# One attention file per variant, like kernels/cpu/attention_{naive,flash}.c.
-CUDA_KERNEL_SRC = $(filter-out kernels/cuda/attention_%.cu,$(wildcard kernels/cuda/*.cu)) kernels/cuda/attention_$(ATTN).cu
+# One attention file per variant, like kernels/cpu/attention_{naive,flash}.c. The data-parallel
+# communication (comm.cu, NCCL) is linked only where the model is: the kernel tests do not need it.
+CUDA_KERNEL_SRC = $(filter-out kernels/cuda/attention_%.cu kernels/cuda/comm.cu,$(wildcard kernels/cuda/*.cu)) \
+    kernels/cuda/attention_$(ATTN).cu
+# NCCL=1 (the Makefile's default when nccl.h is found) links NCCL for several GPUs; NCCL=0 builds a
+# train_gpt that runs one process, with the CPU build's single-process kernels/cpu/comm.c.
+ifeq ($(NCCL),1)
+COMM_SRC = kernels/cuda/comm.cu
+NCCL_LIBDIR = $(if $(NCCL_HOME),$(NCCL_HOME)/lib,$(CUDA_HOME)/lib64)
+LDLIBS_NCCL = -L$(NCCL_LIBDIR) -Wl,-rpath,$(NCCL_LIBDIR) -lnccl
+else
+COMM_SRC = kernels/cpu/comm.c
+LDLIBS_NCCL =
+endif
 
-.PHONY: train_gpt test-cuda-compile
+.PHONY: train_gpt test-cuda-compile test-gpu test-multi-gpu
 train_gpt: $(BUILD)/train_gpt
 
 $(CUDA_OBJ)/%.o: %.cu
@@ -39,8 +54,13 @@ $(CUDA_OBJ)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_CUDA_HOST) -c $< -o $@
 
-$(BUILD)/train_gpt: $(call cuda_obj,train.c $(MODEL_SRC) $(LIB_SRC) $(CUDA_KERNEL_SRC)) $(CONFIG_STAMP)
-	$(CC) $(filter %.o,$^) $(LDLIBS_CUDA) -o $@
+$(BUILD)/train_gpt: $(call cuda_obj,train.c $(MODEL_SRC) $(LIB_SRC) $(CUDA_KERNEL_SRC) $(COMM_SRC)) $(CONFIG_STAMP)
+	$(CC) $(filter %.o,$^) $(LDLIBS_NCCL) $(LDLIBS_CUDA) -o $@
+
+# The whole model's loss and gradients of one batch, for tests/test_gpu_grads.sh (linked like train_gpt).
+$(TEST_BIN)/dump_grads: $(call cuda_obj,tests/dump_grads.c $(MODEL_SRC) $(LIB_SRC) $(CUDA_KERNEL_SRC) $(COMM_SRC)) $(CONFIG_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(filter %.o,$^) $(LDLIBS_NCCL) $(LDLIBS_CUDA) -o $@
 
 # The CPU reference kernels, renamed cpu_<name> (kernels/cpu_reference_names.h), fp32 as always.
 CPU_REF_OBJ = $(OBJ)/cpu-reference-$(ATTN)
@@ -49,7 +69,7 @@ $(CPU_REF_OBJ)/%.o: %.c kernels/cpu_reference_names.h
 	$(CC) $(CFLAGS_CPU) -include kernels/cpu_reference_names.h -c $< -o $@
 
 $(TEST_BIN)/test_kernels_gpu: $(call cuda_obj,tests/test_kernels_gpu.cu tests/testutil.c $(COMMON_SRC) $(CUDA_KERNEL_SRC)) \
-                              $(patsubst %.c,$(CPU_REF_OBJ)/%.o,$(CPU_KERNEL_SRC))
+                              $(patsubst %.c,$(CPU_REF_OBJ)/%.o,$(filter-out kernels/cpu/comm.c,$(CPU_KERNEL_SRC)))
 	@mkdir -p $(dir $@)
 	$(CC) $^ $(LDLIBS_CUDA) -o $@
 
@@ -59,15 +79,19 @@ $(TEST_BIN)/test_attention_gpu: $(call cuda_obj,tests/test_attention_gpu.cu test
 	@mkdir -p $(dir $@)
 	$(CC) $^ $(LDLIBS_CUDA) -o $@
 
+# Times every kernel call of one training step; the model's shapes come from its options.
+$(BUILD)/profile_step: $(call cuda_obj,scripts/profile_step.cu $(COMMON_SRC) $(CUDA_KERNEL_SRC)) $(CONFIG_STAMP)
+	$(CC) $(filter %.o,$^) $(LDLIBS_CUDA) -o $@
+
 # Every ATTN x PRECISION for all four architectures, each in a BUILD dir of its own, without a
 # warning in our code.
 CUDA_CHECK_ARCH = 80 86 89 90
 test-cuda-compile:
 	@for a in naive flash; do for p in BF16 FP32; do \
 	    dir=$(BUILD)/cuda-compile/$$a-$$p; \
-	    tests="$$dir/tests/test_kernels_gpu"; [ $$a = flash ] && tests="$$tests $$dir/tests/test_attention_gpu"; \
+	    tests="$$dir/tests/test_kernels_gpu $$dir/tests/dump_grads"; [ $$a = flash ] && tests="$$tests $$dir/tests/test_attention_gpu"; \
 	    $(MAKE) -f $(TOP_MAKEFILE) --no-print-directory BUILD=$$dir ATTN=$$a PRECISION=$$p GPU_ARCH="$(CUDA_CHECK_ARCH)" \
-	        CUDA_WERROR=1 $$dir/train_gpt $$tests || exit 1; \
+	        CUDA_WERROR=1 $$dir/train_gpt $$dir/profile_step $$tests || exit 1; \
 	    echo "PASS ATTN=$$a PRECISION=$$p compiles for sm $(CUDA_CHECK_ARCH) without warnings"; \
 	done; done
 
@@ -82,3 +106,10 @@ test-gpu:
 	    $$dir/tests/test_attention_gpu || exit 1; \
 	done
 	BUILD=$(BUILD) tests/test_gpu_model.sh
+	BUILD=$(BUILD) tests/test_gpu_grads.sh
+	BUILD=$(BUILD) tests/test_cross_resume.sh
+	BUILD=$(BUILD) tests/test_long_context.sh
+
+# On a machine with 2 or more GPUs: data parallelism through NCCL against one GPU.
+test-multi-gpu:
+	BUILD=$(BUILD)/multi tests/test_multi_gpu.sh

@@ -1,0 +1,339 @@
+// Where the time of one training step goes, kernel call by kernel call (nsys is not always at hand).
+// Makes every kernel-interface call of model/gpt2.c's gpt2_zero_grad, gpt2_forward (with targets and
+// a backward to follow), gpt2_backward and gpt2_update (recompute 0), in the same order and with the
+// same arguments and shapes, and times each call site on its own with CUDA events: WARMUP calls,
+// then the median of --repeats calls. Only layer 0's activations exist: the per-layer calls run on
+// layer 0 and count L times per step. Parameters, gradients and AdamW state are whole, so the
+// encoder, the head and the optimizer run at full size. The inputs are random (weights N(0, 0.02),
+// token ids and targets uniform in [0, V)); every activation is written by an earlier call of the
+// step before a later one reads it, so no other buffer needs filling. Gradients keep accumulating
+// and gelu_backward works in place over the repetitions: other values, the same work.
+//
+// Each timed call is queued behind a spin kernel, so the events measure its GPU time as it runs
+// inside a step, where the host enqueues ahead of the GPU: neither launch latency nor cuBLASLt's
+// per-call host setup is counted. Calls that synchronise (uploads, downloads, encoder_backward's
+// host bucketing, grad_norm_squared's result) include their host work, as in a step.
+//
+// Prints one row per call site: calls per step, ms per call, ms per step, share of the summed step,
+// and TFLOP/s (matmuls, attention) or GB/s (the rest; bytes read and written by the call's contract
+// in kernels/kernels.h, not its cache traffic). The last line is the summed step and the tokens/s it
+// implies, to set beside train_gpt's measured step.
+// Built by `make BUILD=DIR DIR/profile_step` (kernels/cuda/cuda.mk); scripts/profile_step.sh runs it.
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/common.cuh"
+#include "model/config.h"
+
+#define WARMUP 3
+// Longer than the host needs to enqueue any one call (cuBLASLt's heuristic query included).
+#define SPIN_NS 1000000ull
+
+// Keeps the GPU busy for ns nanoseconds of its global timer.
+__global__ void spin_kernel(unsigned long long ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < ns);
+}
+
+typedef struct {
+    const char* name;
+    int calls;           // per step
+    double ms;           // median per call
+    double flops, bytes; // per call; 0 when the row shows the other rate
+} Row;
+
+#define MAX_ROWS 48
+static Row rows[MAX_ROWS];
+static int num_rows;
+static int repeats = 20;
+
+static int compare_floats(const void* a, const void* b) {
+    float x = *(const float*)a, y = *(const float*)b;
+    return (x > y) - (x < y);
+}
+
+template <class Call> static void time_call(const char* name, int calls, double flops, double bytes, Call call) {
+    if (num_rows == MAX_ROWS) fatal("profile_step: more than %d rows", MAX_ROWS);
+    cudaEvent_t start, stop;
+    cudaCheck(cudaEventCreate(&start));
+    cudaCheck(cudaEventCreate(&stop));
+    for (int i = 0; i < WARMUP; i++) call(); // first calls grow scratch buffers and warm cuBLASLt
+    float* times = (float*)xmalloc((size_t)repeats * sizeof(float), "timings");
+    for (int i = 0; i < repeats; i++) {
+        spin_kernel<<<1, 1>>>(SPIN_NS);
+        launchCheck();
+        cudaCheck(cudaEventRecord(start));
+        call();
+        cudaCheck(cudaEventRecord(stop));
+        cudaCheck(cudaEventSynchronize(stop));
+        cudaCheck(cudaEventElapsedTime(&times[i], start, stop));
+    }
+    qsort(times, repeats, sizeof(float), compare_floats);
+    Row row = {name, calls, 0.5 * ((double)times[(repeats - 1) / 2] + times[repeats / 2]), flops, bytes};
+    rows[num_rows++] = row;
+    free(times);
+    cudaCheck(cudaEventDestroy(start));
+    cudaCheck(cudaEventDestroy(stop));
+}
+
+static double rows_ms(int from, int to) {
+    double ms = 0.0;
+    for (int i = from; i < to; i++) ms += rows[i].calls * rows[i].ms;
+    return ms;
+}
+
+static long long parse_int(const char* s, const char* option, long long lo, long long hi) {
+    char* end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end != '\0') fatal("option %s: '%s' is not an integer", option, s);
+    if (v < lo || v > hi) fatal("option %s: %lld is outside %lld..%lld", option, v, lo, hi);
+    return v;
+}
+
+static void usage(void) {
+    printf("usage: profile_step [-b B] [-t T] [--layers L] [--channels C] [--heads NH] [--repeats R]\n"
+           "Times every kernel call of one training step (forward, backward, AdamW) on GPU 0.\n"
+           "  -b N            micro-batch (default 64)\n"
+           "  -t N            sequence length (default 1024)\n"
+           "  --layers N      layers L (default 12)\n"
+           "  --channels N    channels C (default 768)\n"
+           "  --heads N       attention heads NH (default 12)\n"
+           "  --repeats N     timed calls per row, the median is shown (default 20)\n");
+}
+
+int main(int argc, char** argv) {
+    int B = 64, T = 1024, L = 12, C = 768, NH = 12;
+    enum { OPT_LAYERS = 1000, OPT_CHANNELS, OPT_HEADS, OPT_REPEATS };
+    static const struct option longs[] = {
+        {"batch", 1, 0, 'b'}, {"seq-len", 1, 0, 't'}, {"layers", 1, 0, OPT_LAYERS},
+        {"channels", 1, 0, OPT_CHANNELS}, {"heads", 1, 0, OPT_HEADS}, {"repeats", 1, 0, OPT_REPEATS},
+        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    opterr = 0;
+    int c, index;
+    while ((c = getopt_long(argc, argv, ":b:t:h", longs, &index)) != -1) {
+        char name[64];
+        if (c >= OPT_LAYERS) snprintf(name, sizeof name, "--%s", longs[index].name);
+        else snprintf(name, sizeof name, "-%c", c);
+        switch (c) {
+        case 'b': B = (int)parse_int(optarg, name, 1, 1 << 20); break;
+        case 't': T = (int)parse_int(optarg, name, 1, 1 << 20); break;
+        case OPT_LAYERS: L = (int)parse_int(optarg, name, 1, 1024); break;
+        case OPT_CHANNELS: C = (int)parse_int(optarg, name, 1, 65536); break;
+        case OPT_HEADS: NH = (int)parse_int(optarg, name, 1, 65536); break;
+        case OPT_REPEATS: repeats = (int)parse_int(optarg, name, 1, 10000); break;
+        case 'h': usage(); return 0;
+        case ':': fatal("option %s needs a value (see --help)", argv[optind - 1]);
+        default: fatal("unknown option %s (see --help)", argv[optind - 1]);
+        }
+    }
+    if (optind < argc) fatal("unexpected argument '%s' (see --help)", argv[optind]);
+    if ((long long)B * T > (1 << 30)) fatal("-b %d x -t %d is more tokens than one step can hold", B, T);
+    // As train_gpt builds a model from scratch: wpe has 1024 rows unless T needs more.
+    GPT2Config cfg = {T > 1024 ? T : 1024, GPT2_VOCAB_SIZE, gpt2_padded_vocab(GPT2_VOCAB_SIZE), L, NH, C};
+    const char* problem = gpt2_config_problem(&cfg);
+    if (problem) fatal("impossible model size (--layers %d --channels %d --heads %d): %s", L, C, NH, problem);
+    const int V = cfg.vocab_size, Vp = cfg.padded_vocab_size, N = B * T, HS = C / NH;
+    backend_init(0);
+
+    // ---- parameters, gradients, AdamW state: the whole model, as gpt2_build allocates them
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    const size_t n = gpt2_parameter_sizes(&cfg, sizes);
+    floatX* params = (floatX*)dev_malloc(n * sizeof(floatX), "parameters");
+    floatX* grads = (floatX*)dev_malloc(n * sizeof(floatX), "gradients");
+    float* master = sizeof(floatX) != sizeof(float) ? (float*)dev_malloc(n * sizeof(float), "master weights") : NULL;
+    float* adam_m = (float*)dev_malloc(n * sizeof(float), "AdamW first moment");
+    float* adam_v = (float*)dev_malloc(n * sizeof(float), "AdamW second moment");
+    dev_memset_zero(adam_m, n * sizeof(float));
+    dev_memset_zero(adam_v, n * sizeof(float));
+    float* fp32_weights = master ? master : (float*)(void*)params;
+    init_normal(fp32_weights, n, 0.0f, 0.02f, 1337, 0);
+    if (master) floatX_from_float(params, master, n);
+    // Tensor i of the parameters (p) and gradients (g); a per-layer tensor's start is layer 0's.
+    floatX *p[NUM_PARAMETER_TENSORS], *g[NUM_PARAMETER_TENSORS];
+    for (size_t i = 0, offset = 0; i < NUM_PARAMETER_TENSORS; offset += sizes[i++]) {
+        p[i] = params + offset;
+        g[i] = grads + offset;
+    }
+
+    // ---- activations of one layer plus the head, as carve_activations lays them out for layer 0
+    const size_t NC = (size_t)N * C, X = sizeof(floatX);
+    floatX* encoded = (floatX*)dev_malloc(NC * X, "encoded");
+    floatX* ln1 = (floatX*)dev_malloc(NC * X, "ln1");
+    float* ln1_mean = (float*)dev_malloc((size_t)N * sizeof(float), "ln1 mean");
+    float* ln1_rstd = (float*)dev_malloc((size_t)N * sizeof(float), "ln1 rstd");
+    floatX* qkv = (floatX*)dev_malloc(3 * NC * X, "qkv");
+    floatX* atty = (floatX*)dev_malloc(NC * X, "atty");
+    void* att_saved = dev_malloc(attention_saved_bytes(B, T, NH), "attention saved state");
+    floatX* residual2 = (floatX*)dev_malloc(NC * X, "residual2");
+    floatX* ln2 = (floatX*)dev_malloc(NC * X, "ln2");
+    float* ln2_mean = (float*)dev_malloc((size_t)N * sizeof(float), "ln2 mean");
+    float* ln2_rstd = (float*)dev_malloc((size_t)N * sizeof(float), "ln2 rstd");
+    floatX* fch = (floatX*)dev_malloc(4 * NC * X, "fch");
+    floatX* fch_gelu = (floatX*)dev_malloc(4 * NC * X, "fch_gelu");
+    floatX* residual3 = (floatX*)dev_malloc(NC * X, "residual3");
+    floatX* lnf = (floatX*)dev_malloc(NC * X, "lnf");
+    float* lnf_mean = (float*)dev_malloc((size_t)N * sizeof(float), "lnf mean");
+    float* lnf_rstd = (float*)dev_malloc((size_t)N * sizeof(float), "lnf rstd");
+    floatX* logits = (floatX*)dev_malloc((size_t)N * Vp * X, "logits");
+    float* losses = (float*)dev_malloc((size_t)N * sizeof(float), "losses");
+    floatX* dresidual = (floatX*)dev_malloc(NC * X, "dresidual");
+    floatX* dbuf_c = (floatX*)dev_malloc(NC * X, "dbuf_c");
+    floatX* dbuf_3c = (floatX*)dev_malloc(3 * NC * X, "dbuf_3c");
+    floatX* dbuf_4c = (floatX*)dev_malloc(4 * NC * X, "dbuf_4c");
+    void* att_scratch = dev_malloc(attention_scratch_bytes(B, T, C, NH), "attention scratch");
+    int* inputs = (int*)dev_malloc((size_t)N * sizeof(int), "inputs");
+    int* targets = (int*)dev_malloc((size_t)N * sizeof(int), "targets");
+
+    // Token ids and targets from xorshift64; the distinct ids set encoder_backward's dwte traffic.
+    int* host_inputs = (int*)xmalloc((size_t)N * sizeof(int), "inputs");
+    int* host_targets = (int*)xmalloc((size_t)N * sizeof(int), "targets");
+    float* host_losses = (float*)xmalloc((size_t)N * sizeof(float), "losses");
+    char* seen = (char*)xcalloc((size_t)V, 1, "token ids seen");
+    unsigned long long rng = 0x9E3779B97F4A7C15ull;
+    size_t distinct = 0;
+    for (int i = 0; i < 2 * N; i++) {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        int id = (int)(rng % (unsigned long long)V);
+        if (i < N) {
+            host_inputs[i] = id;
+            distinct += !seen[id];
+            seen[id] = 1;
+        } else {
+            host_targets[i - N] = id;
+        }
+    }
+    free(seen);
+
+    printf("profile_step: GPT-2 L %d, C %d, NH %d (HS %d), V %d, Vp %d, %zu parameters; B %d, T %d "
+           "(%d tokens per step), recompute 0\n", L, C, NH, HS, V, Vp, n, B, T, N);
+    printf("%s | %s attention | precision %s\n", backend_describe(), attention_name(),
+           X == 2 ? "BF16" : "FP32");
+    printf("each row: GPU time of one call, median of %d after %d warm-up calls, queued behind a spin "
+           "kernel (launch latency hidden as in a step)\n\n", repeats, WARMUP);
+    fflush(stdout);
+
+    // Bytes of the memory-bound calls, from their contracts.
+    const double ln_fwd_bytes = (2.0 * NC + 2.0 * C) * X + 2.0 * N * sizeof(float);
+    // reads dout, inp, weight, mean, rstd and dinp, dweight, dbias; writes the last three
+    const double ln_bwd_bytes = (4.0 * NC + 5.0 * C) * X + 2.0 * N * sizeof(float);
+    const double residual_bytes = 3.0 * NC * X;
+    const double mm = 2.0 * N * C; // FLOPs of a forward matmul per output channel of C inputs
+    const double att_fwd_flops = 4.0 * B * NH * (double)T * T * HS / 2;
+
+    // ---- gpt2_zero_grad
+    time_call("zero_grad (memset)", 1, 0, n * X, [&] { dev_memset_zero(grads, n * X); });
+
+    // ---- gpt2_forward
+    const int forward_start = num_rows;
+    time_call("upload inputs", 1, 0, N * sizeof(int), [&] { dev_upload(inputs, host_inputs, (size_t)N * sizeof(int)); });
+    time_call("upload targets", 1, 0, N * sizeof(int), [&] { dev_upload(targets, host_targets, (size_t)N * sizeof(int)); });
+    time_call("encoder_forward", 1, 0, 2.0 * NC * X + (double)T * C * X + N * sizeof(int),
+              [&] { encoder_forward(encoded, inputs, p[P_WTE], p[P_WPE], B, T, C); });
+    time_call("layernorm_forward ln1", L, 0, ln_fwd_bytes,
+              [&] { layernorm_forward(ln1, ln1_mean, ln1_rstd, encoded, p[P_LN1W], p[P_LN1B], N, C); });
+    time_call("matmul_forward qkv", L, mm * 3 * C, 0,
+              [&] { matmul_forward(qkv, ln1, p[P_QKVW], p[P_QKVB], N, C, 3 * C); });
+    time_call("attention_forward", L, att_fwd_flops, 0,
+              [&] { attention_forward(atty, att_saved, qkv, B, T, C, NH); });
+    time_call("matmul_forward attproj", L, mm * C, 0,
+              [&] { matmul_forward(dbuf_c, atty, p[P_ATTPROJW], p[P_ATTPROJB], N, C, C); });
+    time_call("residual_forward attn", L, 0, residual_bytes,
+              [&] { residual_forward(residual2, encoded, dbuf_c, NC); });
+    time_call("layernorm_forward ln2", L, 0, ln_fwd_bytes,
+              [&] { layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, p[P_LN2W], p[P_LN2B], N, C); });
+    time_call("matmul_forward fc", L, mm * 4 * C, 0,
+              [&] { matmul_forward(fch, ln2, p[P_FCW], p[P_FCB], N, C, 4 * C); });
+    time_call("gelu_forward", L, 0, 8.0 * NC * X, [&] { gelu_forward(fch_gelu, fch, 4 * NC); });
+    time_call("matmul_forward fcproj", L, mm * 4 * C, 0,
+              [&] { matmul_forward(dbuf_c, fch_gelu, p[P_FCPROJW], p[P_FCPROJB], N, 4 * C, C); });
+    time_call("residual_forward mlp", L, 0, residual_bytes,
+              [&] { residual_forward(residual3, residual2, dbuf_c, NC); });
+    time_call("layernorm_forward lnf", 1, 0, ln_fwd_bytes,
+              [&] { layernorm_forward(lnf, lnf_mean, lnf_rstd, residual3, p[P_LNFW], p[P_LNFB], N, C); });
+    time_call("matmul_forward lm head", 1, mm * Vp, 0,
+              [&] { matmul_forward(logits, lnf, p[P_WTE], NULL, N, C, Vp); });
+    // reads the logits and targets, writes the losses and the dlogits over the logits
+    time_call("fused_classifier", 1, 0, 2.0 * N * Vp * X + 2.0 * N * sizeof(int), [&] {
+        fused_classifier(logits, losses, targets, 1.0f / (float)N, N, V, Vp, 1);
+    });
+    time_call("download losses", 1, 0, N * sizeof(float),
+              [&] { dev_download(host_losses, losses, (size_t)N * sizeof(float)); });
+
+    // ---- gpt2_backward
+    const int backward_start = num_rows;
+    time_call("matmul_backward lm head", 1, 2 * mm * Vp, 0,
+              [&] { matmul_backward(dbuf_c, g[P_WTE], NULL, logits, lnf, p[P_WTE], N, C, Vp); });
+    time_call("zero dresidual (memset)", 1, 0, NC * X, [&] { dev_memset_zero(dresidual, NC * X); });
+    time_call("layernorm_backward lnf", 1, 0, ln_bwd_bytes, [&] {
+        layernorm_backward(dresidual, g[P_LNFW], g[P_LNFB], dbuf_c, residual3, p[P_LNFW], lnf_mean,
+                           lnf_rstd, N, C);
+    });
+    time_call("matmul_backward fcproj", L, 2 * mm * 4 * C, 0, [&] {
+        matmul_backward(dbuf_4c, g[P_FCPROJW], g[P_FCPROJB], dresidual, fch_gelu, p[P_FCPROJW], N, 4 * C, C);
+    });
+    time_call("gelu_backward", L, 0, 12.0 * NC * X, [&] { gelu_backward(dbuf_4c, fch, dbuf_4c, 4 * NC); });
+    time_call("matmul_backward fc", L, 2 * mm * 4 * C, 0,
+              [&] { matmul_backward(dbuf_c, g[P_FCW], g[P_FCB], dbuf_4c, ln2, p[P_FCW], N, C, 4 * C); });
+    time_call("layernorm_backward ln2", L, 0, ln_bwd_bytes, [&] {
+        layernorm_backward(dresidual, g[P_LN2W], g[P_LN2B], dbuf_c, residual2, p[P_LN2W], ln2_mean,
+                           ln2_rstd, N, C);
+    });
+    time_call("matmul_backward attproj", L, 2 * mm * C, 0, [&] {
+        matmul_backward(dbuf_c, g[P_ATTPROJW], g[P_ATTPROJB], dresidual, atty, p[P_ATTPROJW], N, C, C);
+    });
+    time_call("attention_backward", L, 2.5 * att_fwd_flops, 0, [&] {
+        attention_backward(dbuf_3c, att_scratch, dbuf_c, qkv, atty, att_saved, B, T, C, NH);
+    });
+    time_call("matmul_backward qkv", L, 2 * mm * 3 * C, 0,
+              [&] { matmul_backward(dbuf_c, g[P_QKVW], g[P_QKVB], dbuf_3c, ln1, p[P_QKVW], N, C, 3 * C); });
+    time_call("layernorm_backward ln1", L, 0, ln_bwd_bytes, [&] {
+        layernorm_backward(dresidual, g[P_LN1W], g[P_LN1B], dbuf_c, encoded, p[P_LN1W], ln1_mean,
+                           ln1_rstd, N, C);
+    });
+    // reads dout and the ids, adds into the dwte rows of the distinct ids and into dwpe's T rows
+    time_call("encoder_backward", 1, 0, NC * X + N * sizeof(int) + 2.0 * (distinct + T) * C * X,
+              [&] { encoder_backward(g[P_WTE], g[P_WPE], dresidual, inputs, B, T, C); });
+
+    // ---- gpt2_update (clip 1.0, weight decay 0.1 on the 2-D weights, step 1)
+    const int update_start = num_rows;
+    float norm = 0.0f;
+    time_call("grad_norm_squared", 1, 0, n * X, [&] { norm = sqrtf(grad_norm_squared(grads, n)); });
+    const float grad_scale = norm > 1.0f ? 1.0f / norm : 1.0f;
+    // reads grad, m, v and the fp32 weights; writes m, v, the parameters and the master weights
+    time_call("adamw_update (16 tensors)", 1, 0, n * (X + 8.0 + (master ? 4 : X) + 8.0 + X + (master ? 4 : 0)), [&] {
+        size_t offset = 0;
+        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+            int decay = i == P_WTE || i == P_WPE || i == P_QKVW || i == P_ATTPROJW || i == P_FCW || i == P_FCPROJW;
+            adamw_update(p[i], master ? master + offset : NULL, g[i], adam_m + offset, adam_v + offset,
+                         sizes[i], 0, 6e-4f, 0.9f, 0.95f, 1e-8f, decay ? 0.1f : 0.0f, grad_scale, 1,
+                         1337 + 1000003ull * (unsigned)i);
+            offset += sizes[i];
+        }
+    });
+
+    const double step_ms = rows_ms(0, num_rows);
+    printf("%-28s %5s %9s %9s %6s %8s %8s\n", "call", "calls", "ms/call", "ms/step", "%step", "TFLOP/s", "GB/s");
+    for (int i = 0; i < num_rows; i++) {
+        const Row* r = &rows[i];
+        char rate[32] = "";
+        if (r->flops > 0) snprintf(rate, sizeof rate, "%8.1f %8s", r->flops / r->ms / 1e9, "");
+        else snprintf(rate, sizeof rate, "%8s %8.0f", "", r->bytes / r->ms / 1e6);
+        printf("%-28s %5d %9.4f %9.3f %5.1f%% %s\n", r->name, r->calls, r->ms, r->calls * r->ms,
+               100.0 * r->calls * r->ms / step_ms, rate);
+    }
+    printf("\nzero_grad %.2f ms, forward %.2f ms, backward %.2f ms, update %.2f ms\n",
+           rows_ms(0, forward_start), rows_ms(forward_start, backward_start),
+           rows_ms(backward_start, update_start), rows_ms(update_start, num_rows));
+    printf("step (sum of rows) %.2f ms, %.0f tokens/s\n", step_ms, N / (step_ms / 1e3));
+    return 0;
+}

@@ -1,0 +1,27 @@
+#!/bin/bash
+# Where one training step's time goes, kernel call by kernel call: builds profile_step
+# (scripts/profile_step.cu) for BF16 with naive and with flash attention and prints one table each,
+# GPT-2 124M (d12) at B = 64, T = 1024 unless options say otherwise. Compare each table's last line
+# with train_gpt's ms/step at the same B and T (scripts/bench_train.sh).
+#
+#   scripts/profile_step.sh [profile_step options]   from the repository root, on a GPU machine
+#   e.g. scripts/profile_step.sh -b 32   or   scripts/profile_step.sh --layers 24 --channels 1024 --heads 16
+#
+# Environment: GPU_ARCH (default 90) the SASS to build; BUILD (default build/profile) where the
+# builds go, one directory per attention; PRECISION (default BF16); ATTNS (default "naive flash").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GPU_ARCH=${GPU_ARCH:-90}
+BUILD=${BUILD:-build/profile}
+PRECISION=${PRECISION:-BF16}
+ATTNS=${ATTNS:-naive flash}
+
+for attn in $ATTNS; do
+    echo "building $BUILD/$attn/profile_step (ATTN=$attn PRECISION=$PRECISION GPU_ARCH=$GPU_ARCH)" >&2
+    make --no-print-directory -s BUILD="$BUILD/$attn" ATTN="$attn" PRECISION="$PRECISION" GPU_ARCH="$GPU_ARCH" \
+        "$BUILD/$attn/profile_step"
+done
+for attn in $ATTNS; do
+    "$BUILD/$attn/profile_step" -b 64 -t 1024 "$@"
+    echo
+done
