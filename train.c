@@ -119,15 +119,6 @@ static void print_usage(void) {
            d.recompute, d.zero_stage, d.nccl_timeout);
 }
 
-static long long parse_int(const char* s, const char* option, long long lo, long long hi) {
-    char* end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end != '\0') fatal("option %s: '%s' is not an integer", option, s);
-    if (v < lo || v > hi) fatal("option %s: %lld is outside %lld..%lld", option, v, lo, hi);
-    return v;
-}
-
 static float parse_float(const char* s, const char* option, double lo, double hi) {
     char* end;
     errno = 0;
@@ -167,33 +158,33 @@ static Options parse_options(int argc, char** argv) {
         case 'j': o.val_pattern = optarg; break;
         case 'e': o.model = optarg; break;
         case 'o': o.out_dir = optarg; break;
-        case 'b': o.B = (int)parse_int(optarg, name, 1, 1 << 20); break;
-        case 't': o.T = (int)parse_int(optarg, name, 1, 1 << 20); break;
-        case 'd': o.total_batch = parse_int(optarg, name, -1, BIG); break;
-        case 'x': o.max_steps = (int)parse_int(optarg, name, -1, 1 << 30); break;
+        case 'b': o.B = (int)parse_int_option(optarg, name, 1, 1 << 20); break;
+        case 't': o.T = (int)parse_int_option(optarg, name, 1, 1 << 20); break;
+        case 'd': o.total_batch = parse_int_option(optarg, name, -1, BIG); break;
+        case 'x': o.max_steps = (int)parse_int_option(optarg, name, -1, 1 << 30); break;
         case 'l': o.lr = parse_float(optarg, name, 0.0, 10.0); break;
-        case 'u': o.warmup = (int)parse_int(optarg, name, 0, 1 << 30); break;
+        case 'u': o.warmup = (int)parse_int_option(optarg, name, 0, 1 << 30); break;
         case 'q': o.final_lr_frac = parse_float(optarg, name, 0.0, 1.0); break;
         case 'k': o.schedule = optarg; break;
         case 'c': o.weight_decay = parse_float(optarg, name, 0.0, 10.0); break;
-        case 'v': o.val_every = (int)parse_int(optarg, name, 0, 1 << 30); break;
-        case 'm': o.val_batches = (int)parse_int(optarg, name, 1, 1 << 30); break;
-        case 's': o.sample_every = (int)parse_int(optarg, name, 0, 1 << 30); break;
-        case 'g': o.gen_tokens = (int)parse_int(optarg, name, 0, 1 << 20); break;
-        case 'n': o.checkpoint_every = (int)parse_int(optarg, name, 0, 1 << 30); break;
-        case 'y': o.resume = (int)parse_int(optarg, name, 0, 1); break;
-        case 'r': o.recompute = (int)parse_int(optarg, name, 0, 2); break;
-        case 'z': o.zero_stage = (int)parse_int(optarg, name, 0, 1); break;
-        case OPT_LAYERS: o.layers = (int)parse_int(optarg, name, 1, 1024); break;
-        case OPT_CHANNELS: o.channels = (int)parse_int(optarg, name, 1, 65536); break;
-        case OPT_HEADS: o.heads = (int)parse_int(optarg, name, 1, 65536); break;
-        case OPT_MAX_SEQ: o.max_seq = (int)parse_int(optarg, name, 1, 1 << 20); break;
-        case OPT_SEED: o.seed = (unsigned long long)parse_int(optarg, name, 0, BIG); break;
+        case 'v': o.val_every = (int)parse_int_option(optarg, name, 0, 1 << 30); break;
+        case 'm': o.val_batches = (int)parse_int_option(optarg, name, 1, 1 << 30); break;
+        case 's': o.sample_every = (int)parse_int_option(optarg, name, 0, 1 << 30); break;
+        case 'g': o.gen_tokens = (int)parse_int_option(optarg, name, 0, 1 << 20); break;
+        case 'n': o.checkpoint_every = (int)parse_int_option(optarg, name, 0, 1 << 30); break;
+        case 'y': o.resume = (int)parse_int_option(optarg, name, 0, 1); break;
+        case 'r': o.recompute = (int)parse_int_option(optarg, name, 0, 2); break;
+        case 'z': o.zero_stage = (int)parse_int_option(optarg, name, 0, 1); break;
+        case OPT_LAYERS: o.layers = (int)parse_int_option(optarg, name, 1, 1024); break;
+        case OPT_CHANNELS: o.channels = (int)parse_int_option(optarg, name, 1, 65536); break;
+        case OPT_HEADS: o.heads = (int)parse_int_option(optarg, name, 1, 65536); break;
+        case OPT_MAX_SEQ: o.max_seq = (int)parse_int_option(optarg, name, 1, 1 << 20); break;
+        case OPT_SEED: o.seed = (unsigned long long)parse_int_option(optarg, name, 0, BIG); break;
         case OPT_VOCAB: o.vocab_dir = optarg; break;
-        case OPT_KEEP: o.keep = (int)parse_int(optarg, name, 0, 1 << 30); break;
+        case OPT_KEEP: o.keep = (int)parse_int_option(optarg, name, 0, 1 << 30); break;
         case OPT_TEMPERATURE: o.temperature = parse_float(optarg, name, 1e-3, 100.0); break;
-        case OPT_TOP_K: o.top_k = (int)parse_int(optarg, name, 0, 1 << 20); break;
-        case OPT_SHUFFLE: o.shuffle = (int)parse_int(optarg, name, 0, 1); break;
+        case OPT_TOP_K: o.top_k = (int)parse_int_option(optarg, name, 0, 1 << 20); break;
+        case OPT_SHUFFLE: o.shuffle = (int)parse_int_option(optarg, name, 0, 1); break;
         case OPT_GRAD_CLIP: o.grad_clip = parse_float(optarg, name, 0.0, 1e9); break;
         case OPT_NCCL_DIR: o.nccl_dir = optarg; break;
         case OPT_NCCL_TIMEOUT: o.nccl_timeout = parse_float(optarg, name, 1.0, 1e6); break;

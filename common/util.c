@@ -63,3 +63,12 @@ double wall_seconds(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+long long parse_int_option(const char* s, const char* option, long long lo, long long hi) {
+    char* end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end != '\0') fatal("option %s: '%s' is not an integer", option, s);
+    if (v < lo || v > hi) fatal("option %s: %lld is outside %lld..%lld", option, v, lo, hi);
+    return v;
+}

@@ -26,6 +26,9 @@ void xfwrite(const void* src, size_t size, size_t count, FILE* f, const char* pa
 // Size of a regular file in bytes, or exit naming the path if it cannot be inspected.
 long long file_size(const char* path);
 
+// The integer value of a command-line option, lo..hi, or exit naming the option and the value.
+long long parse_int_option(const char* s, const char* option, long long lo, long long hi);
+
 // Monotonic wall clock in seconds.
 double wall_seconds(void);
 

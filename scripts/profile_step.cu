@@ -19,7 +19,6 @@
 // in kernels/kernels.h, not its cache traffic). The last line is the summed step and the tokens/s it
 // implies, to set beside train_gpt's measured step.
 // Built by `make BUILD=DIR DIR/profile_step` (kernels/cuda/cuda.mk); scripts/profile_step.sh runs it.
-#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -89,15 +88,6 @@ static double rows_ms(int from, int to) {
     return ms;
 }
 
-static long long parse_int(const char* s, const char* option, long long lo, long long hi) {
-    char* end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end != '\0') fatal("option %s: '%s' is not an integer", option, s);
-    if (v < lo || v > hi) fatal("option %s: %lld is outside %lld..%lld", option, v, lo, hi);
-    return v;
-}
-
 static void usage(void) {
     printf("usage: profile_step [-b B] [-t T] [--layers L] [--channels C] [--heads NH] [--repeats R]\n"
            "Times every kernel call of one training step (forward, backward, AdamW) on GPU 0.\n"
@@ -123,12 +113,12 @@ int main(int argc, char** argv) {
         if (c >= OPT_LAYERS) snprintf(name, sizeof name, "--%s", longs[index].name);
         else snprintf(name, sizeof name, "-%c", c);
         switch (c) {
-        case 'b': B = (int)parse_int(optarg, name, 1, 1 << 20); break;
-        case 't': T = (int)parse_int(optarg, name, 1, 1 << 20); break;
-        case OPT_LAYERS: L = (int)parse_int(optarg, name, 1, 1024); break;
-        case OPT_CHANNELS: C = (int)parse_int(optarg, name, 1, 65536); break;
-        case OPT_HEADS: NH = (int)parse_int(optarg, name, 1, 65536); break;
-        case OPT_REPEATS: repeats = (int)parse_int(optarg, name, 1, 10000); break;
+        case 'b': B = (int)parse_int_option(optarg, name, 1, 1 << 20); break;
+        case 't': T = (int)parse_int_option(optarg, name, 1, 1 << 20); break;
+        case OPT_LAYERS: L = (int)parse_int_option(optarg, name, 1, 1024); break;
+        case OPT_CHANNELS: C = (int)parse_int_option(optarg, name, 1, 65536); break;
+        case OPT_HEADS: NH = (int)parse_int_option(optarg, name, 1, 65536); break;
+        case OPT_REPEATS: repeats = (int)parse_int_option(optarg, name, 1, 10000); break;
         case 'h': usage(); return 0;
         case ':': fatal("option %s needs a value (see --help)", argv[optind - 1]);
         default: fatal("unknown option %s (see --help)", argv[optind - 1]);

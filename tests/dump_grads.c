@@ -72,15 +72,6 @@ static void usage(FILE* f) {
             "  --etol X                   limit of max |test - ref| / max |ref| per tensor\n");
 }
 
-static long long parse_int(const char* s, const char* option, long long lo, long long hi) {
-    char* end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end != '\0' || v < lo || v > hi)
-        fatal("option %s: '%s' is not an integer in %lld..%lld", option, s, lo, hi);
-    return v;
-}
-
 static double parse_tolerance(const char* s, const char* option) {
     char* end;
     errno = 0;
@@ -108,14 +99,14 @@ static Options parse_options(int argc, char** argv) {
         if (c >= OPT_LAYERS) snprintf(name, sizeof name, "--%s", longs[index].name);
         else snprintf(name, sizeof name, "-%c", c);
         switch (c) {
-        case 'b': o.B = (int)parse_int(optarg, name, 1, 1 << 20); break;
-        case 't': o.T = (int)parse_int(optarg, name, 1, 1 << 20); break;
+        case 'b': o.B = (int)parse_int_option(optarg, name, 1, 1 << 20); break;
+        case 't': o.T = (int)parse_int_option(optarg, name, 1, 1 << 20); break;
         case 'o': o.out = optarg; break;
-        case OPT_LAYERS: o.layers = (int)parse_int(optarg, name, 1, 1024); break;
-        case OPT_CHANNELS: o.channels = (int)parse_int(optarg, name, 1, 65536); break;
-        case OPT_HEADS: o.heads = (int)parse_int(optarg, name, 1, 65536); break;
-        case OPT_MAX_SEQ: o.max_seq = (int)parse_int(optarg, name, 1, 1 << 20); break;
-        case OPT_SEED: o.seed = (unsigned long long)parse_int(optarg, name, 0, 1LL << 40); break;
+        case OPT_LAYERS: o.layers = (int)parse_int_option(optarg, name, 1, 1024); break;
+        case OPT_CHANNELS: o.channels = (int)parse_int_option(optarg, name, 1, 65536); break;
+        case OPT_HEADS: o.heads = (int)parse_int_option(optarg, name, 1, 65536); break;
+        case OPT_MAX_SEQ: o.max_seq = (int)parse_int_option(optarg, name, 1, 1 << 20); break;
+        case OPT_SEED: o.seed = (unsigned long long)parse_int_option(optarg, name, 0, 1LL << 40); break;
         case OPT_COMPARE: o.compare = 1; break;
         case OPT_PRECISION:
             if (strcmp(optarg, "FP32") && strcmp(optarg, "BF16")) fatal("option --precision: '%s' is not FP32 or BF16", optarg);
