@@ -527,7 +527,9 @@ int main(int argc, char** argv) {
                 fatal("training state %s holds optimizer state of parameters [%zu, %zu) of %zu; this rank keeps "
                       "[%zu, %zu) of %zu (saved with another -z?)", path, st.opt_offset, st.opt_offset + st.opt_count,
                       st.nparams, model.opt_offset, model.opt_offset + model.opt_count, model.num_parameters);
-            gpt2_set_optimizer_state(&model, st.master, st.m, st.v);
+            // the weights as the update of the saved step (t = st.step, seed as in the loop) left them
+            gpt2_set_optimizer_state(&model, st.master, st.m, st.v, (int)st.step,
+                                     o.seed + (unsigned long long)st.step - 1);
             dataloader_set_state(&train, &st.loader);
             rng = st.sample_rng;
             start_step = st.step;

@@ -46,6 +46,8 @@ void cpu_attention_backward(float* dqkv, void* scratch, const float* dout, const
                             const float* out, const void* saved, int B, int T, int C, int NH);
 const char* cpu_attention_name(void);
 float cpu_grad_norm_squared(const float* grad, size_t n);
+void cpu_round_master_weights(float* param, const float* master, size_t n, size_t index0, int t,
+                              unsigned long long seed);
 void cpu_adamw_update(float* param, float* master, const float* grad, float* m, float* v, size_t n,
                       size_t index0, float lr, float beta1, float beta2, float eps, float weight_decay,
                       float grad_scale, int t, unsigned long long seed);
@@ -84,4 +86,5 @@ void cpu_adamw_update(float* param, float* master, const float* grad, float* m, 
 #define attention_name cpu_attention_name
 #define grad_norm_squared cpu_grad_norm_squared
 #define adamw_update cpu_adamw_update
+#define round_master_weights cpu_round_master_weights
 #endif

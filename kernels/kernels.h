@@ -117,6 +117,12 @@ void adamw_update(floatX* param, float* master, const floatX* grad, float* m, fl
                   size_t index0, float lr, float beta1, float beta2, float eps, float weight_decay,
                   float grad_scale, int t, unsigned long long seed);
 
+// The parameters that adamw_update(..., index0, ..., t, seed) leaves for fp32 weights `master`:
+// stochastically rounded from the same random numbers in the BF16 build (so a resumed BF16 run
+// gets back the exact bf16 weights of the step it saved), a copy where floatX is float.
+void round_master_weights(floatX* param, const float* master, size_t n, size_t index0, int t,
+                          unsigned long long seed);
+
 // ---- data parallelism: one process per GPU -----------------------------------------------
 // NCCL in the CUDA build (kernels/cuda/comm.cu); one process only in the CPU build and in a CUDA
 // build made with NCCL=0 (kernels/cpu/comm.c), where every operation below is the identity.

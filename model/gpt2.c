@@ -210,14 +210,32 @@ void gpt2_get_weights(const GPT2* model, float* host) {
     }
 }
 
-void gpt2_set_optimizer_state(GPT2* model, const float* weights, const float* m, const float* v) {
-    size_t off = model->opt_offset, count = model->opt_count, bytes = count * sizeof(float);
+// Tensor i (starting at parameter `offset`) within the parameters this rank keeps optimizer state
+// for: [*a, *b), empty when *a >= *b.
+static void optimizer_part(const GPT2* model, int i, size_t offset, size_t* a, size_t* b) {
+    size_t lo = model->opt_offset, hi = lo + model->opt_count, end = offset + model->param_sizes[i];
+    *a = offset > lo ? offset : lo;
+    *b = end < hi ? end : hi;
+}
+
+// The update seed of tensor i: each tensor rounds from its own random numbers.
+static unsigned long long tensor_seed(unsigned long long seed, int i) { return seed + 1000003ull * (unsigned)i; }
+
+void gpt2_set_optimizer_state(GPT2* model, const float* weights, const float* m, const float* v,
+                              int t, unsigned long long seed) {
+    size_t lo = model->opt_offset, count = model->opt_count, bytes = count * sizeof(float);
     floatX* params = model->params.t[0];
     if (model->master) {
         dev_upload(model->master, weights, bytes);
-        floatX_from_float(params + off, model->master, count);
+        size_t offset = 0, a, b;
+        for (int i = 0; i < NUM_PARAMETER_TENSORS; offset += model->param_sizes[i], i++) {
+            optimizer_part(model, i, offset, &a, &b);
+            if (a >= b) continue;
+            if (t > 0) round_master_weights(params + a, model->master + (a - lo), b - a, a - offset, t, tensor_seed(seed, i));
+            else floatX_from_float(params + a, model->master + (a - lo), b - a); // as at init
+        }
     } else {
-        dev_upload(params + off, weights, bytes);
+        dev_upload(params + lo, weights, bytes);
     }
     dev_upload(model->adam_m, m, bytes);
     dev_upload(model->adam_v, v, bytes);
@@ -381,19 +399,15 @@ float gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, fl
     comm_allreduce_host(&norm_squared, 1, COMM_SUM);
     float norm = sqrtf((float)norm_squared);
     float grad_scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
-    // Each tensor's part inside [lo, hi), the parameters this rank keeps optimizer state for.
-    size_t lo = model->opt_offset, hi = lo + model->opt_count, offset = 0;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        size_t end = offset + model->param_sizes[i];
-        size_t a = offset > lo ? offset : lo, b = end < hi ? end : hi;
+    size_t lo = model->opt_offset, offset = 0, a, b;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; offset += model->param_sizes[i], i++) {
+        optimizer_part(model, i, offset, &a, &b);
         // weight decay on the 2-D weights only, not on biases and layernorm parameters
         int decay = i == P_WTE || i == P_WPE || i == P_QKVW || i == P_ATTPROJW || i == P_FCW || i == P_FCPROJW;
         if (a < b)
             adamw_update(params + a, model->master ? model->master + (a - lo) : NULL, grads + a,
                          model->adam_m + (a - lo), model->adam_v + (a - lo), b - a, a - offset, lr,
-                         beta1, beta2, eps, decay ? weight_decay : 0.0f, grad_scale, t,
-                         seed + 1000003ull * (unsigned)i);
-        offset = end;
+                         beta1, beta2, eps, decay ? weight_decay : 0.0f, grad_scale, t, tensor_seed(seed, i));
     }
     if (model->zero_stage == 1) comm_allgather(params, params + model->rank * shard, shard, COMM_FLOATX);
     return norm;

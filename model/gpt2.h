@@ -88,8 +88,11 @@ void gpt2_set_weights(GPT2* model, const float* host);
 void gpt2_get_weights(const GPT2* model, float* host);
 // What this rank's optimizer keeps, from / to host fp32 arrays of opt_count values each: the fp32
 // weights (master or parameters), AdamW's m and v of parameters [opt_offset, opt_offset +
-// opt_count). Setting it is collective with ZeRO stage 1 (the ranks exchange their shards).
-void gpt2_set_optimizer_state(GPT2* model, const float* weights, const float* m, const float* v);
+// opt_count). Setting it rebuilds the parameters as the update of step t (with gpt2_update's seed)
+// left them, bit for bit also in the BF16 build (t = 0: as at init), and is collective with ZeRO
+// stage 1 (the ranks exchange their shards).
+void gpt2_set_optimizer_state(GPT2* model, const float* weights, const float* m, const float* v,
+                              int t, unsigned long long seed);
 void gpt2_get_optimizer_state(const GPT2* model, float* weights, float* m, float* v);
 
 // Forward pass over B x T tokens (host arrays; B, T at most what was built). With targets, returns

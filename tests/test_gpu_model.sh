@@ -53,4 +53,17 @@ if r=$(compare "$LOG" "$WORK/BF16/log.csv" "$loss" 1 1e-2); then pass "BF16 firs
 first=$(awk -F, -v c="$loss" 'NR == 2 { print $c }' "$WORK/BF16/log.csv")
 last=$(awk -F, -v c="$loss" 'NR == 21 { print $c }' "$WORK/BF16/log.csv")
 if awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.5) }'; then pass "BF16 loss falls: $first -> $last"; else fail "BF16 loss does not fall: $first -> $last"; fi
+# BF16 resume: 10 steps, then 10 more resumed from the training state, equal 20 straight steps bit
+# for bit (the bf16 weights are rebuilt from the master weights with the saved step's stochastic
+# rounding). A constant learning rate, so that -x 10 and -x 20 follow the same schedule.
+"$BUILD/model-BF16/train_gpt" "${ARGS[@]}" -k constant -o "$WORK/bf16-straight" > /dev/null
+"$BUILD/model-BF16/train_gpt" "${ARGS[@]}" -k constant -x 10 -o "$WORK/bf16-split" > /dev/null
+"$BUILD/model-BF16/train_gpt" "${ARGS[@]}" -k constant -y 1 -o "$WORK/bf16-split" > "$WORK/bf16-resume.out"
+if grep -q "resumed from" "$WORK/bf16-resume.out" &&
+   cmp -s <(cut -d, -f1,2,5 "$WORK/bf16-straight/log.csv") <(cut -d, -f1,2,5 "$WORK/bf16-split/log.csv") &&
+   cmp -s "$WORK/bf16-straight/model_00000020.bin" "$WORK/bf16-split/model_00000020.bin"; then
+    pass "BF16 resume continues bit for bit: 20 losses, norms and the final model file"
+else
+    fail "BF16 resume differs from 20 straight steps: $(paste -d, "$WORK/bf16-straight/log.csv" "$WORK/bf16-split/log.csv" | awk -F, 'NR > 1 && $2 != $9 { print "step " $1 ": " $2 " vs " $9; exit }')"
+fi
 [ $failed = 0 ] && echo "test_gpu_model: all passed" || { echo "test_gpu_model: FAILED"; exit 1; }

@@ -2,6 +2,7 @@
 #include "kernels/kernels.h"
 
 #include <math.h>
+#include <string.h>
 
 // floatX is float here, so the weights need no fp32 master copy and no stochastic rounding: the
 // seed and index0 are unused. A master copy, if one is given, is kept equal to param.
@@ -24,6 +25,13 @@ void adamw_update(floatX* param, float* master, const floatX* grad, float* m, fl
         param[i] = w;
         if (master) master[i] = w;
     }
+}
+
+// floatX is float: the parameters are the fp32 weights.
+void round_master_weights(floatX* param, const float* master, size_t n, size_t index0, int t,
+                          unsigned long long seed) {
+    (void)index0, (void)t, (void)seed;
+    if (param != master) memcpy(param, master, n * sizeof(float));
 }
 
 // In double, over a fixed split into chunks summed in order, so the result does not depend on

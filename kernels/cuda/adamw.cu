@@ -16,6 +16,20 @@ __device__ inline floatX stochastic_round(float x, unsigned int random) {
 }
 #endif
 
+// The parameter that step t gives element `index` of a tensor with fp32 weight w: w itself, or in
+// the BF16 build w stochastically rounded with Philox subsequence = index, offset = 4 t (a fresh
+// random block per element and step).
+__device__ inline floatX param_from_master(float w, size_t index, int t, unsigned long long seed) {
+#if defined(PRECISION_BF16)
+    curandStatePhilox4_32_10_t state;
+    curand_init(seed, index, 4ull * (unsigned long long)t, &state);
+    return stochastic_round(w, curand(&state));
+#else
+    (void)index, (void)t, (void)seed;
+    return w;
+#endif
+}
+
 __global__ void adamw_kernel(floatX* param, float* master, const floatX* grad, float* m, float* v,
                              size_t n, size_t index0, float lr, float beta1, float beta2, float eps,
                              float weight_decay, float grad_scale, float bias_correction1,
@@ -28,19 +42,23 @@ __global__ void adamw_kernel(floatX* param, float* master, const floatX* grad, f
         v[i] = vi;
         float w = master ? master[i] : (float)param[i];
         w -= lr * (mi / bias_correction1 / (sqrtf(vi / bias_correction2) + eps) + weight_decay * w);
-#if defined(PRECISION_BF16)
-        master[i] = w;
-        // Subsequence = index in the tensor, offset = 4 t: a fresh Philox block per element and step.
-        curandStatePhilox4_32_10_t state;
-        curand_init(seed, index0 + i, 4ull * (unsigned long long)t, &state);
-        param[i] = stochastic_round(w, curand(&state));
-#else
-        (void)t;
-        (void)seed;
-        (void)index0;
-        param[i] = w;
-#endif
+        if (master) master[i] = w;
+        param[i] = param_from_master(w, index0 + i, t, seed);
     }
+}
+
+__global__ void round_master_weights_kernel(floatX* param, const float* master, size_t n, size_t index0,
+                                            int t, unsigned long long seed) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        param[i] = param_from_master(master[i], index0 + i, t, seed);
+}
+
+void round_master_weights(floatX* param, const float* master, size_t n, size_t index0, int t,
+                          unsigned long long seed) {
+    if (n == 0) return;
+    unsigned int blocks = ceil_div(n, 256) < 65536 ? ceil_div(n, 256) : 65536;
+    round_master_weights_kernel<<<blocks, 256>>>(param, master, n, index0, t, seed);
+    launchCheck();
 }
 
 void adamw_update(floatX* param, float* master, const floatX* grad, float* m, float* v, size_t n,
