@@ -137,7 +137,8 @@ void gpt2_print_memory_plan(const GPT2* model) {
     size_t n = model->num_parameters, padded = model->shard * model->world;
     size_t opt_alloc = model->zero_stage == 1 ? model->shard : n;
     double params = padded * sizeof(floatX) / MiB, grads = params;
-    double optim = (2.0 + (model->master ? 1.0 : 0.0)) * opt_alloc * sizeof(float) / MiB;
+    int has_master = sizeof(floatX) != sizeof(float); // the plan is printed before anything is allocated
+    double optim = (2.0 + has_master) * opt_alloc * sizeof(float) / MiB;
     double att = (double)cfg->num_layers * attention_saved_bytes(model->B, model->T, cfg->num_heads) / MiB;
     double acts = model->act_bytes / MiB;
     printf("memory plan (B %d, T %d, recompute %d, %s attention):\n", model->B, model->T,
@@ -145,7 +146,7 @@ void gpt2_print_memory_plan(const GPT2* model) {
     printf("  parameters   %10.1f MiB  (%zu x %zu bytes)\n", params, n, sizeof(floatX));
     printf("  gradients    %10.1f MiB\n", grads);
     printf("  optimizer    %10.1f MiB  (AdamW m, v%s, fp32; %s)\n", optim,
-           model->master ? ", master weights" : "",
+           has_master ? ", master weights" : "",
            model->zero_stage == 1 ? "ZeRO 1: this rank's shard" : "all parameters");
     printf("  activations  %10.1f MiB  (of which attention state %.1f MiB)\n", acts, att);
     printf("  total        %10.1f MiB\n", params + grads + optim + acts);
