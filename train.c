@@ -372,13 +372,16 @@ static void save_checkpoint(GPT2* model, const DataLoader* train, long long step
     st.v = xmalloc(count * sizeof(float) + 1, "checkpoint");
     gpt2_get_optimizer_state(model, st.master, st.m, st.v);
     char path[4096];
-    float* weights = xmalloc(n * sizeof(float), "checkpoint");
-    gpt2_get_weights(model, weights); // collective with ZeRO: every rank takes part
+    // The model file needs all the weights. Without sharding this rank's optimizer state already
+    // holds them; with ZeRO on several GPUs they are gathered, and every rank takes part.
+    int sharded = model->zero_stage == 1 && world > 1;
+    float* gathered = sharded ? xmalloc(n * sizeof(float), "checkpoint") : NULL;
+    if (sharded) gpt2_get_weights(model, gathered);
     if (rank == 0) {
         checkpoint_model_path(path, sizeof path, o->out_dir, step);
-        model_file_write(path, &model->config, weights);
+        model_file_write(path, &model->config, sharded ? gathered : st.master);
     }
-    free(weights);
+    free(gathered);
     checkpoint_state_path(path, sizeof path, o->out_dir, step, rank);
     train_state_write(path, &st);
     checkpoint_prune(o->out_dir, rank, o->keep);

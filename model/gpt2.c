@@ -84,14 +84,13 @@ void gpt2_build(GPT2* model, const GPT2Config* cfg, int B, int T, int recompute,
     model->shard = (n + model->world - 1) / model->world;
     model->shard = (model->shard + 63) / 64 * 64;
     size_t padded = model->shard * model->world;
+    size_t lo = 0, hi = n; // this rank's optimizer range: everything, or its shard clipped to n
     if (zero_stage == 1) {
-        size_t start = model->rank * model->shard;
-        model->opt_offset = start < n ? start : n;
-        model->opt_count = start < n ? (n - start < model->shard ? n - start : model->shard) : 0;
-    } else {
-        model->opt_offset = 0;
-        model->opt_count = n;
+        lo = model->rank * model->shard < n ? model->rank * model->shard : n;
+        hi = lo + model->shard < n ? lo + model->shard : n;
     }
+    model->opt_offset = lo;
+    model->opt_count = hi - lo;
     // With ZeRO the master shard is a whole shard long, so that it can be all-gathered.
     size_t opt_alloc = zero_stage == 1 ? model->shard : n;
 
