@@ -9,6 +9,7 @@
 # (the FP32 builds differ only in the order of fp32 sums).
 # Usage: BUILD=dir GPU_ARCH=90 tests/test_cross_resume.sh   (needs GPT_DATA_DIR and a GPU)
 set -eu
+. "$(dirname "$0")/log_compare.sh"
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-.}
 ARCH=${GPU_ARCH:-90}
@@ -51,28 +52,9 @@ split() {
 split cpu-to-gpu "$CPU" "$GPU"
 split gpu-to-cpu "$GPU" "$CPU"
 
-# compare FILE_A FILE_B COLUMN FIRST LAST RTOL: steps FIRST..LAST of B within RTOL of A's.
-compare() {
-    awk -F, -v col="$3" -v first="$4" -v last="$5" -v rtol="$6" '
-        BEGIN { at = first }
-        NR == FNR { if (FNR > 1) want[$1] = $col; next }
-        FNR > 1 && $1 >= first && $1 <= last {
-            n++
-            if (!($1 in want)) { bad++; next }
-            d = $col - want[$1]; if (d < 0) d = -d; w = want[$1]; if (w < 0) w = -w
-            if (d > worst) { worst = d; at = $1 }
-            if (!(d <= rtol * w)) bad++
-        }
-        END { printf "steps %d..%d: %d rows, %d outside %.0e, worst difference %.3g at step %d\n",
-                     first, last, n, bad, rtol, worst, at
-              exit (n == last - first + 1 && bad == 0) ? 0 : 1 }' "$1" "$2"
-}
-col() { head -1 "$1" | tr , '\n' | grep -nx "$2" | cut -d: -f1; }
 LOG=$WORK/straight/log.csv
-loss=$(col "$LOG" train_loss)
-norm=$(col "$LOG" grad_norm)
 for run in cpu-to-gpu gpu-to-cpu; do
-    if r=$(compare "$LOG" "$WORK/$run/log.csv" "$loss" 11 20 1e-4); then pass "$run losses vs CPU straight: $r"; else fail "$run losses vs CPU straight: $r"; fi
-    if r=$(compare "$LOG" "$WORK/$run/log.csv" "$norm" 11 20 1e-4); then pass "$run gradient norms vs CPU straight: $r"; else fail "$run gradient norms vs CPU straight: $r"; fi
+    if r=$(compare_logs "$LOG" "$WORK/$run/log.csv" train_loss 11 20 1e-4); then pass "$run losses vs CPU straight: $r"; else fail "$run losses vs CPU straight: $r"; fi
+    if r=$(compare_logs "$LOG" "$WORK/$run/log.csv" grad_norm 11 20 1e-4); then pass "$run gradient norms vs CPU straight: $r"; else fail "$run gradient norms vs CPU straight: $r"; fi
 done
 [ $failed = 0 ] && echo "test_cross_resume: all passed" || { echo "test_cross_resume: FAILED"; exit 1; }

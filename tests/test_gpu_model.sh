@@ -7,6 +7,7 @@
 #         layer), and the loss still falling after 20 steps.
 # Usage: BUILD=dir GPU_ARCH=90 tests/test_gpu_model.sh   (needs GPT_DATA_DIR and a GPU)
 set -eu
+. "$(dirname "$0")/log_compare.sh"
 BUILD=${BUILD:-.}
 ARCH=${GPU_ARCH:-90}
 : "${GPT_DATA_DIR:?set GPT_DATA_DIR to the shared data directory}"
@@ -31,25 +32,11 @@ for p in FP32 BF16; do
     "$BUILD/model-$p/train_gpt" "${ARGS[@]}" -o "$WORK/$p" > "$WORK/$p.out"
 done
 
-# compare FILE_A FILE_B COLUMN ROWS RTOL: every one of the first ROWS rows within RTOL.
-compare() {
-    awk -F, -v col="$3" -v rows="$4" -v rtol="$5" '
-        NR == FNR { if (FNR > 1) want[FNR] = $col; next }
-        FNR > 1 && FNR <= rows + 1 {
-            n++; d = $col - want[FNR]; if (d < 0) d = -d; w = want[FNR]; if (w < 0) w = -w
-            if (d > worst) { worst = d; at = FNR - 1 }
-            if (!(d <= rtol * w)) bad++
-        }
-        END { printf "%d rows, %d outside %.0e, worst difference %.3g at row %d\n", n, bad, rtol, worst, at
-              exit (n == rows && bad == 0) ? 0 : 1 }' "$1" "$2"
-}
-col() { head -1 "$1" | tr , '\n' | grep -nx "$2" | cut -d: -f1; }
 LOG=$WORK/cpu/log.csv
-loss=$(col "$LOG" train_loss)
-norm=$(col "$LOG" grad_norm)
-if r=$(compare "$LOG" "$WORK/FP32/log.csv" "$loss" 20 1e-4); then pass "FP32 losses of 20 steps vs CPU: $r"; else fail "FP32 losses vs CPU: $r"; fi
-if r=$(compare "$LOG" "$WORK/FP32/log.csv" "$norm" 20 1e-4); then pass "FP32 gradient norms of 20 steps vs CPU: $r"; else fail "FP32 gradient norms vs CPU: $r"; fi
-if r=$(compare "$LOG" "$WORK/BF16/log.csv" "$loss" 1 1e-2); then pass "BF16 first loss vs CPU: $r"; else fail "BF16 first loss vs CPU: $r"; fi
+loss=$(log_column "$LOG" train_loss)
+if r=$(compare_logs "$LOG" "$WORK/FP32/log.csv" train_loss 1 20 1e-4); then pass "FP32 losses of 20 steps vs CPU: $r"; else fail "FP32 losses vs CPU: $r"; fi
+if r=$(compare_logs "$LOG" "$WORK/FP32/log.csv" grad_norm 1 20 1e-4); then pass "FP32 gradient norms of 20 steps vs CPU: $r"; else fail "FP32 gradient norms vs CPU: $r"; fi
+if r=$(compare_logs "$LOG" "$WORK/BF16/log.csv" train_loss 1 1 1e-2); then pass "BF16 first loss vs CPU: $r"; else fail "BF16 first loss vs CPU: $r"; fi
 first=$(awk -F, -v c="$loss" 'NR == 2 { print $c }' "$WORK/BF16/log.csv")
 last=$(awk -F, -v c="$loss" 'NR == 21 { print $c }' "$WORK/BF16/log.csv")
 if awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.5) }'; then pass "BF16 loss falls: $first -> $last"; else fail "BF16 loss does not fall: $first -> $last"; fi

@@ -11,6 +11,7 @@
 #      a message within --nccl-timeout (not a hang); a rank whose partner never starts gives up.
 # Usage: BUILD=dir GPU_ARCH=90 tests/test_multi_gpu.sh   (needs GPT_DATA_DIR and 2 GPUs)
 set -eu
+. "$(dirname "$0")/log_compare.sh"
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build/multi}
 ARCH=${GPU_ARCH:-90}
@@ -33,24 +34,12 @@ run() { # run NGPUS PRECISION OUTDIR ARGS...
     scripts/launch.sh "$n" "$BUILD/$p/train_gpt" "${COMMON[@]}" -o "$out" "$@" > "$out.log" 2>&1 ||
         { echo "run failed: $n GPU(s) $p $*"; tail -20 "$out.log"; return 1; }
 }
-# compare A B COLUMN ROWS RTOL: every one of the first ROWS rows of log.csv within RTOL relative.
-compare() {
-    awk -F, -v col="$3" -v rows="$4" -v rtol="$5" '
-        NR == FNR { if (FNR > 1) want[FNR] = $col; next }
-        FNR > 1 && FNR <= rows + 1 {
-            n++; d = $col - want[FNR]; if (d < 0) d = -d; w = want[FNR]; if (w < 0) w = -w
-            if (d / w > worst) { worst = d / w; at = FNR - 1 }
-            if (!(d <= rtol * w)) bad++
-        }
-        END { printf "%d steps, %d outside %.0e, worst relative difference %.3g at step %d\n", n, bad, rtol, worst, at
-              exit (n == rows && bad == 0) ? 0 : 1 }' "$1/log.csv" "$2/log.csv"
-}
 same_columns() { cmp -s <(cut -d, -f1,2,5 "$1/log.csv") <(cut -d, -f1,2,5 "$2/log.csv"); }
 
 # 1. FP32, 16384 tokens per step: 1 GPU x B 4 x 4 accumulation = 2 GPUs x B 4 x 2.
 run 1 FP32 "$WORK/fp32-1" -b 4 -d 16384 -x 20 -n 0
 run 2 FP32 "$WORK/fp32-2" -b 4 -d 16384 -x 20 -n 0
-if r=$(compare "$WORK/fp32-1" "$WORK/fp32-2" 2 20 1e-4); then pass "FP32 1 vs 2 GPUs: $r"; else fail "FP32 1 vs 2 GPUs: $r"; fi
+if r=$(compare_logs "$WORK/fp32-1/log.csv" "$WORK/fp32-2/log.csv" train_loss 1 20 1e-4); then pass "FP32 1 vs 2 GPUs: $r"; else fail "FP32 1 vs 2 GPUs: $r"; fi
 
 # 2. BF16, the same 16384 tokens per step, 100 steps (4.5 epochs of tinyshakespeare). The training
 # file holds 74 batches of B 4, an even number: each epoch, every rank reads 37 of them. (With an odd
@@ -58,14 +47,14 @@ if r=$(compare "$WORK/fp32-1" "$WORK/fp32-2" 2 20 1e-4); then pass "FP32 1 vs 2 
 # from 1 GPU's; data/dataloader.h says why.)
 run 1 BF16 "$WORK/bf16-1" -b 4 -d 16384 -x 100 -n 0
 run 2 BF16 "$WORK/bf16-2" -b 4 -d 16384 -x 100 -n 0
-if r=$(compare "$WORK/bf16-1" "$WORK/bf16-2" 2 100 1e-2); then pass "BF16 1 vs 2 GPUs: $r"; else fail "BF16 1 vs 2 GPUs: $r"; fi
+if r=$(compare_logs "$WORK/bf16-1/log.csv" "$WORK/bf16-2/log.csv" train_loss 1 100 1e-2); then pass "BF16 1 vs 2 GPUs: $r"; else fail "BF16 1 vs 2 GPUs: $r"; fi
 
 # 3. ZeRO stage 1 against stage 0.
 run 2 FP32 "$WORK/fp32-2z1" -b 4 -d 16384 -x 20 -n 0 -z 1
 run 2 BF16 "$WORK/bf16-2z1" -b 4 -d 16384 -x 100 -n 0 -z 1
 for p in fp32 bf16; do
     if same_columns "$WORK/$p-2" "$WORK/$p-2z1"; then pass "$p -z 1 equals -z 0 on 2 GPUs: losses and norms bit for bit"
-    else fail "$p -z 1 differs from -z 0: $(compare "$WORK/$p-2" "$WORK/$p-2z1" 2 20 0)"; fi
+    else fail "$p -z 1 differs from -z 0: $(compare_logs "$WORK/$p-2/log.csv" "$WORK/$p-2z1/log.csv" train_loss 1 20 0)"; fi
 done
 grep -h "optimizer" "$WORK/fp32-2.log" "$WORK/fp32-2z1.log" | head -2
 
@@ -78,7 +67,7 @@ run 2 FP32 "$WORK/split" -b 4 -d 16384 -x 20 -n 10 -z 1 -y 1
 if same_columns "$WORK/resume" "$WORK/split" && cmp -s "$WORK/resume/model_00000020.bin" "$WORK/split/model_00000020.bin"; then
     pass "2-GPU resume (-z 1) continues bit for bit: losses, norms and the final model file"
 else
-    fail "2-GPU resume differs: $(compare "$WORK/resume" "$WORK/split" 2 20 0)"
+    fail "2-GPU resume differs: $(compare_logs "$WORK/resume/log.csv" "$WORK/split/log.csv" train_loss 1 20 0)"
 fi
 status=0
 scripts/launch.sh 1 "$BUILD/FP32/train_gpt" "${COMMON[@]}" -o "$WORK/split" -b 4 -d 16384 -x 30 -z 1 -y 1 \
