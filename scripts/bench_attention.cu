@@ -1,6 +1,8 @@
 // Times the BF16 flash attention (kernels/cuda/attention_flash.cu): forward, and forward plus
-// backward, causal, NH heads of size HS, B = tokens / T sequences per call. Prints one line per T:
-//   T B fwd_ms fwd_tflops fwdbwd_ms fwdbwd_tflops
+// backward, causal, NH heads of size HS, B = tokens / T sequences per call, forward + backward both
+// with the default deterministic dQ and with atomic dQ (FLASH_ATTN_DETERMINISTIC=0). Prints one
+// line per T:
+//   T B fwd_ms fwd_tflops fwdbwd_ms fwdbwd_tflops fwdbwd_atomic_ms fwdbwd_atomic_tflops
 // FLOPs are counted as for PyTorch's numbers: 4 B NH T^2 HS / 2 for the forward (two matrix
 // products over the causal half), 3.5 times that for forward plus backward. Times are medians of
 // REPEATS runs timed with CUDA events after WARMUP runs, on random inputs (never zeros).
@@ -72,16 +74,21 @@ int main(int argc, char** argv) {
         cudaCheck(cudaMalloc(&out, n_out * sizeof(floatX)));
         cudaCheck(cudaMalloc(&dqkv, n_qkv * sizeof(floatX)));
         cudaCheck(cudaMalloc(&saved, attention_saved_bytes(B, T, NH)));
+        setenv("FLASH_ATTN_DETERMINISTIC", "0", 1); // the larger scratch, with the atomic dQ accumulator
         cudaCheck(cudaMalloc(&scratch, attention_scratch_bytes(B, T, C, NH)));
         const float fwd_ms = median_ms([&] { attention_forward(out, saved, qkv, B, T, C, NH); });
-        const float both_ms = median_ms([&] {
-            attention_forward(out, saved, qkv, B, T, C, NH);
-            attention_backward(dqkv, scratch, dout, qkv, out, saved, B, T, C, NH);
-        });
+        float both_ms[2]; // dQ from its own kernel (the default), dQ by atomics
+        for (int atomic_dq = 0; atomic_dq < 2; atomic_dq++) {
+            setenv("FLASH_ATTN_DETERMINISTIC", atomic_dq ? "0" : "1", 1);
+            both_ms[atomic_dq] = median_ms([&] {
+                attention_forward(out, saved, qkv, B, T, C, NH);
+                attention_backward(dqkv, scratch, dout, qkv, out, saved, B, T, C, NH);
+            });
+        }
         cudaCheck(cudaDeviceSynchronize());
         const double fwd_flops = 4.0 * B * NH * (double)T * T * HS / 2;
-        printf("%d %d %.4f %.1f %.4f %.1f\n", T, B, fwd_ms, fwd_flops / fwd_ms / 1e9, both_ms,
-               3.5 * fwd_flops / both_ms / 1e9);
+        printf("%d %d %.4f %.1f %.4f %.1f %.4f %.1f\n", T, B, fwd_ms, fwd_flops / fwd_ms / 1e9, both_ms[0],
+               3.5 * fwd_flops / both_ms[0] / 1e9, both_ms[1], 3.5 * fwd_flops / both_ms[1] / 1e9);
         fflush(stdout);
         cudaCheck(cudaFree(qkv));
         cudaCheck(cudaFree(dout));

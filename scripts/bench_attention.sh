@@ -1,7 +1,8 @@
 #!/bin/bash
 # Flash attention speed on the GPU beside PyTorch's scaled_dot_product_attention (flash and cuDNN
 # backends), measured in the same run: causal, NH 12, HS 64, bf16, 65536 tokens per call, T from
-# 1024 to 16384. Prints one table of TFLOP/s (forward, forward + backward).
+# 1024 to 16384. Prints one table of TFLOP/s (forward, forward + backward with deterministic and with
+# atomic dQ) and our fractions of both.
 #
 #   scripts/bench_attention.sh            from the repository root, on a GPU machine
 #
@@ -23,5 +24,5 @@ if python3 -c "import torch" 2>/dev/null; then
     # shellcheck disable=SC2086
     python3 scripts/bench_attention_torch.py "$BUILD/ours.txt" $SEQ_LENS
 else
-    echo "PyTorch not found: our numbers only (T B fwd_ms fwd_TFLOP/s fwdbwd_ms fwdbwd_TFLOP/s) above"
+    echo "PyTorch not found: our numbers only (T B fwd_ms fwd_TFLOP/s fwdbwd_ms fwdbwd_TFLOP/s, then the same with atomic dQ) above"
 fi

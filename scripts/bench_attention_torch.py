@@ -3,7 +3,8 @@ scripts/bench_attention.cu, and one table with our numbers beside them.
 
     python3 scripts/bench_attention_torch.py OURS_FILE T [T ...]
 
-OURS_FILE holds bench_attention's lines (T B fwd_ms fwd_tflops fwdbwd_ms fwdbwd_tflops). FLOPs are
+OURS_FILE holds bench_attention's lines (T B fwd_ms fwd_tflops fwdbwd_ms fwdbwd_tflops
+fwdbwd_atomic_ms fwdbwd_atomic_tflops). FLOPs are
 counted the same way: 4 B NH T^2 HS / 2 forward, 3.5 times that forward + backward; median of 15
 timed runs after 3 warm-up runs, CUDA events, random bf16 inputs.
 """
@@ -62,20 +63,23 @@ def main():
     with open(sys.argv[1]) as f:
         for line in f:
             fields = line.split()
-            if len(fields) == 6:
-                ours[int(fields[0])] = (float(fields[3]), float(fields[5]))
+            if len(fields) == 8:
+                ours[int(fields[0])] = (float(fields[3]), float(fields[5]), float(fields[7]))
     print(f"causal attention, {TOKENS} tokens per call, NH {NH}, HS {HS}, bf16, TFLOP/s "
           f"(fwd: 4*B*NH*T^2*HS/2 FLOPs, fwd+bwd: 3.5x), {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    print("ours f+b: deterministic dQ (the default); atomic: FLASH_ATTN_DETERMINISTIC=0")
     print(f"{'T':>6} {'B':>4} | {'ours fwd':>9} {'flash fwd':>9} {'cudnn fwd':>9} | "
-          f"{'ours f+b':>9} {'flash f+b':>9} {'cudnn f+b':>9} | {'ours/flash f+b':>14}")
+          f"{'ours f+b':>9} {'atomic':>9} {'flash f+b':>9} {'cudnn f+b':>9} | "
+          f"{'/flash':>6} {'atomic':>6} {'/cudnn':>6} {'atomic':>6}")
     for T in map(int, sys.argv[2:]):
         flash = torch_tflops(SDPBackend.FLASH_ATTENTION, T)
         cudnn = torch_tflops(SDPBackend.CUDNN_ATTENTION, T)
         mine = ours.get(T)
         cell = lambda r, i: f"{r[i]:9.1f}" if r else f"{'-':>9}"
-        ratio = f"{mine[1] / flash[1]:14.2f}" if mine and flash else f"{'-':>14}"
+        ratio = lambda i, ref: f"{mine[i] / ref[1]:6.2f}" if mine and ref else f"{'-':>6}"
         print(f"{T:>6} {TOKENS // T:>4} | {cell(mine, 0)} {cell(flash, 0)} {cell(cudnn, 0)} | "
-              f"{cell(mine, 1)} {cell(flash, 1)} {cell(cudnn, 1)} | {ratio}")
+              f"{cell(mine, 1)} {cell(mine, 2)} {cell(flash, 1)} {cell(cudnn, 1)} | "
+              f"{ratio(1, flash)} {ratio(2, flash)} {ratio(1, cudnn)} {ratio(2, cudnn)}")
 
 
 if __name__ == "__main__":

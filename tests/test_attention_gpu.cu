@@ -1,10 +1,11 @@
 // The GPU flash attention (kernels/cuda/attention_flash.cu) against the CPU flash reference
 // (kernels/cpu/attention_flash.c, fp32): O, (m, l), dQ, dK, dV on fresh random inputs for T in
 // {1, 7, 64, 65, 127, 1024, 1025, 4096}, several B and NH, head sizes 64, 32 and 128; in the BF16
-// build with both tile configurations (FLASH_ATTN_CONFIG=sm80 and sm86). GPU outputs are poisoned
-// with 0xFF bytes (NaN in fp32 and bf16) before every run, so an unwritten element fails, and every
-// case runs twice to check that the results are bit-identical. The seed is printed; TEST_SEED=n
-// repeats a run.
+// build with both tile configurations (FLASH_ATTN_CONFIG=sm80 and sm86), each with dQ from its own
+// kernel and summed by atomics (FLASH_ATTN_DETERMINISTIC=1 and 0). GPU outputs are poisoned with 0xFF
+// bytes (NaN in fp32 and bf16) before every run, so an unwritten element fails, and every case runs
+// twice to check that the results are bit-identical (with atomic dQ: all but dQ, and both runs' dQ
+// against the reference). The seed is printed; TEST_SEED=n repeats a run.
 //
 // The backward is checked on its own: the GPU and the CPU get the same inputs (the reference's O
 // rounded to floatX, its m and l), so an error of the forward cannot hide one of the backward.
@@ -159,6 +160,7 @@ static Problem make_problem(Case c, TestRng* rng) {
     p.d_dqkv = (floatX*)device_alloc(p.n_qkv * sizeof(floatX));
     p.d_saved = (float*)device_alloc(attention_saved_bytes(c.B, c.T, c.NH));
     p.d_saved_in = (float*)device_alloc(attention_saved_bytes(c.B, c.T, c.NH));
+    setenv("FLASH_ATTN_DETERMINISTIC", "0", 1); // the larger scratch: with the atomic dQ accumulator
     p.d_scratch = device_alloc(attention_scratch_bytes(c.B, c.T, p.C, c.NH));
     upload(p.d_qkv, p.qkv, p.n_qkv);
     upload(p.d_dout, p.dout, p.n_out);
@@ -228,31 +230,52 @@ static void check_results(const Problem* p, const Results* r, const char* label)
 
 static int same_bits(const float* a, const float* b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
 
+// Slots `from` .. 2 of every (3, C) row the same in a and b.
+static int same_slots(const float* a, const float* b, int from, int rows, int C) {
+    for (int r = 0; r < rows; r++)
+        if (!same_bits(a + ((size_t)r * 3 + from) * C, b + ((size_t)r * 3 + from) * C, (size_t)(3 - from) * C)) return 0;
+    return 1;
+}
+
 static void run_case(Case c, TestRng* rng) {
     Problem p = make_problem(c, rng);
     Results first = {host_floats(p.n_out), host_floats(2 * p.n_stat), host_floats(p.n_qkv)};
     Results second = {host_floats(p.n_out), host_floats(2 * p.n_stat), host_floats(p.n_qkv)};
 #if defined(PRECISION_BF16)
+    // FLASH_ATTN_CONFIG picks the tensor-core tiles, FLASH_ATTN_DETERMINISTIC how dQ is summed.
     const char* configs[] = {"sm80", "sm86"};
+    const char* dq_modes[] = {"1", "0"};
 #else
-    const char* configs[] = {"fp32"}; // FLASH_ATTN_CONFIG picks tensor-core tiles: not used in FP32
+    const char* configs[] = {"fp32"}; // neither variable is used in FP32
+    const char* dq_modes[] = {"1"};
 #endif
-    for (size_t k = 0; k < sizeof(configs) / sizeof(configs[0]); k++) {
-#if defined(PRECISION_BF16)
-        setenv("FLASH_ATTN_CONFIG", configs[k], 1);
-#endif
-        char label[96];
-        snprintf(label, sizeof(label), "B %d T %d NH %d HS %d qk %.0f %s", c.B, c.T, c.NH, c.HS, c.qk_range, configs[k]);
-        run_gpu(&first, &p);
-        check_results(&p, &first, label);
-        run_gpu(&second, &p);
-        char name[128];
-        snprintf(name, sizeof(name), "%s: deterministic", label);
-        const int same = same_bits(first.out, second.out, p.n_out) &&
-                         same_bits(first.saved, second.saved, 2 * p.n_stat) && same_bits(first.dqkv, second.dqkv, p.n_qkv);
-        test_check(same, name, "%s", same ? "two runs bit-identical" : "two runs differ");
-    }
+    for (size_t k = 0; k < sizeof(configs) / sizeof(configs[0]); k++)
+        for (size_t d = 0; d < sizeof(dq_modes) / sizeof(dq_modes[0]); d++) {
+            setenv("FLASH_ATTN_CONFIG", configs[k], 1);
+            setenv("FLASH_ATTN_DETERMINISTIC", dq_modes[d], 1);
+            const int atomic_dq = strcmp(dq_modes[d], "0") == 0;
+            char label[128];
+            snprintf(label, sizeof(label), "B %d T %d NH %d HS %d qk %.0f %s%s", c.B, c.T, c.NH, c.HS, c.qk_range,
+                     configs[k], atomic_dq ? " atomic dQ" : "");
+            run_gpu(&first, &p);
+            check_results(&p, &first, label);
+            run_gpu(&second, &p);
+            char name[160];
+            const int rows = c.B * c.T;
+            int same = same_bits(first.out, second.out, p.n_out) && same_bits(first.saved, second.saved, 2 * p.n_stat);
+            if (atomic_dq) { // dQ adds in another order on every run: checked again, the rest bit for bit
+                snprintf(name, sizeof(name), "%s (second run)", label);
+                check_results(&p, &second, name);
+                same = same && same_slots(first.dqkv, second.dqkv, 1, rows, p.C);
+                snprintf(name, sizeof(name), "%s: O, m, l, dK, dV deterministic", label);
+            } else {
+                same = same && same_bits(first.dqkv, second.dqkv, p.n_qkv);
+                snprintf(name, sizeof(name), "%s: deterministic", label);
+            }
+            test_check(same, name, "%s", same ? "two runs bit-identical" : "two runs differ");
+        }
     unsetenv("FLASH_ATTN_CONFIG");
+    unsetenv("FLASH_ATTN_DETERMINISTIC");
     Results* all[] = {&first, &second};
     for (int i = 0; i < 2; i++) {
         free(all[i]->out);

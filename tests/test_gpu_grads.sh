@@ -2,7 +2,8 @@
 # The whole model's loss and every gradient tensor of the CUDA builds against the CPU reference: one
 # forward + backward of a small GPT-2 on the first batch of tinyshakespeare from the same seed,
 # dumped by tests/dump_grads.c and compared tensor by tensor (loss and 16 gradients) for FP32 and
-# BF16, ATTN=naive and ATTN=flash (the BF16 flash build under both tile configurations). Per tensor:
+# BF16, ATTN=naive and ATTN=flash (the BF16 flash build under both tile configurations, and with
+# dQ summed by atomics, FLASH_ATTN_DETERMINISTIC=0). Per tensor:
 #   FP32: ||gpu - cpu|| / ||cpu|| <= 1e-5 and every element within 1e-4 of the tensor's largest |cpu|
 #   BF16: ||gpu - cpu|| / ||cpu|| <= 3e-2 and every element within 1e-1 of it (bf16 storage, see
 #         tests/dump_grads.c)
@@ -36,11 +37,11 @@ done
 MODEL=(--layers 2 --channels 96 --heads 3 --max-seq 80 -b 3 -t 67 --seed 1337)
 REF=$BUILD/model-cpu/tests/dump_grads_cpu
 "$REF" "$TOKENS" "${MODEL[@]}" -o "$WORK/cpu.bin" | tail -n 1
-# check NAME ATTN PRECISION [FLASH_ATTN_CONFIG]
+# check NAME ATTN PRECISION [FLASH_ATTN_CONFIG [FLASH_ATTN_DETERMINISTIC]]
 check() {
     local name=$1 bin
     bin=$(gpu_dir "$2" "$3")/tests/dump_grads
-    if ! FLASH_ATTN_CONFIG=${4:-} "$bin" "$TOKENS" "${MODEL[@]}" -o "$WORK/$name.bin" > "$WORK/$name.out" 2>&1; then
+    if ! FLASH_ATTN_CONFIG=${4:-} FLASH_ATTN_DETERMINISTIC=${5:-} "$bin" "$TOKENS" "${MODEL[@]}" -o "$WORK/$name.bin" > "$WORK/$name.out" 2>&1; then
         fail "$name: dump_grads failed: $(tail -n 3 "$WORK/$name.out")"
         return
     fi
@@ -57,4 +58,5 @@ check naive-BF16 naive BF16
 check flash-FP32 flash FP32
 check flash-BF16 flash BF16
 check flash-BF16-sm86-tiles flash BF16 sm86
+check flash-BF16-atomic-dQ flash BF16 "" 0
 [ $failed = 0 ] && echo "test_gpu_grads: all passed" || { echo "test_gpu_grads: FAILED"; exit 1; }

@@ -10,10 +10,15 @@
 // of query rows and loops over the key blocks, recomputing P and dP). dQ from a kernel of its own
 // costs two more tile products (S and dP recomputed: 7 instead of 5 per tile) but no atomics,
 // so every result is bit-identical from run to run, and no extra memory beyond D and lse.
+// BF16 only, FLASH_ATTN_DETERMINISTIC=0: the dK/dV kernel also adds each tile's dQ = dS K into an
+// fp32 buffer (B, T, C) with atomics, and a last kernel converts it: 5 tile products, 4 bytes per
+// activation of scratch, and dQ's sums in a different order on every run. Measured on an H200
+// (d12 shapes, 64K tokens): backward 3% slower at T = 1024, 11% faster at T = 16384.
 //
 // BF16 build: tensor cores through mma.sync m16n8k16 (bf16 in, fp32 accumulate), ldmatrix from
 // shared memory rows padded by 16 bytes (conflict-free for ldmatrix and cp.async), cp.async double
-// buffering; Q, K, V are read straight from the qkv buffer. Head sizes 32, 64 and 128. Tile shapes
+// buffering with one barrier per streamed tile; Q, K, V are read straight from the qkv buffer.
+// Head sizes 32, 64 and 128. Tile shapes
 // come in two configurations picked at launch from the GPU (sm80 for A100/H100/H200, sm86 for
 // RTX 3090/4090 class GPUs with 100 KB of shared memory per SM; every block stays under 99 KB);
 // FLASH_ATTN_CONFIG=sm80|sm86 forces one on any GPU.
@@ -30,15 +35,30 @@
 
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
+#define DETERMINISTIC_DEFAULT true
 
 size_t attention_saved_bytes(int B, int T, int NH) { return 2 * (size_t)B * NH * T * sizeof(float); }
 
-// D (B, NH, T) floats; the BF16 path also keeps lse in log2 units (B, NH, T) after it.
-size_t attention_scratch_bytes(int B, int T, int C, int NH) {
-    (void)C;
 #if defined(PRECISION_BF16)
-    return 2 * (size_t)B * NH * T * sizeof(float);
+// BF16: dQ comes from a kernel of its own, deterministic (FLASH_ATTN_DETERMINISTIC=1), or from the
+// dK/dV kernel by float atomics (=0), which is faster but adds in a different order on every run.
+static bool deterministic_dq(void) {
+    const char* value = getenv("FLASH_ATTN_DETERMINISTIC");
+    if (!value || !value[0]) return DETERMINISTIC_DEFAULT;
+    if (strcmp(value, "1") == 0) return true;
+    if (strcmp(value, "0") == 0) return false;
+    fatal("FLASH_ATTN_DETERMINISTIC=%s: use 1 (dQ from its own kernel, identical on every run) or 0 (dQ by "
+          "atomics, faster, not bit-identical from run to run)", value);
+}
+#endif
+
+// D (B, NH, T) floats; the BF16 path also keeps lse in log2 units (B, NH, T) after it, and with
+// atomic dQ a float accumulator (B, T, C) before both.
+size_t attention_scratch_bytes(int B, int T, int C, int NH) {
+#if defined(PRECISION_BF16)
+    return 2 * (size_t)B * NH * T * sizeof(float) + (deterministic_dq() ? 0 : (size_t)B * T * C * sizeof(float));
 #else
+    (void)C;
     return (size_t)B * NH * T * sizeof(float);
 #endif
 }
@@ -52,20 +72,28 @@ static void check_shapes(int B, int T, int C, int NH) {
     }
 }
 
-// D_i = rowsum(dO_i * O_i) and, if lse2 is not NULL, lse2_i = m_i * log2(e) + log2(l_i), one warp
-// per row. The rows are enumerated in the order of `out` (B, T, NH), so a warp reads one contiguous
-// head vector.
+// D_i = rowsum(dO_i * O_i) and, if lse2 is not NULL, lse2_i = m_i * log2(e) + log2(l_i). LANES
+// threads per row, each loading VEC elements at a time (16 bytes in the BF16 build: one lane per
+// element was latency-bound at a fifth of the memory bandwidth). The rows are enumerated in the
+// order of `out` (B, T, NH), so the lanes of a row read one contiguous head vector.
+template <int VEC, int LANES>
 __global__ void flash_backward_prepare_kernel(float* D, float* lse2, const floatX* dout, const floatX* out,
                                               const float* m, const float* l, int B, int T, int NH, int HS) {
-    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (row >= B * T * NH) return;
-    const int h = row % NH, t = row / NH % T, b = row / NH / T;
-    const floatX* o = out + (size_t)row * HS;
-    const floatX* d_o = dout + (size_t)row * HS;
+    struct alignas(VEC * sizeof(floatX)) Pack { floatX v[VEC]; };
+    const size_t thread = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t row = thread / LANES;
+    const int part = (int)(thread % LANES);
+    const bool valid = row < (size_t)B * T * NH; // every lane stays for the shuffles below
     float sum = 0.0f;
-    for (int d = lane; d < HS; d += 32) sum += (float)d_o[d] * (float)o[d];
-    sum = warp_sum(sum);
-    if (lane == 0) {
+    for (int d = part * VEC; valid && d < HS; d += LANES * VEC) {
+        const Pack o = *(const Pack*)(out + row * HS + d), d_o = *(const Pack*)(dout + row * HS + d);
+#pragma unroll
+        for (int k = 0; k < VEC; k++) sum += (float)d_o.v[k] * (float)o.v[k];
+    }
+#pragma unroll
+    for (int offset = LANES / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffff, sum, offset);
+    if (valid && part == 0) {
+        const int h = (int)(row % NH), t = (int)(row / NH % T), b = (int)(row / NH / T);
         const size_t i = ((size_t)b * NH + h) * T + t;
         D[i] = sum;
         if (lse2) lse2[i] = m[i] * LOG2E + log2f(l[i]);
@@ -74,9 +102,17 @@ __global__ void flash_backward_prepare_kernel(float* D, float* lse2, const float
 
 static void flash_backward_prepare(float* D, float* lse2, const floatX* dout, const floatX* out,
                                    const float* m, const float* l, int B, int T, int NH, int HS) {
-    const int rows = B * T * NH, warps_per_block = 8;
-    flash_backward_prepare_kernel<<<ceil_div(rows, warps_per_block), warps_per_block * 32>>>(
-        D, lse2, dout, out, m, l, B, T, NH, HS);
+    const size_t rows = (size_t)B * T * NH;
+#if defined(PRECISION_BF16) // HS is 32, 64 or 128 and the buffers 16-byte aligned (check_bf16_inputs)
+    constexpr int VEC = 8;
+    auto kernel = HS == 32 ? flash_backward_prepare_kernel<VEC, 4>
+                           : HS == 64 ? flash_backward_prepare_kernel<VEC, 8> : flash_backward_prepare_kernel<VEC, 16>;
+    const int lanes = HS / VEC;
+#else // any HS: one element at a time, a warp per row
+    auto kernel = flash_backward_prepare_kernel<1, 32>;
+    const int lanes = 32;
+#endif
+    kernel<<<ceil_div(rows * lanes, 256), 256>>>(D, lse2, dout, out, m, l, B, T, NH, HS);
     launchCheck();
 }
 
@@ -200,12 +236,30 @@ __device__ __forceinline__ void warp_gemm_a_bt(float acc[M_TILES][COLS / 8][4], 
     }
 }
 
+// acc (16 M_TILES x NCOLS) += A (16 M_TILES x 16, fragments) times rows k0 .. k0 + 15, columns
+// n0 .. n0 + NCOLS - 1 of a row-major (rows x HS) tile; ldmatrix.trans turns the tile's rows into
+// column fragments.
+template <int M_TILES, int HS, int NCOLS>
+__device__ __forceinline__ void mma_a_tile_rows(float acc[M_TILES][NCOLS / 8][4], const uint32_t a[M_TILES][4],
+                                                const floatX* b_tile, int k0, int n0) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int np = 0; np < NCOLS / 16; np++) {
+        uint32_t b[4]; // (rows 0-7, cols 0-7), (rows 8-15, cols 0-7), (rows 0-7, cols 8-15), (rows 8-15, cols 8-15)
+        ldmatrix_x4_trans(b, b_tile + (k0 + lane / 8 % 2 * 8 + lane % 8) * smem_stride<HS>() + n0 + np * 16 + lane / 16 * 8);
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; mt++) {
+            mma_16816(acc[mt][2 * np], a[mt], b[0], b[1]);
+            mma_16816(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+        }
+    }
+}
+
 // acc (16 M_TILES x HS) += P (16 M_TILES x COLS, accumulator layout, rounded to bf16) B, B a
-// (COLS x HS) row-major tile: O += P V. ldmatrix.trans turns B's rows into column fragments.
+// (COLS x HS) row-major tile: O += P V.
 template <int M_TILES, int HS, int COLS>
 __device__ __forceinline__ void warp_gemm_c_b(float acc[M_TILES][HS / 8][4], const float p[M_TILES][COLS / 8][4],
                                               const floatX* b_tile) {
-    const int lane = threadIdx.x % 32;
 #pragma unroll
     for (int k = 0; k < COLS / 16; k++) {
         uint32_t a[M_TILES][4];
@@ -216,17 +270,23 @@ __device__ __forceinline__ void warp_gemm_c_b(float acc[M_TILES][HS / 8][4], con
             a[mt][2] = pack_bf16(p[mt][2 * k + 1][0], p[mt][2 * k + 1][1]);
             a[mt][3] = pack_bf16(p[mt][2 * k + 1][2], p[mt][2 * k + 1][3]);
         }
-#pragma unroll
-        for (int np = 0; np < HS / 16; np++) {
-            uint32_t b[4]; // (rows 0-7, cols 0-7), (rows 8-15, cols 0-7), (rows 0-7, cols 8-15), (rows 8-15, cols 8-15)
-            ldmatrix_x4_trans(b, b_tile + (k * 16 + lane / 8 % 2 * 8 + lane % 8) * smem_stride<HS>() + np * 16 + lane / 16 * 8);
-#pragma unroll
-            for (int mt = 0; mt < M_TILES; mt++) {
-                mma_16816(acc[mt][2 * np], a[mt], b[0], b[1]);
-                mma_16816(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
-            }
-        }
+        mma_a_tile_rows<M_TILES, HS, HS>(acc, a, b_tile, k * 16, 0);
     }
+}
+
+// Sets the elements of a warp's (16 M_TILES x COLS) score accumulator to -inf where hidden(row, col)
+// (tile-relative), so exp2 makes them 0. Called only for the tiles that need a mask, which keeps the
+// compare and select out of the other tiles' inner loops.
+template <int M_TILES, int COLS, class Hidden>
+__device__ __forceinline__ void mask_scores(float s[M_TILES][COLS / 8][4], Hidden hidden) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+        for (int nt = 0; nt < COLS / 8; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                if (hidden(mt * 16 + lane / 4 + i / 2 * 8, nt * 8 + lane % 4 * 2 + i % 2)) s[mt][nt][i] = -INFINITY;
 }
 
 // Writes a warp's (16 M_TILES x HS) accumulator times `scale` as bf16 into rows row0.. (< T) of a
@@ -250,32 +310,37 @@ __device__ __forceinline__ void store_rows(floatX* dst, const float acc[M_TILES]
 }
 
 // ---- tile configurations -------------------------------------------------------------------
-// ROWS = 16 * WARPS * M_TILES rows per block; COLS columns per streamed tile. Shared memory,
-// HS 64 (rows of 144 bytes): forward (ROWS + 4 COLS) rows, dK/dV and dQ (2 ROWS + 4 COLS) rows.
-// HS 128 halves COLS and uses 4 warps everywhere so every kernel stays under 99 KB and 255
-// registers per thread.
+// ROWS = 16 * WARPS * M_TILES rows per block; COLS columns per streamed tile, in STAGES buffers.
+// Shared memory, HS 64 (rows of 144 bytes), 2 stages: forward (ROWS + 4 COLS) rows, dK/dV and dQ
+// (2 ROWS + 4 COLS) rows; the atomic-dQ dK/dV kernel adds dS^T (ROWS x (COLS + 8) bf16), 93 KB at
+// 8 warps. HS 128 halves COLS and uses 4 warps everywhere so every kernel stays under 99 KB and
+// 255 registers per thread.
 // Measured on an H200 (T 1024 to 16384): forward 4 warps x 32 rows beat 8 x 32 and 4 x 16 by 5 to
-// 15%; dK/dV blocks of 4 warps beat 8 by 2 to 5% (two blocks per SM overlap each other's barriers);
-// dQ blocks of 8 warps lost 5 to 8% to 4.
+// 15%, and 64 columns beat 128 (which spills, 9 to 16% slower; 2% slower with Q reloaded from
+// shared memory instead); dK/dV blocks of 4 warps beat 8 by 2 to 5% (two blocks per SM overlap
+// each other's barriers), but with atomic dQ 8 warps win by 3% (half the atomics); dQ blocks of 8
+// warps lost 5 to 8% to 4; 3 stages were no faster than 2.
 struct TilesSm80 { // A100, H100, H200: 228 KB of shared memory and 64K registers per SM
-    static constexpr int FWD_WARPS = 4, FWD_M_TILES = 2, DKV_WARPS = 4, DQ_WARPS = 4;
+    static constexpr int FWD_WARPS = 4, FWD_M_TILES = 2, DKV_WARPS = 4, DQ_WARPS = 4, ATOMIC_DKV_WARPS = 8;
+    static constexpr int STAGES = 2;
 };
 struct TilesSm86 { // RTX 3090/4090: 100 KB per SM; 16-row warps keep the forward at 46 KB, two blocks per SM
-    static constexpr int FWD_WARPS = 4, FWD_M_TILES = 1, DKV_WARPS = 4, DQ_WARPS = 4;
+    static constexpr int FWD_WARPS = 4, FWD_M_TILES = 1, DKV_WARPS = 4, DQ_WARPS = 4, ATOMIC_DKV_WARPS = 8;
+    static constexpr int STAGES = 2;
 };
 template <int HS> constexpr int tile_cols() { return HS > 64 ? 32 : 64; }
 template <int HS> constexpr int warps_for(int warps) { return HS > 64 ? 4 : warps; }
 template <int HS> constexpr int m_tiles_for(int m_tiles) { return HS > 64 ? 1 : m_tiles; }
 
 // ---- forward --------------------------------------------------------------------------------
-template <int HS, int WARPS, int M_TILES, int COLS>
+template <int HS, int WARPS, int M_TILES, int COLS, int STAGES>
 __global__ void __launch_bounds__(WARPS * 32)
     flash_forward_kernel(floatX* out, float* m_out, float* l_out, const floatX* qkv, int T, int NH) {
     constexpr int ROWS = 16 * WARPS * M_TILES, THREADS = 32 * WARPS, STRIDE = smem_stride<HS>();
     extern __shared__ __align__(16) unsigned char smem[];
     floatX* q_tile = (floatX*)smem;
-    floatX* k_tiles = q_tile + ROWS * STRIDE; // two stages each
-    floatX* v_tiles = k_tiles + 2 * COLS * STRIDE;
+    floatX* k_tiles = q_tile + ROWS * STRIDE; // STAGES stages each
+    floatX* v_tiles = k_tiles + STAGES * COLS * STRIDE;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int C = NH * HS, b = blockIdx.y / NH, h = blockIdx.y % NH;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * ROWS; // the longest rows start first
@@ -284,13 +349,18 @@ __global__ void __launch_bounds__(WARPS * 32)
     const floatX* k_src = q_src + C;
     const floatX* v_src = q_src + 2 * C;
     const int num_tiles = (min(q0 + ROWS, T) + COLS - 1) / COLS; // tiles above the diagonal skipped
+    auto load_kv_tile = [&](int tile) { // one commit group per tile, empty past the last
+        if (tile < num_tiles) {
+            const int stage = tile % STAGES;
+            load_tile_async<COLS, HS, THREADS>(k_tiles + stage * COLS * STRIDE, k_src, tile * COLS, T, stride);
+            load_tile_async<COLS, HS, THREADS>(v_tiles + stage * COLS * STRIDE, v_src, tile * COLS, T, stride);
+        }
+        cp_async_commit();
+    };
 
-    load_tile_async<ROWS, HS, THREADS>(q_tile, q_src, q0, T, stride);
-    cp_async_commit();
-    load_tile_async<COLS, HS, THREADS>(k_tiles, k_src, 0, T, stride);
-    load_tile_async<COLS, HS, THREADS>(v_tiles, v_src, 0, T, stride);
-    cp_async_commit();
-    cp_async_wait<1>();
+    load_tile_async<ROWS, HS, THREADS>(q_tile, q_src, q0, T, stride); // in the first tile's group
+    for (int tile = 0; tile < STAGES - 1; tile++) load_kv_tile(tile);
+    cp_async_wait<STAGES - 2>();
     __syncthreads();
     const int r0 = q0 + warp * 16 * M_TILES; // this warp's first query row
     uint32_t q_frag[M_TILES][HS / 16][4];
@@ -308,37 +378,26 @@ __global__ void __launch_bounds__(WARPS * 32)
         }
 
     for (int tile = 0; tile < num_tiles; tile++) {
-        if (tile + 1 < num_tiles) { // prefetch the next K/V tile into the other stage
-            const int stage = (tile + 1) % 2;
-            load_tile_async<COLS, HS, THREADS>(k_tiles + stage * COLS * STRIDE, k_src, (tile + 1) * COLS, T, stride);
-            load_tile_async<COLS, HS, THREADS>(v_tiles + stage * COLS * STRIDE, v_src, (tile + 1) * COLS, T, stride);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
+        cp_async_wait<STAGES - 2>(); // this tile has arrived,
+        __syncthreads();             // and every warp is done with the previous one, whose stage
+        load_kv_tile(tile + STAGES - 1); // takes the tile STAGES - 1 ahead
         const int c0 = tile * COLS;
         // Tile 0 holds key 0, which every row sees, so every running max is finite after it.
         if (c0 <= r0 + 16 * M_TILES - 1) { // some key of the tile is visible to some row of the warp
-            const floatX* k_tile = k_tiles + tile % 2 * COLS * STRIDE;
-            const floatX* v_tile = v_tiles + tile % 2 * COLS * STRIDE;
+            const floatX* k_tile = k_tiles + tile % STAGES * COLS * STRIDE;
+            const floatX* v_tile = v_tiles + tile % STAGES * COLS * STRIDE;
             float s[M_TILES][COLS / 8][4];
             warp_gemm_a_bt<M_TILES, HS, COLS>(s, q_frag, k_tile);
-            const bool diagonal = c0 + COLS - 1 > r0;
+            if (c0 + COLS - 1 > r0) mask_scores<M_TILES, COLS>(s, [&](int row, int col) { return c0 + col > r0 + row; });
 #pragma unroll
             for (int mt = 0; mt < M_TILES; mt++)
 #pragma unroll
                 for (int half = 0; half < 2; half++) {
-                    const int row = r0 + mt * 16 + lane / 4 + half * 8;
                     float tile_max = -INFINITY; // of the unscaled scores
 #pragma unroll
                     for (int nt = 0; nt < COLS / 8; nt++)
 #pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            if (diagonal && c0 + nt * 8 + lane % 4 * 2 + e > row) s[mt][nt][2 * half + e] = -INFINITY; // causal mask
-                            tile_max = fmaxf(tile_max, s[mt][nt][2 * half + e]);
-                        }
+                        for (int e = 0; e < 2; e++) tile_max = fmaxf(tile_max, s[mt][nt][2 * half + e]);
                     tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 1));
                     tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 2));
                     // Online softmax: move the row to the new max and rescale what was summed.
@@ -363,7 +422,6 @@ __global__ void __launch_bounds__(WARPS * 32)
                 }
             warp_gemm_c_b<M_TILES, HS, COLS>(o_acc, s, v_tile);
         }
-        __syncthreads(); // the stage just read is overwritten by the next prefetch
     }
 
     float inv_l[M_TILES][2];
@@ -385,22 +443,51 @@ __global__ void __launch_bounds__(WARPS * 32)
     store_rows<M_TILES, HS>(out + (size_t)b * T * C + h * HS, o_acc, inv_l, r0, T, C);
 }
 
-// ---- backward: dK and dV -------------------------------------------------------------------
+// Adds a warp's (16 x NCOLS) accumulator to rows row0 .. (< T), columns col0 .. of a float matrix
+// whose rows are `stride` floats apart, with float atomics (pairs in one instruction on sm_90).
+template <int NCOLS>
+__device__ __forceinline__ void atomic_add_rows(float* dst, const float acc[NCOLS / 8][4], int row0, int col0, int T,
+                                                size_t stride) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int row = row0 + lane / 4 + half * 8;
+        if (row >= T) continue;
+#pragma unroll
+        for (int nt = 0; nt < NCOLS / 8; nt++) {
+            float* p = dst + (size_t)row * stride + col0 + nt * 8 + lane % 4 * 2;
+#if __CUDA_ARCH__ >= 900
+            atomicAdd((float2*)p, make_float2(acc[nt][2 * half], acc[nt][2 * half + 1]));
+#else
+            atomicAdd(p, acc[nt][2 * half]);
+            atomicAdd(p + 1, acc[nt][2 * half + 1]);
+#endif
+        }
+    }
+}
+
+// ---- backward: dK and dV (and dQ by atomics) -----------------------------------------------
 // Each block owns ROWS key rows (16 per warp) with K and V as A fragments in registers, streams
 // (Q, dO, lse, D) tiles of COLS queries from its diagonal to the end, and accumulates
 // dV = P^T dO and dK = scale dS^T Q in registers, working on the transposed scores S^T = K Q^T.
-template <int HS, int WARPS, int COLS>
+// ATOMIC_DQ: the block also writes dS^T to shared memory, and its warps add the tile's
+// dQ = dS K (COLS x HS, unscaled) into the fp32 buffer dq_accum (B, T, C) with atomics.
+template <int HS, int WARPS, int COLS, int STAGES, bool ATOMIC_DQ>
 __global__ void __launch_bounds__(WARPS * 32)
-    flash_backward_dkv_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse2,
+    flash_backward_dkv_kernel(floatX* dqkv, float* dq_accum, const floatX* dout, const floatX* qkv, const float* lse2,
                               const float* D, int T, int NH) {
     constexpr int ROWS = 16 * WARPS, THREADS = 32 * WARPS, STRIDE = smem_stride<HS>();
+    // dQ tile work: each of the COLS / 16 query m-tiles is split over SPLIT warps by head dimension.
+    constexpr int DQ_MTILES = COLS / 16, SPLIT = WARPS / DQ_MTILES, DQ_DIMS = HS / SPLIT, DS_STRIDE = COLS + 8;
+    static_assert(!ATOMIC_DQ || (WARPS % DQ_MTILES == 0 && DQ_DIMS % 16 == 0), "dQ tile split");
     extern __shared__ __align__(16) unsigned char smem[];
     floatX* k_tile = (floatX*)smem;
     floatX* v_tile = k_tile + ROWS * STRIDE;
-    floatX* q_tiles = v_tile + ROWS * STRIDE; // two stages each
-    floatX* do_tiles = q_tiles + 2 * COLS * STRIDE;
-    float* lse_tiles = (float*)(do_tiles + 2 * COLS * STRIDE);
-    float* d_tiles = lse_tiles + 2 * COLS;
+    floatX* q_tiles = v_tile + ROWS * STRIDE; // STAGES stages each
+    floatX* do_tiles = q_tiles + STAGES * COLS * STRIDE;
+    float* lse_tiles = (float*)(do_tiles + STAGES * COLS * STRIDE);
+    float* d_tiles = lse_tiles + STAGES * COLS;
+    floatX* ds_tile = (floatX*)(d_tiles + STAGES * COLS); // ATOMIC_DQ: dS^T, ROWS x COLS
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int C = NH * HS, b = blockIdx.y / NH, h = blockIdx.y % NH;
     const int k0 = blockIdx.x * ROWS; // the first key blocks see the most queries: they start first
@@ -413,19 +500,21 @@ __global__ void __launch_bounds__(WARPS * 32)
     const float* d_src = D + ((size_t)b * NH + h) * T;
     const int first_tile = k0 / COLS, num_tiles = (T + COLS - 1) / COLS; // tiles above the diagonal skipped
 
-    load_tile_async<ROWS, HS, THREADS>(k_tile, k_src, k0, T, stride);
-    load_tile_async<ROWS, HS, THREADS>(v_tile, v_src, k0, T, stride);
-    cp_async_commit();
-    auto load_query_tile = [&](int tile) {
-        const int stage = tile % 2, c0 = tile * COLS;
-        load_tile_async<COLS, HS, THREADS>(q_tiles + stage * COLS * STRIDE, q_src, c0, T, stride);
-        load_tile_async<COLS, HS, THREADS>(do_tiles + stage * COLS * STRIDE, do_src, c0, T, C);
-        load_vector_async<COLS, THREADS>(lse_tiles + stage * COLS, lse_src, c0, T);
-        load_vector_async<COLS, THREADS>(d_tiles + stage * COLS, d_src, c0, T);
+    auto load_query_tile = [&](int tile) { // one commit group per tile, empty past the last
+        if (tile < num_tiles) {
+            const int stage = tile % STAGES, c0 = tile * COLS;
+            load_tile_async<COLS, HS, THREADS>(q_tiles + stage * COLS * STRIDE, q_src, c0, T, stride);
+            load_tile_async<COLS, HS, THREADS>(do_tiles + stage * COLS * STRIDE, do_src, c0, T, C);
+            load_vector_async<COLS, THREADS>(lse_tiles + stage * COLS, lse_src, c0, T);
+            load_vector_async<COLS, THREADS>(d_tiles + stage * COLS, d_src, c0, T);
+        }
         cp_async_commit();
     };
-    load_query_tile(first_tile);
-    cp_async_wait<1>();
+
+    load_tile_async<ROWS, HS, THREADS>(k_tile, k_src, k0, T, stride); // in the first tile's group
+    load_tile_async<ROWS, HS, THREADS>(v_tile, v_src, k0, T, stride);
+    for (int tile = first_tile; tile < first_tile + STAGES - 1; tile++) load_query_tile(tile);
+    cp_async_wait<STAGES - 2>();
     __syncthreads();
     const int r0 = k0 + warp * 16; // this warp's first key row
     uint32_t k_frag[1][HS / 16][4], v_frag[1][HS / 16][4];
@@ -435,30 +524,26 @@ __global__ void __launch_bounds__(WARPS * 32)
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * LOG2E;
     float dk_acc[1][HS / 8][4] = {}, dv_acc[1][HS / 8][4] = {};
     for (int tile = first_tile; tile < num_tiles; tile++) {
-        if (tile + 1 < num_tiles) {
-            load_query_tile(tile + 1);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        cp_async_wait<STAGES - 2>(); // as in the forward: one barrier per tile
         __syncthreads();
-        const int c0 = tile * COLS, stage = tile % 2;
+        load_query_tile(tile + STAGES - 1);
+        const int c0 = tile * COLS, stage = tile % STAGES;
         if (c0 + COLS - 1 >= r0) { // some query of the tile sees some key of the warp
             const floatX* q_tile = q_tiles + stage * COLS * STRIDE;
             const floatX* do_tile = do_tiles + stage * COLS * STRIDE;
             const float* lse_tile = lse_tiles + stage * COLS;
             const float* d_tile = d_tiles + stage * COLS;
-            // Masked: queries before the key (diagonal tiles) and queries at or past T (last tile).
-            const bool needs_mask = c0 < r0 + 15 || c0 + COLS > T;
             float p[1][COLS / 8][4];
             warp_gemm_a_bt<1, HS, COLS>(p, k_frag, q_tile);
+            // Masked: queries before the key (diagonal tiles) and queries at or past T (last tile).
+            if (c0 < r0 + 15 || c0 + COLS > T)
+                mask_scores<1, COLS>(p, [&](int key, int col) { return c0 + col < r0 + key || c0 + col >= T; });
 #pragma unroll
             for (int nt = 0; nt < COLS / 8; nt++)
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
-                    const int key = r0 + lane / 4 + i / 2 * 8, col = nt * 8 + lane % 4 * 2 + i % 2;
-                    const bool masked = needs_mask && (c0 + col < key || c0 + col >= T);
-                    p[0][nt][i] = masked ? 0.0f : fast_exp2(p[0][nt][i] * scale_log2 - lse_tile[col]);
+                    const int col = nt * 8 + lane % 4 * 2 + i % 2;
+                    p[0][nt][i] = fast_exp2(p[0][nt][i] * scale_log2 - lse_tile[col]);
                 }
             warp_gemm_c_b<1, HS, COLS>(dv_acc, p, do_tile); // dV += P^T dO
             float ds[1][COLS / 8][4];
@@ -468,8 +553,29 @@ __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
                 for (int i = 0; i < 4; i++) ds[0][nt][i] = p[0][nt][i] * (ds[0][nt][i] - d_tile[nt * 8 + lane % 4 * 2 + i % 2]);
             warp_gemm_c_b<1, HS, COLS>(dk_acc, ds, q_tile); // dK += dS^T Q (scaled at the end)
+            if constexpr (ATOMIC_DQ) {
+#pragma unroll
+                for (int nt = 0; nt < COLS / 8; nt++)
+#pragma unroll
+                    for (int half = 0; half < 2; half++)
+                        *(uint32_t*)(ds_tile + (warp * 16 + lane / 4 + half * 8) * DS_STRIDE + nt * 8 + lane % 4 * 2) =
+                            pack_bf16(ds[0][nt][2 * half], ds[0][nt][2 * half + 1]);
+            }
         }
-        __syncthreads(); // the stage just read is overwritten by the next prefetch
+        if constexpr (ATOMIC_DQ) {
+            // The warps whose keys some query of the tile sees are a prefix: dQ = dS K over their keys.
+            const int key_steps = min(WARPS, (c0 + COLS - 1 - k0) / 16 + 1);
+            __syncthreads();
+            const int mq = warp % DQ_MTILES, d0 = warp / DQ_MTILES * DQ_DIMS;
+            float dq_acc[1][DQ_DIMS / 8][4] = {};
+            for (int ks = 0; ks < key_steps; ks++) {
+                // A fragment of dS (queries x keys) from the stored dS^T (keys x queries), transposed.
+                uint32_t a[1][4];
+                ldmatrix_x4_trans(a[0], ds_tile + (ks * 16 + lane / 16 * 8 + lane % 8) * DS_STRIDE + mq * 16 + lane / 8 % 2 * 8);
+                mma_a_tile_rows<1, HS, DQ_DIMS>(dq_acc, a, k_tile, ks * 16, d0);
+            }
+            atomic_add_rows<DQ_DIMS>(dq_accum + (size_t)b * T * C + h * HS, dq_acc[0], c0 + mq * 16, d0, T, C);
+        } // dS^T is written again after the next tile's barrier
     }
     const float k_scale[1][2] = {{scale, scale}}, v_scale[1][2] = {{1.0f, 1.0f}};
     store_rows<1, HS>(dqkv + (size_t)b * T * stride + C + h * HS, dk_acc, k_scale, r0, T, stride);
@@ -479,7 +585,7 @@ __global__ void __launch_bounds__(WARPS * 32)
 // ---- backward: dQ --------------------------------------------------------------------------
 // Each block owns ROWS query rows (16 per warp) with Q and dO as A fragments, streams the K/V
 // tiles at or below the diagonal, recomputes P and dP, and accumulates dQ = scale dS K.
-template <int HS, int WARPS, int COLS>
+template <int HS, int WARPS, int COLS, int STAGES>
 __global__ void __launch_bounds__(WARPS * 32)
     flash_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse2,
                              const float* D, int T, int NH) {
@@ -487,8 +593,8 @@ __global__ void __launch_bounds__(WARPS * 32)
     extern __shared__ __align__(16) unsigned char smem[];
     floatX* q_tile = (floatX*)smem;
     floatX* do_tile = q_tile + ROWS * STRIDE;
-    floatX* k_tiles = do_tile + ROWS * STRIDE; // two stages each
-    floatX* v_tiles = k_tiles + 2 * COLS * STRIDE;
+    floatX* k_tiles = do_tile + ROWS * STRIDE; // STAGES stages each
+    floatX* v_tiles = k_tiles + STAGES * COLS * STRIDE;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int C = NH * HS, b = blockIdx.y / NH, h = blockIdx.y % NH;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * ROWS; // the longest rows start first
@@ -497,14 +603,19 @@ __global__ void __launch_bounds__(WARPS * 32)
     const floatX* k_src = q_src + C;
     const floatX* v_src = q_src + 2 * C;
     const int num_tiles = (min(q0 + ROWS, T) + COLS - 1) / COLS;
+    auto load_kv_tile = [&](int tile) { // one commit group per tile, empty past the last
+        if (tile < num_tiles) {
+            const int stage = tile % STAGES;
+            load_tile_async<COLS, HS, THREADS>(k_tiles + stage * COLS * STRIDE, k_src, tile * COLS, T, stride);
+            load_tile_async<COLS, HS, THREADS>(v_tiles + stage * COLS * STRIDE, v_src, tile * COLS, T, stride);
+        }
+        cp_async_commit();
+    };
 
-    load_tile_async<ROWS, HS, THREADS>(q_tile, q_src, q0, T, stride);
+    load_tile_async<ROWS, HS, THREADS>(q_tile, q_src, q0, T, stride); // in the first tile's group
     load_tile_async<ROWS, HS, THREADS>(do_tile, dout + (size_t)b * T * C + h * HS, q0, T, C);
-    cp_async_commit();
-    load_tile_async<COLS, HS, THREADS>(k_tiles, k_src, 0, T, stride);
-    load_tile_async<COLS, HS, THREADS>(v_tiles, v_src, 0, T, stride);
-    cp_async_commit();
-    cp_async_wait<1>();
+    for (int tile = 0; tile < STAGES - 1; tile++) load_kv_tile(tile);
+    cp_async_wait<STAGES - 2>();
     __syncthreads();
     const int r0 = q0 + warp * 16;
     uint32_t q_frag[1][HS / 16][4], do_frag[1][HS / 16][4];
@@ -522,30 +633,20 @@ __global__ void __launch_bounds__(WARPS * 32)
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * LOG2E;
     float dq_acc[1][HS / 8][4] = {};
     for (int tile = 0; tile < num_tiles; tile++) {
-        if (tile + 1 < num_tiles) {
-            const int stage = (tile + 1) % 2;
-            load_tile_async<COLS, HS, THREADS>(k_tiles + stage * COLS * STRIDE, k_src, (tile + 1) * COLS, T, stride);
-            load_tile_async<COLS, HS, THREADS>(v_tiles + stage * COLS * STRIDE, v_src, (tile + 1) * COLS, T, stride);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        cp_async_wait<STAGES - 2>(); // as in the forward: one barrier per tile
         __syncthreads();
+        load_kv_tile(tile + STAGES - 1);
         const int c0 = tile * COLS;
         if (c0 <= r0 + 15) {
-            const floatX* k_tile = k_tiles + tile % 2 * COLS * STRIDE;
-            const floatX* v_tile = v_tiles + tile % 2 * COLS * STRIDE;
-            const bool diagonal = c0 + COLS - 1 > r0;
+            const floatX* k_tile = k_tiles + tile % STAGES * COLS * STRIDE;
+            const floatX* v_tile = v_tiles + tile % STAGES * COLS * STRIDE;
             float p[1][COLS / 8][4];
             warp_gemm_a_bt<1, HS, COLS>(p, q_frag, k_tile);
+            if (c0 + COLS - 1 > r0) mask_scores<1, COLS>(p, [&](int row, int col) { return c0 + col > r0 + row; });
 #pragma unroll
             for (int nt = 0; nt < COLS / 8; nt++)
 #pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const int row = r0 + lane / 4 + i / 2 * 8, key = c0 + nt * 8 + lane % 4 * 2 + i % 2;
-                    p[0][nt][i] = diagonal && key > row ? 0.0f : fast_exp2(p[0][nt][i] * scale_log2 - row_lse[i / 2]);
-                }
+                for (int i = 0; i < 4; i++) p[0][nt][i] = fast_exp2(p[0][nt][i] * scale_log2 - row_lse[i / 2]);
             float ds[1][COLS / 8][4];
             warp_gemm_a_bt<1, HS, COLS>(ds, do_frag, v_tile); // dP = dO V^T
 #pragma unroll
@@ -554,10 +655,22 @@ __global__ void __launch_bounds__(WARPS * 32)
                 for (int i = 0; i < 4; i++) ds[0][nt][i] = p[0][nt][i] * (ds[0][nt][i] - row_d[i / 2]);
             warp_gemm_c_b<1, HS, COLS>(dq_acc, ds, k_tile); // dQ += dS K (scaled at the end)
         }
-        __syncthreads();
     }
     const float q_scale[1][2] = {{scale, scale}};
     store_rows<1, HS>(dqkv + (size_t)b * T * stride + h * HS, dq_acc, q_scale, r0, T, stride);
+}
+
+// dQ (the first third of each dqkv row) = scale * dq_accum (B, T, C), 8 elements per thread.
+__global__ void flash_backward_dq_convert_kernel(floatX* dqkv, const float* dq_accum, size_t n, int C, float scale) {
+    const size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (i >= n) return;
+    const float4 lo = *(const float4*)(dq_accum + i), hi = *(const float4*)(dq_accum + i + 4);
+    uint4 packed;
+    packed.x = pack_bf16(lo.x * scale, lo.y * scale);
+    packed.y = pack_bf16(lo.z * scale, lo.w * scale);
+    packed.z = pack_bf16(hi.x * scale, hi.y * scale);
+    packed.w = pack_bf16(hi.z * scale, hi.w * scale);
+    *(uint4*)(dqkv + i / C * 3 * C + i % C) = packed;
 }
 
 // ---- launch ---------------------------------------------------------------------------------
@@ -566,30 +679,51 @@ template <class Kernel> static void allow_shared_memory(Kernel kernel, size_t by
 }
 
 template <int HS, class Tiles> struct FlashBf16 {
-    static constexpr int COLS = tile_cols<HS>();
+    static constexpr int COLS = tile_cols<HS>(), STAGES = Tiles::STAGES;
     static constexpr int FWD_WARPS = warps_for<HS>(Tiles::FWD_WARPS), FWD_M_TILES = m_tiles_for<HS>(Tiles::FWD_M_TILES);
     static constexpr int DKV_WARPS = warps_for<HS>(Tiles::DKV_WARPS), DQ_WARPS = warps_for<HS>(Tiles::DQ_WARPS);
+    static constexpr int ATOMIC_DKV_WARPS = warps_for<HS>(Tiles::ATOMIC_DKV_WARPS);
     static constexpr size_t ROW_BYTES = smem_stride<HS>() * sizeof(floatX);
+    // Shared memory of a block: `rows` resident head vectors plus STAGES streamed tiles of two
+    // matrices and `vectors` per-row floats.
+    static constexpr size_t smem_bytes(int rows, int vectors) {
+        return (rows + 2 * STAGES * COLS) * ROW_BYTES + (size_t)vectors * STAGES * COLS * sizeof(float);
+    }
 
     static void forward(floatX* out, float* m, float* l, const floatX* qkv, int B, int T, int NH) {
         constexpr int ROWS = 16 * FWD_WARPS * FWD_M_TILES;
-        const size_t smem = (ROWS + 4 * COLS) * ROW_BYTES;
-        auto kernel = flash_forward_kernel<HS, FWD_WARPS, FWD_M_TILES, COLS>;
+        const size_t smem = smem_bytes(ROWS, 0);
+        auto kernel = flash_forward_kernel<HS, FWD_WARPS, FWD_M_TILES, COLS, STAGES>;
         allow_shared_memory(kernel, smem);
         kernel<<<dim3(ceil_div(T, ROWS), B * NH), FWD_WARPS * 32, smem>>>(out, m, l, qkv, T, NH);
         launchCheck();
     }
 
-    static void backward(floatX* dqkv, const float* lse2, const float* D, const floatX* dout,
+    // dq_accum NULL: dQ from its own kernel (deterministic); else by atomics into dq_accum (B, T, C).
+    static void backward(floatX* dqkv, float* dq_accum, const float* lse2, const float* D, const floatX* dout,
                          const floatX* qkv, int B, int T, int NH) {
+        if (dq_accum) {
+            constexpr int ROWS = 16 * ATOMIC_DKV_WARPS;
+            const size_t n = (size_t)B * T * NH * HS;
+            const size_t smem = smem_bytes(2 * ROWS, 2) + ROWS * (COLS + 8) * sizeof(floatX);
+            cudaCheck(cudaMemsetAsync(dq_accum, 0, n * sizeof(float)));
+            auto kernel = flash_backward_dkv_kernel<HS, ATOMIC_DKV_WARPS, COLS, STAGES, true>;
+            allow_shared_memory(kernel, smem);
+            kernel<<<dim3(ceil_div(T, ROWS), B * NH), ATOMIC_DKV_WARPS * 32, smem>>>(dqkv, dq_accum, dout, qkv, lse2, D,
+                                                                                    T, NH);
+            launchCheck();
+            flash_backward_dq_convert_kernel<<<ceil_div(n / 8, 256), 256>>>(dqkv, dq_accum, n, NH * HS,
+                                                                           1.0f / sqrtf((float)HS));
+            launchCheck();
+            return;
+        }
         constexpr int DKV_ROWS = 16 * DKV_WARPS, DQ_ROWS = 16 * DQ_WARPS;
-        const size_t dkv_smem = (2 * DKV_ROWS + 4 * COLS) * ROW_BYTES + 4 * COLS * sizeof(float);
-        auto dkv_kernel = flash_backward_dkv_kernel<HS, DKV_WARPS, COLS>;
+        const size_t dkv_smem = smem_bytes(2 * DKV_ROWS, 2), dq_smem = smem_bytes(2 * DQ_ROWS, 0);
+        auto dkv_kernel = flash_backward_dkv_kernel<HS, DKV_WARPS, COLS, STAGES, false>;
         allow_shared_memory(dkv_kernel, dkv_smem);
-        dkv_kernel<<<dim3(ceil_div(T, DKV_ROWS), B * NH), DKV_WARPS * 32, dkv_smem>>>(dqkv, dout, qkv, lse2, D, T, NH);
+        dkv_kernel<<<dim3(ceil_div(T, DKV_ROWS), B * NH), DKV_WARPS * 32, dkv_smem>>>(dqkv, NULL, dout, qkv, lse2, D, T, NH);
         launchCheck();
-        const size_t dq_smem = (2 * DQ_ROWS + 4 * COLS) * ROW_BYTES;
-        auto dq_kernel = flash_backward_dq_kernel<HS, DQ_WARPS, COLS>;
+        auto dq_kernel = flash_backward_dq_kernel<HS, DQ_WARPS, COLS, STAGES>;
         allow_shared_memory(dq_kernel, dq_smem);
         dq_kernel<<<dim3(ceil_div(T, DQ_ROWS), B * NH), DQ_WARPS * 32, dq_smem>>>(dqkv, dout, qkv, lse2, D, T, NH);
         launchCheck();
@@ -621,12 +755,12 @@ template <class Tiles> static void forward_bf16(floatX* out, float* m, float* l,
 }
 
 template <class Tiles>
-static void backward_bf16(floatX* dqkv, const float* lse2, const float* D, const floatX* dout, const floatX* qkv,
+static void backward_bf16(floatX* dqkv, float* dq_accum, const float* lse2, const float* D, const floatX* dout, const floatX* qkv,
                           int B, int T, int NH, int HS) {
     switch (HS) {
-    case 32: FlashBf16<32, Tiles>::backward(dqkv, lse2, D, dout, qkv, B, T, NH); break;
-    case 64: FlashBf16<64, Tiles>::backward(dqkv, lse2, D, dout, qkv, B, T, NH); break;
-    case 128: FlashBf16<128, Tiles>::backward(dqkv, lse2, D, dout, qkv, B, T, NH); break;
+    case 32: FlashBf16<32, Tiles>::backward(dqkv, dq_accum, lse2, D, dout, qkv, B, T, NH); break;
+    case 64: FlashBf16<64, Tiles>::backward(dqkv, dq_accum, lse2, D, dout, qkv, B, T, NH); break;
+    case 128: FlashBf16<128, Tiles>::backward(dqkv, dq_accum, lse2, D, dout, qkv, B, T, NH); break;
     }
 }
 
@@ -659,11 +793,12 @@ void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, const f
     check_bf16_inputs(dout, out, HS);
     const float* m = (const float*)saved;
     const float* l = m + (size_t)B * NH * T;
-    float* D = (float*)scratch;
+    float* dq_accum = deterministic_dq() ? NULL : (float*)scratch; // first: 16-byte aligned for float4
+    float* D = (float*)scratch + (dq_accum ? (size_t)B * T * C : 0);
     float* lse2 = D + (size_t)B * NH * T;
     flash_backward_prepare(D, lse2, dout, out, m, l, B, T, NH, HS);
-    if (use_sm86_tiles()) backward_bf16<TilesSm86>(dqkv, lse2, D, dout, qkv, B, T, NH, HS);
-    else backward_bf16<TilesSm80>(dqkv, lse2, D, dout, qkv, B, T, NH, HS);
+    if (use_sm86_tiles()) backward_bf16<TilesSm86>(dqkv, dq_accum, lse2, D, dout, qkv, B, T, NH, HS);
+    else backward_bf16<TilesSm80>(dqkv, dq_accum, lse2, D, dout, qkv, B, T, NH, HS);
 }
 
 #else
