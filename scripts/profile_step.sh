@@ -2,7 +2,10 @@
 # Where one training step's time goes, kernel call by kernel call: builds profile_step
 # (scripts/profile_step.cu) for BF16 with naive and with flash attention and prints one table each,
 # GPT-2 124M (d12) at B = 64, T = 1024 unless options say otherwise. Compare each table's last line
-# with train_gpt's ms/step at the same B and T (scripts/bench_train.sh).
+# with train_gpt's ms/step at the same B and T (scripts/bench_train.sh). Expect the summed step to be
+# shorter: each call here runs in a short burst at full clock, while sustained training holds the
+# GPU at its power cap (an H200 at 700 W ran its SMs at 1635-1740 MHz instead of 1980 in a d12 B=64
+# run, nvidia-smi; the summed step was 118.5 ms against 126.8 measured).
 #
 #   scripts/profile_step.sh [profile_step options]   from the repository root, on a GPU machine
 #   e.g. scripts/profile_step.sh -b 32   or   scripts/profile_step.sh --layers 24 --channels 1024 --heads 16
