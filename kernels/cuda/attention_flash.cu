@@ -13,7 +13,8 @@
 // BF16 only, FLASH_ATTN_DETERMINISTIC=0: the dK/dV kernel also adds each tile's dQ = dS K into an
 // fp32 buffer (B, T, C) with atomics, and a last kernel converts it: 5 tile products, 4 bytes per
 // activation of scratch, and dQ's sums in a different order on every run. Measured on an H200
-// (d12 shapes, 64K tokens): backward 3% slower at T = 1024, 11% faster at T = 16384.
+// (d12 shapes, 64K tokens): backward 2 to 3% slower at T = 1024 (yet d12 training is 1.5% faster:
+// it runs at the power cap, where fewer products mean higher clocks), 11% faster at T = 16384.
 //
 // BF16 build: tensor cores through mma.sync m16n8k16 (bf16 in, fp32 accumulate), ldmatrix from
 // shared memory rows padded by 16 bytes (conflict-free for ldmatrix and cp.async), cp.async double
