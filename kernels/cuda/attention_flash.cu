@@ -74,22 +74,24 @@ static void check_shapes(int B, int T, int C, int NH) {
 }
 
 // D_i = rowsum(dO_i * O_i) and, if lse2 is not NULL, lse2_i = m_i * log2(e) + log2(l_i). LANES
-// threads per row, each loading VEC elements at a time (16 bytes in the BF16 build: one lane per
-// element was latency-bound at a fifth of the memory bandwidth). The rows are enumerated in the
-// order of `out` (B, T, NH), so the lanes of a row read one contiguous head vector.
-template <int VEC, int LANES>
+// threads per row, each loading 16 bytes at a time (load_x128; one element per lane was
+// latency-bound at a fifth of the memory bandwidth). The rows are enumerated in the order of `out`
+// (B, T, NH), so the lanes of a row read one contiguous head vector.
+template <int LANES>
 __global__ void flash_backward_prepare_kernel(float* D, float* lse2, const floatX* dout, const floatX* out,
                                               const float* m, const float* l, int B, int T, int NH, int HS) {
-    struct alignas(VEC * sizeof(floatX)) Pack { floatX v[VEC]; };
     const size_t thread = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t row = thread / LANES;
     const int part = (int)(thread % LANES);
     const bool valid = row < (size_t)B * T * NH; // every lane stays for the shuffles below
+    const bool vector = HS % X128 == 0 && ((uintptr_t)dout | (uintptr_t)out) % 16 == 0;
     float sum = 0.0f;
-    for (int d = part * VEC; valid && d < HS; d += LANES * VEC) {
-        const Pack o = *(const Pack*)(out + row * HS + d), d_o = *(const Pack*)(dout + row * HS + d);
+    for (int d = part * X128; valid && d < HS; d += LANES * X128) {
+        float o[X128], d_o[X128];
+        load_x128(o, out + row * HS, d, HS, vector);
+        load_x128(d_o, dout + row * HS, d, HS, vector);
 #pragma unroll
-        for (int k = 0; k < VEC; k++) sum += (float)d_o.v[k] * (float)o.v[k];
+        for (int k = 0; k < X128; k++) sum += d_o[k] * o[k];
     }
 #pragma unroll
     for (int offset = LANES / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffff, sum, offset);
@@ -104,15 +106,12 @@ __global__ void flash_backward_prepare_kernel(float* D, float* lse2, const float
 static void flash_backward_prepare(float* D, float* lse2, const floatX* dout, const floatX* out,
                                    const float* m, const float* l, int B, int T, int NH, int HS) {
     const size_t rows = (size_t)B * T * NH;
-#if defined(PRECISION_BF16) // HS is 32, 64 or 128 and the buffers 16-byte aligned (check_bf16_inputs)
-    constexpr int VEC = 8;
-    auto kernel = HS == 32 ? flash_backward_prepare_kernel<VEC, 4>
-                           : HS == 64 ? flash_backward_prepare_kernel<VEC, 8> : flash_backward_prepare_kernel<VEC, 16>;
-    const int lanes = HS / VEC;
-#else // any HS: one element at a time, a warp per row
-    auto kernel = flash_backward_prepare_kernel<1, 32>;
-    const int lanes = 32;
-#endif
+    const int chunks = ceil_div(HS, X128); // 16-byte pieces of a head vector
+    const int lanes = chunks <= 4 ? 4 : chunks <= 8 ? 8 : chunks <= 16 ? 16 : 32;
+    auto kernel = lanes == 4    ? flash_backward_prepare_kernel<4>
+                  : lanes == 8  ? flash_backward_prepare_kernel<8>
+                  : lanes == 16 ? flash_backward_prepare_kernel<16>
+                                : flash_backward_prepare_kernel<32>;
     kernel<<<ceil_div(rows * lanes, 256), 256>>>(D, lse2, dout, out, m, l, B, T, NH, HS);
     launchCheck();
 }
@@ -191,6 +190,19 @@ __device__ __forceinline__ void load_vector_async(float* dst, const float* src, 
         const bool valid = col0 + i < T;
         cp_async_4(dst + i, src + (valid ? col0 + i : 0), valid);
     }
+}
+
+// K and V tile `tile` (COLS rows each) into its stage of the STAGES-deep buffers, as one cp.async
+// commit group; past the last tile the group is empty, so there is always one group per tile.
+template <int COLS, int HS, int THREADS, int STAGES>
+__device__ __forceinline__ void load_kv_stage(floatX* k_tiles, floatX* v_tiles, const floatX* k_src, const floatX* v_src,
+                                              int tile, int num_tiles, int T, size_t stride) {
+    if (tile < num_tiles) {
+        const int stage = tile % STAGES;
+        load_tile_async<COLS, HS, THREADS>(k_tiles + stage * COLS * smem_stride<HS>(), k_src, tile * COLS, T, stride);
+        load_tile_async<COLS, HS, THREADS>(v_tiles + stage * COLS * smem_stride<HS>(), v_src, tile * COLS, T, stride);
+    }
+    cp_async_commit();
 }
 
 // Fragment layouts (PTX ISA, mma.m16n8k16): lane = 4 g + q. An accumulator c[4] of a 16 x 8 tile
@@ -350,13 +362,8 @@ __global__ void __launch_bounds__(WARPS * 32)
     const floatX* k_src = q_src + C;
     const floatX* v_src = q_src + 2 * C;
     const int num_tiles = (min(q0 + ROWS, T) + COLS - 1) / COLS; // tiles above the diagonal skipped
-    auto load_kv_tile = [&](int tile) { // one commit group per tile, empty past the last
-        if (tile < num_tiles) {
-            const int stage = tile % STAGES;
-            load_tile_async<COLS, HS, THREADS>(k_tiles + stage * COLS * STRIDE, k_src, tile * COLS, T, stride);
-            load_tile_async<COLS, HS, THREADS>(v_tiles + stage * COLS * STRIDE, v_src, tile * COLS, T, stride);
-        }
-        cp_async_commit();
+    auto load_kv_tile = [&](int tile) {
+        load_kv_stage<COLS, HS, THREADS, STAGES>(k_tiles, v_tiles, k_src, v_src, tile, num_tiles, T, stride);
     };
 
     load_tile_async<ROWS, HS, THREADS>(q_tile, q_src, q0, T, stride); // in the first tile's group
@@ -604,13 +611,8 @@ __global__ void __launch_bounds__(WARPS * 32)
     const floatX* k_src = q_src + C;
     const floatX* v_src = q_src + 2 * C;
     const int num_tiles = (min(q0 + ROWS, T) + COLS - 1) / COLS;
-    auto load_kv_tile = [&](int tile) { // one commit group per tile, empty past the last
-        if (tile < num_tiles) {
-            const int stage = tile % STAGES;
-            load_tile_async<COLS, HS, THREADS>(k_tiles + stage * COLS * STRIDE, k_src, tile * COLS, T, stride);
-            load_tile_async<COLS, HS, THREADS>(v_tiles + stage * COLS * STRIDE, v_src, tile * COLS, T, stride);
-        }
-        cp_async_commit();
+    auto load_kv_tile = [&](int tile) {
+        load_kv_stage<COLS, HS, THREADS, STAGES>(k_tiles, v_tiles, k_src, v_src, tile, num_tiles, T, stride);
     };
 
     load_tile_async<ROWS, HS, THREADS>(q_tile, q_src, q0, T, stride); // in the first tile's group
