@@ -1,55 +1,107 @@
-// Softmax + cross-entropy + dlogits fused: one block per row reads the logits once for the
-// statistics (online max and sum of exponentials) and once more to overwrite them with the
-// gradient. Probabilities are never stored.
+// Softmax + cross-entropy + dlogits fused, one block per row; probabilities are never stored.
+// The block reads its row of logits from device memory once: into shared memory, with each
+// thread keeping a running max and sum of exponentials on the way (online softmax, one rescale
+// per 16-byte vector). After the block's max and sum, the gradient pass reads shared memory and
+// writes dlogits over the logits. So the logits are read once and written once, the least there
+// is: at GPT-2's 50304 padded columns a row takes 98 KB of shared memory in BF16, which every GPU
+// from sm_80 on gives a block. A row too long for that is read from device memory again instead.
+// Measured on an H200 (65536 rows of 50257): 6.05 ms with two reads and an expf with a branch
+// per element (bound by instructions, not memory), 4.45 ms with the row cached, 4.29 ms with the
+// sum taken during the read (its exp2s overlap the loads). The memory floor is 2.75 ms; the two
+// exp2 per element take 1.6 ms of the MUFU units at full clock, and 4.29 is about the two added,
+// as if they did not overlap.
 #include <math.h>
 
 #include "kernels/cuda/common.cuh"
 
-__global__ void fused_classifier_kernel(floatX* logits, float* losses, const int* targets, float dloss,
-                                        int V, int Vp, int write_dlogits) {
-    floatX* x = logits + (size_t)blockIdx.x * Vp;
-    int target = targets[blockIdx.x];
-    float target_logit = (float)x[target]; // read before any thread overwrites the row
-    bool vector = Vp % X128 == 0 && (uintptr_t)logits % 16 == 0;
-    // Online softmax statistics over this thread's elements: running max m and sum of exp(x - m).
-    float m = -INFINITY, sum = 0.0f;
-    for (size_t i = (size_t)threadIdx.x * X128; i < (size_t)V; i += (size_t)blockDim.x * X128) {
-        float vals[X128];
-        load_x128(vals, x, i, V, vector);
-        for (int k = 0; k < X128 && i + k < (size_t)V; k++) {
-            if (vals[k] > m) {
-                sum = sum * expf(m - vals[k]) + 1.0f;
-                m = vals[k];
-            } else {
-                sum += expf(vals[k] - m);
-            }
-        }
+#define CLASSIFIER_THREADS 512
+
+// The X128 logits src[i .. i + X128) as floats; -inf from V on (padding columns, which so take
+// no part in the max and get exp2 = 0).
+__device__ inline void load_logits(float vals[X128], const floatX* src, int i, int V, bool vector) {
+    if (vector && i + X128 <= V) {
+        const PackedX packed = *(const PackedX*)(src + i);
+        for (int k = 0; k < X128; k++) vals[k] = (float)packed.v[k];
+    } else {
+        for (int k = 0; k < X128; k++) vals[k] = i + k < V ? (float)src[i + k] : -INFINITY;
     }
-    float row_max = block_max(m);
-    float row_sum = block_sum(m == -INFINITY ? 0.0f : sum * expf(m - row_max));
+}
+
+// vals as X128 floatX at dst[i ..]: one 16-byte store when `vector`, else the elements below end.
+__device__ inline void store_x128(floatX* dst, const float vals[X128], int i, int end, bool vector) {
+    PackedX packed;
+    for (int k = 0; k < X128; k++) packed.v[k] = (floatX)vals[k];
+    if (vector) *(PackedX*)(dst + i) = packed;
+    else
+        for (int k = 0; k < X128 && i + k < end; k++) dst[i + k] = packed.v[k];
+}
+
+// cached: the row fits in the dynamic shared memory (Vp floatX).
+__global__ void __launch_bounds__(CLASSIFIER_THREADS)
+    fused_classifier_kernel(floatX* logits, float* losses, const int* targets, float dloss, int V, int Vp,
+                            int write_dlogits, int cached) {
+    extern __shared__ __align__(16) unsigned char row_cache[];
+    floatX* x = logits + (size_t)blockIdx.x * Vp;
+    floatX* cache = (floatX*)row_cache;
+    const floatX* row = cached ? cache : x; // what the gradient pass reads
+    const int target = targets[blockIdx.x];
+    const float target_logit = (float)x[target]; // read before any thread overwrites the row
+    const bool vector = Vp % X128 == 0 && (uintptr_t)logits % 16 == 0;
+    const int stride = blockDim.x * X128;
+
+    // Device memory, once: the copy into shared memory (exact: the floats came from floatX), and
+    // this thread's running max m and sum of exp(v - m), moved to a new max once per vector. The
+    // exp2s run while other loads are in flight; only the gradient pass is left for afterwards.
+    float m = -INFINITY, sum = 0.0f;
+#pragma unroll 4
+    for (int i = threadIdx.x * X128; i < V; i += stride) {
+        float vals[X128];
+        load_logits(vals, x, i, V, vector);
+        if (cached) store_x128(cache, vals, i, V, vector);
+        float vector_max = vals[0]; // element i < V: finite for finite logits
+        for (int k = 1; k < X128; k++) vector_max = fmaxf(vector_max, vals[k]);
+        if (vector_max > m) {
+            sum *= fast_exp2((m - vector_max) * LOG2E); // 0 while m is -inf
+            m = vector_max;
+        }
+        const float m_log2 = m * LOG2E;
+        for (int k = 0; k < X128; k++) sum += fast_exp2(vals[k] * LOG2E - m_log2); // one FFMA, one MUFU
+    }
+    const float row_max = block_max(m); // its barriers also publish the cached row
+    const float max_log2 = row_max * LOG2E;
+    const float row_sum = block_sum(sum * fast_exp2(m * LOG2E - max_log2)); // 0 from threads without elements
     if (threadIdx.x == 0) losses[blockIdx.x] = logf(row_sum) + row_max - target_logit;
     if (!write_dlogits) return;
-    float inv_sum = 1.0f / row_sum;
-    for (size_t i = (size_t)threadIdx.x * X128; i < (size_t)Vp; i += (size_t)blockDim.x * X128) {
+
+    // dlogits = dloss (p - [col == target]), 0 in the padding columns.
+    const float p_scale = dloss / row_sum;
+    for (int i = threadIdx.x * X128; i < Vp; i += stride) {
         float vals[X128];
-        load_x128(vals, x, i, Vp, vector);
-        PackedX out;
-        for (int k = 0; k < X128; k++) {
-            size_t col = i + k;
-            float p = expf(vals[k] - row_max) * inv_sum;
-            out.v[k] = (floatX)(col < (size_t)V ? dloss * (p - (col == (size_t)target ? 1.0f : 0.0f)) : 0.0f);
-        }
-        if (vector) {
-            *(PackedX*)(x + i) = out;
-        } else {
-            for (int k = 0; k < X128 && i + k < (size_t)Vp; k++) x[i + k] = out.v[k];
-        }
+        load_logits(vals, row, i, V, vector);
+        for (int k = 0; k < X128; k++) vals[k] = fast_exp2(vals[k] * LOG2E - max_log2) * p_scale;
+        if (target >= i && target < i + X128)
+            for (int k = 0; k < X128; k++)
+                if (i + k == target) vals[k] -= dloss;
+        store_x128(x, vals, i, Vp, vector);
     }
 }
 
 void fused_classifier(floatX* logits, float* losses, const int* targets, float dloss,
                       int N, int V, int Vp, int write_dlogits) {
     if (N == 0) return;
-    fused_classifier_kernel<<<N, 512>>>(logits, losses, targets, dloss, V, Vp, write_dlogits);
+    static int max_shared = -1; // the most dynamic shared memory the kernel may ask for on this GPU
+    if (max_shared < 0) {
+        int device, per_block;
+        cudaFuncAttributes kernel;
+        cudaCheck(cudaGetDevice(&device));
+        cudaCheck(cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+        cudaCheck(cudaFuncGetAttributes(&kernel, fused_classifier_kernel));
+        max_shared = per_block - (int)kernel.sharedSizeBytes; // less the reductions' static arrays
+        cudaCheck(cudaFuncSetAttribute(fused_classifier_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_shared));
+    }
+    const size_t row_bytes = (size_t)Vp * sizeof(floatX);
+    const int cached = row_bytes <= (size_t)max_shared;
+    fused_classifier_kernel<<<N, CLASSIFIER_THREADS, cached ? row_bytes : 0>>>(logits, losses, targets, dloss, V, Vp,
+                                                                               write_dlogits, cached);
     launchCheck();
 }

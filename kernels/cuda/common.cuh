@@ -80,6 +80,15 @@ template <float (*warp_reduce)(float)> __device__ inline float block_reduce(floa
 __device__ inline float block_sum(float x) { return block_reduce<warp_sum>(x, 0.0f); }
 __device__ inline float block_max(float x) { return block_reduce<warp_max>(x, -INFINITY); }
 
+#define LOG2E 1.4426950408889634f // exp(x) = exp2(x * LOG2E)
+// 2^x in one MUFU instruction (relative error about 2^-22); results below 2^-126 become 0, which
+// in a softmax vanish beside the row's largest term, 1.
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 // Loads the X128 elements of p at i .. i + X128 (those below end) as floats: one 16-byte load when
 // `vector` (i aligned and the whole vector inside the array), else one by one.
 __device__ inline void load_x128(float out[X128], const floatX* p, size_t i, size_t end, bool vector) {
