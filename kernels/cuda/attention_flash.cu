@@ -329,13 +329,17 @@ __device__ __forceinline__ void store_rows(floatX* dst, const float acc[M_TILES]
 // 15%, and 64 columns beat 128 (which spills, 9 to 16% slower; 2% slower with Q reloaded from
 // shared memory instead); dK/dV blocks of 4 warps beat 8 by 2 to 5% (two blocks per SM overlap
 // each other's barriers), but with atomic dQ 8 warps win by 3% (half the atomics); dQ blocks of 8
-// warps lost 5 to 8% to 4; 3 stages were no faster than 2.
+// warps lost 5 to 8% to 4, and dQ warps of 32 rows (2 m-tiles, 74 KB) made the whole forward +
+// backward 2.7 / 3.6 / 5% faster than 16 rows at T = 1024 / 4096 / 16384 (Q and dO fragments are
+// read by twice the rows per shared-memory load; 24 bytes of registers spill, and 32-column
+// tiles, which avoid that, gained only half as much); 3 stages were no faster than 2. The sm86
+// dQ tiles take 2 m-tiles too: one block per SM either way there; not timed on an RTX card.
 struct TilesSm80 { // A100, H100, H200: 228 KB of shared memory and 64K registers per SM
-    static constexpr int FWD_WARPS = 4, FWD_M_TILES = 2, DKV_WARPS = 4, DQ_WARPS = 4, ATOMIC_DKV_WARPS = 8;
+    static constexpr int FWD_WARPS = 4, FWD_M_TILES = 2, DKV_WARPS = 4, DQ_WARPS = 4, DQ_M_TILES = 2, ATOMIC_DKV_WARPS = 8;
     static constexpr int STAGES = 2;
 };
 struct TilesSm86 { // RTX 3090/4090: 100 KB per SM; 16-row warps keep the forward at 46 KB, two blocks per SM
-    static constexpr int FWD_WARPS = 4, FWD_M_TILES = 1, DKV_WARPS = 4, DQ_WARPS = 4, ATOMIC_DKV_WARPS = 8;
+    static constexpr int FWD_WARPS = 4, FWD_M_TILES = 1, DKV_WARPS = 4, DQ_WARPS = 4, DQ_M_TILES = 2, ATOMIC_DKV_WARPS = 8;
     static constexpr int STAGES = 2;
 };
 template <int HS> constexpr int tile_cols() { return HS > 64 ? 32 : 64; }
@@ -588,13 +592,13 @@ __global__ void __launch_bounds__(WARPS * 32)
 }
 
 // ---- backward: dQ --------------------------------------------------------------------------
-// Each block owns ROWS query rows (16 per warp) with Q and dO as A fragments, streams the K/V
-// tiles at or below the diagonal, recomputes P and dP, and accumulates dQ = scale dS K.
-template <int HS, int WARPS, int COLS, int STAGES>
+// Each block owns ROWS query rows (16 M_TILES per warp) with Q and dO as A fragments, streams the
+// K/V tiles at or below the diagonal, recomputes P and dP, and accumulates dQ = scale dS K.
+template <int HS, int WARPS, int M_TILES, int COLS, int STAGES>
 __global__ void __launch_bounds__(WARPS * 32)
     flash_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse2,
                              const float* D, int T, int NH) {
-    constexpr int ROWS = 16 * WARPS, THREADS = 32 * WARPS, STRIDE = smem_stride<HS>();
+    constexpr int ROWS = 16 * WARPS * M_TILES, THREADS = 32 * WARPS, STRIDE = smem_stride<HS>();
     extern __shared__ __align__(16) unsigned char smem[];
     floatX* q_tile = (floatX*)smem;
     floatX* do_tile = q_tile + ROWS * STRIDE;
@@ -617,47 +621,57 @@ __global__ void __launch_bounds__(WARPS * 32)
     for (int tile = 0; tile < STAGES - 1; tile++) load_kv_tile(tile);
     cp_async_wait<STAGES - 2>();
     __syncthreads();
-    const int r0 = q0 + warp * 16;
-    uint32_t q_frag[1][HS / 16][4], do_frag[1][HS / 16][4];
-    load_a_fragments<1, HS>(q_frag, q_tile, warp * 16);
-    load_a_fragments<1, HS>(do_frag, do_tile, warp * 16);
-    float row_lse[2], row_d[2]; // rows g and g + 8
+    const int r0 = q0 + warp * 16 * M_TILES; // this warp's first query row
+    uint32_t q_frag[M_TILES][HS / 16][4], do_frag[M_TILES][HS / 16][4];
+    load_a_fragments<M_TILES, HS>(q_frag, q_tile, warp * 16 * M_TILES);
+    load_a_fragments<M_TILES, HS>(do_frag, do_tile, warp * 16 * M_TILES);
+    float row_lse[M_TILES][2], row_d[M_TILES][2]; // rows g and g + 8 of each m-tile
 #pragma unroll
-    for (int half = 0; half < 2; half++) {
-        const int row = r0 + lane / 4 + half * 8;
-        const size_t i = ((size_t)b * NH + h) * T + row;
-        row_lse[half] = row < T ? lse2[i] : 0.0f;
-        row_d[half] = row < T ? D[i] : 0.0f;
-    }
+    for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int row = r0 + mt * 16 + lane / 4 + half * 8;
+            const size_t i = ((size_t)b * NH + h) * T + row;
+            row_lse[mt][half] = row < T ? lse2[i] : 0.0f;
+            row_d[mt][half] = row < T ? D[i] : 0.0f;
+        }
 
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * LOG2E;
-    float dq_acc[1][HS / 8][4] = {};
+    float dq_acc[M_TILES][HS / 8][4] = {};
     for (int tile = 0; tile < num_tiles; tile++) {
         cp_async_wait<STAGES - 2>(); // as in the forward: one barrier per tile
         __syncthreads();
         load_kv_tile(tile + STAGES - 1);
         const int c0 = tile * COLS;
-        if (c0 <= r0 + 15) {
+        if (c0 <= r0 + 16 * M_TILES - 1) {
             const floatX* k_tile = k_tiles + tile % STAGES * COLS * STRIDE;
             const floatX* v_tile = v_tiles + tile % STAGES * COLS * STRIDE;
-            float p[1][COLS / 8][4];
-            warp_gemm_a_bt<1, HS, COLS>(p, q_frag, k_tile);
-            if (c0 + COLS - 1 > r0) mask_scores<1, COLS>(p, [&](int row, int col) { return c0 + col > r0 + row; });
+            float p[M_TILES][COLS / 8][4];
+            warp_gemm_a_bt<M_TILES, HS, COLS>(p, q_frag, k_tile);
+            if (c0 + COLS - 1 > r0)
+                mask_scores<M_TILES, COLS>(p, [&](int row, int col) { return c0 + col > r0 + row; });
 #pragma unroll
-            for (int nt = 0; nt < COLS / 8; nt++)
+            for (int mt = 0; mt < M_TILES; mt++)
 #pragma unroll
-                for (int i = 0; i < 4; i++) p[0][nt][i] = fast_exp2(p[0][nt][i] * scale_log2 - row_lse[i / 2]);
-            float ds[1][COLS / 8][4];
-            warp_gemm_a_bt<1, HS, COLS>(ds, do_frag, v_tile); // dP = dO V^T
+                for (int nt = 0; nt < COLS / 8; nt++)
 #pragma unroll
-            for (int nt = 0; nt < COLS / 8; nt++)
+                    for (int i = 0; i < 4; i++)
+                        p[mt][nt][i] = fast_exp2(p[mt][nt][i] * scale_log2 - row_lse[mt][i / 2]);
+            float ds[M_TILES][COLS / 8][4];
+            warp_gemm_a_bt<M_TILES, HS, COLS>(ds, do_frag, v_tile); // dP = dO V^T
 #pragma unroll
-                for (int i = 0; i < 4; i++) ds[0][nt][i] = p[0][nt][i] * (ds[0][nt][i] - row_d[i / 2]);
-            warp_gemm_c_b<1, HS, COLS>(dq_acc, ds, k_tile); // dQ += dS K (scaled at the end)
+            for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+                for (int nt = 0; nt < COLS / 8; nt++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) ds[mt][nt][i] = p[mt][nt][i] * (ds[mt][nt][i] - row_d[mt][i / 2]);
+            warp_gemm_c_b<M_TILES, HS, COLS>(dq_acc, ds, k_tile); // dQ += dS K (scaled at the end)
         }
     }
-    const float q_scale[1][2] = {{scale, scale}};
-    store_rows<1, HS>(dqkv + (size_t)b * T * stride + h * HS, dq_acc, q_scale, r0, T, stride);
+    float q_scale[M_TILES][2];
+#pragma unroll
+    for (int mt = 0; mt < M_TILES; mt++) q_scale[mt][0] = q_scale[mt][1] = scale;
+    store_rows<M_TILES, HS>(dqkv + (size_t)b * T * stride + h * HS, dq_acc, q_scale, r0, T, stride);
 }
 
 // dQ (the first third of each dqkv row) = scale * dq_accum (B, T, C), 8 elements per thread.
@@ -682,6 +696,7 @@ template <int HS, class Tiles> struct FlashBf16 {
     static constexpr int COLS = tile_cols<HS>(), STAGES = Tiles::STAGES;
     static constexpr int FWD_WARPS = warps_for<HS>(Tiles::FWD_WARPS), FWD_M_TILES = m_tiles_for<HS>(Tiles::FWD_M_TILES);
     static constexpr int DKV_WARPS = warps_for<HS>(Tiles::DKV_WARPS), DQ_WARPS = warps_for<HS>(Tiles::DQ_WARPS);
+    static constexpr int DQ_M_TILES = m_tiles_for<HS>(Tiles::DQ_M_TILES);
     static constexpr int ATOMIC_DKV_WARPS = warps_for<HS>(Tiles::ATOMIC_DKV_WARPS);
     static constexpr size_t ROW_BYTES = smem_stride<HS>() * sizeof(floatX);
     // Shared memory of a block: `rows` resident head vectors plus STAGES streamed tiles of two
@@ -717,13 +732,13 @@ template <int HS, class Tiles> struct FlashBf16 {
             launchCheck();
             return;
         }
-        constexpr int DKV_ROWS = 16 * DKV_WARPS, DQ_ROWS = 16 * DQ_WARPS;
+        constexpr int DKV_ROWS = 16 * DKV_WARPS, DQ_ROWS = 16 * DQ_WARPS * DQ_M_TILES;
         const size_t dkv_smem = smem_bytes(2 * DKV_ROWS, 2), dq_smem = smem_bytes(2 * DQ_ROWS, 0);
         auto dkv_kernel = flash_backward_dkv_kernel<HS, DKV_WARPS, COLS, STAGES, false>;
         allow_shared_memory(dkv_kernel, dkv_smem);
         dkv_kernel<<<dim3(ceil_div(T, DKV_ROWS), B * NH), DKV_WARPS * 32, dkv_smem>>>(dqkv, NULL, dout, qkv, lse2, D, T, NH);
         launchCheck();
-        auto dq_kernel = flash_backward_dq_kernel<HS, DQ_WARPS, COLS, STAGES>;
+        auto dq_kernel = flash_backward_dq_kernel<HS, DQ_WARPS, DQ_M_TILES, COLS, STAGES>;
         allow_shared_memory(dq_kernel, dq_smem);
         dq_kernel<<<dim3(ceil_div(T, DQ_ROWS), B * NH), DQ_WARPS * 32, dq_smem>>>(dqkv, dout, qkv, lse2, D, T, NH);
         launchCheck();
