@@ -79,6 +79,15 @@ void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX*
 // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 void gelu_forward(floatX* out, const floatX* inp, size_t n);
 void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n); // dinp =, may alias dout
+// The MLP's GELU together with its neighbouring matmuls (in the GPU's BF16 build one cuBLASLt call
+// with a GELU epilogue each, which saves a pass over the (N, 4C) activations both ways):
+// pre = inp @ weight^T + bias and out = gelu(pre), both (N, OC) and both kept for the backward;
+void matmul_forward_gelu(floatX* out, floatX* pre, const floatX* inp, const floatX* weight,
+                         const floatX* bias, int N, int C, int OC);
+// matmul_backward of the layer that reads gelu(pre), with dinp = gelu'(pre) * (dout @ weight): the
+// gradient with respect to pre (N, C), as gelu_backward would make it.
+void matmul_backward_gelu(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
+                          const floatX* inp, const floatX* weight, const floatX* pre, int N, int C, int OC);
 
 // out = a + b. Its backward is the identity on both inputs: the model lets the residual-stream
 // gradient flow through unchanged and layernorm_backward adds into it.

@@ -322,8 +322,7 @@ float gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, in
         matmul_forward(a->dbuf_c, s.atty, w.attprojw, w.attprojb, N, C, C);
         residual_forward(s.residual2, s.input, a->dbuf_c, (size_t)N * C);
         layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.residual2, w.ln2w, w.ln2b, N, C);
-        matmul_forward(s.fch, s.ln2, w.fcw, w.fcb, N, C, 4 * C);
-        gelu_forward(s.fch_gelu, s.fch, (size_t)N * 4 * C);
+        matmul_forward_gelu(s.fch_gelu, s.fch, s.ln2, w.fcw, w.fcb, N, C, 4 * C);
         matmul_forward(a->dbuf_c, s.fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);
         residual_forward(s.residual3, s.residual2, a->dbuf_c, (size_t)N * C);
     }
@@ -370,8 +369,8 @@ void gpt2_backward(GPT2* model) {
         if (model->recompute >= 2)
             layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.residual2, w.ln2w, w.ln2b, N, C);
         // MLP branch
-        matmul_backward(a->dbuf_4c, dw.fcprojw, dw.fcprojb, a->dresidual, s.fch_gelu, w.fcprojw, N, 4 * C, C);
-        gelu_backward(a->dbuf_4c, s.fch, a->dbuf_4c, (size_t)N * 4 * C);
+        matmul_backward_gelu(a->dbuf_4c, dw.fcprojw, dw.fcprojb, a->dresidual, s.fch_gelu, w.fcprojw, s.fch, N,
+                             4 * C, C);
         matmul_backward(a->dbuf_c, dw.fcw, dw.fcb, a->dbuf_4c, s.ln2, w.fcw, N, C, 4 * C);
         layernorm_backward(a->dresidual, dw.ln2w, dw.ln2b, a->dbuf_c, s.residual2, w.ln2w,
                            s.ln2_mean, s.ln2_rstd, N, C);

@@ -7,7 +7,7 @@
 // encoder, the head and the optimizer run at full size. The inputs are random (weights N(0, 0.02),
 // token ids and targets uniform in [0, V)); every activation is written by an earlier call of the
 // step before a later one reads it, so no other buffer needs filling. Gradients keep accumulating
-// and gelu_backward works in place over the repetitions: other values, the same work.
+// over the repetitions: other values, the same work.
 //
 // Each timed call is queued behind a spin kernel, so the events measure its GPU time as it runs
 // inside a step, where the host enqueues ahead of the GPU: neither launch latency nor cuBLASLt's
@@ -241,9 +241,8 @@ int main(int argc, char** argv) {
               [&] { residual_forward(residual2, encoded, dbuf_c, NC); });
     time_call("layernorm_forward ln2", L, 0, ln_fwd_bytes,
               [&] { layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, p[P_LN2W], p[P_LN2B], N, C); });
-    time_call("matmul_forward fc", L, mm * 4 * C, 0,
-              [&] { matmul_forward(fch, ln2, p[P_FCW], p[P_FCB], N, C, 4 * C); });
-    time_call("gelu_forward", L, 0, 8.0 * NC * X, [&] { gelu_forward(fch_gelu, fch, 4 * NC); });
+    time_call("matmul_forward_gelu fc", L, mm * 4 * C, 0,
+              [&] { matmul_forward_gelu(fch_gelu, fch, ln2, p[P_FCW], p[P_FCB], N, C, 4 * C); });
     time_call("matmul_forward fcproj", L, mm * 4 * C, 0,
               [&] { matmul_forward(dbuf_c, fch_gelu, p[P_FCPROJW], p[P_FCPROJB], N, 4 * C, C); });
     time_call("residual_forward mlp", L, 0, residual_bytes,
@@ -268,10 +267,10 @@ int main(int argc, char** argv) {
         layernorm_backward(dresidual, g[P_LNFW], g[P_LNFB], dbuf_c, residual3, p[P_LNFW], lnf_mean,
                            lnf_rstd, N, C);
     });
-    time_call("matmul_backward fcproj", L, 2 * mm * 4 * C, 0, [&] {
-        matmul_backward(dbuf_4c, g[P_FCPROJW], g[P_FCPROJB], dresidual, fch_gelu, p[P_FCPROJW], N, 4 * C, C);
+    time_call("matmul_backward_gelu fcproj", L, 2 * mm * 4 * C, 0, [&] {
+        matmul_backward_gelu(dbuf_4c, g[P_FCPROJW], g[P_FCPROJB], dresidual, fch_gelu, p[P_FCPROJW], fch, N,
+                             4 * C, C);
     });
-    time_call("gelu_backward", L, 0, 12.0 * NC * X, [&] { gelu_backward(dbuf_4c, fch, dbuf_4c, 4 * NC); });
     time_call("matmul_backward fc", L, 2 * mm * 4 * C, 0,
               [&] { matmul_backward(dbuf_c, g[P_FCW], g[P_FCB], dbuf_4c, ln2, p[P_FCW], N, C, 4 * C); });
     time_call("layernorm_backward ln2", L, 0, ln_bwd_bytes, [&] {

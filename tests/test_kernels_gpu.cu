@@ -196,6 +196,46 @@ static void test_matmul(int N, int C, int OC, int with_bias) {
     dev_free(d_db), dev_free(d_dinp);
 }
 
+// The GELU fused into its matmuls against the CPU's matmul and GELU in turn. In BF16, OC (forward)
+// and C (backward) a multiple of 8 take cuBLASLt's GELU epilogues, other widths the unfused
+// fallback; FP32 always takes the fallback.
+// Roundings: the fused forward rounds gelu's output once (the fallback rounds pre first: 2); the
+// backward's dinp rounds once, after gelu' of a pre that was rounded on upload (2).
+static void test_matmul_gelu(int N, int C, int OC) {
+    char name[128];
+    float *inp = random_array((size_t)N * C, -1, 1), *w = random_array((size_t)OC * C, -1, 1);
+    float* bias = random_array(OC, -1, 1);
+    floatX *d_inp = upload_x(inp, (size_t)N * C), *d_w = upload_x(w, (size_t)OC * C), *d_bias = upload_x(bias, OC);
+    floatX* d_out = (floatX*)poisoned((size_t)N * OC * sizeof(floatX));
+    floatX* d_pre = (floatX*)poisoned((size_t)N * OC * sizeof(floatX));
+    float *out = host_floats((size_t)N * OC), *pre = host_floats((size_t)N * OC);
+    matmul_forward_gelu(d_out, d_pre, d_inp, d_w, d_bias, N, C, OC);
+    cpu_matmul_forward_gelu(out, pre, inp, w, bias, N, C, OC);
+    snprintf(name, sizeof name, "matmul_forward_gelu pre N=%d C=%d OC=%d", N, C, OC);
+    check_x(name, d_pre, pre, (size_t)N * OC, 1);
+    snprintf(name, sizeof name, "matmul_forward_gelu out N=%d C=%d OC=%d", N, C, OC);
+    check_x(name, d_out, out, (size_t)N * OC, 2);
+
+    // The backward of a layer (N, OC) -> (N, C) whose input is gelu(pre), pre (N, C).
+    float *dout = random_array((size_t)N * OC, -1, 1), *dw = random_array((size_t)OC * C, -1, 1);
+    float *db = random_array(OC, -1, 1), *gelu_pre = random_array((size_t)N * C, -4, 4);
+    float* dinp = host_floats((size_t)N * C);
+    floatX *d_dout = upload_x(dout, (size_t)N * OC), *d_dw = upload_x(dw, (size_t)OC * C), *d_db = upload_x(db, OC);
+    floatX* d_gelu_pre = upload_x(gelu_pre, (size_t)N * C);
+    floatX* d_dinp = (floatX*)poisoned((size_t)N * C * sizeof(floatX));
+    matmul_backward_gelu(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_gelu_pre, N, C, OC);
+    cpu_matmul_backward_gelu(dinp, dw, db, dout, inp, w, gelu_pre, N, C, OC);
+    snprintf(name, sizeof name, "matmul_backward_gelu dinp N=%d C=%d OC=%d", N, C, OC);
+    check_x(name, d_dinp, dinp, (size_t)N * C, 2);
+    snprintf(name, sizeof name, "matmul_backward_gelu dweight N=%d C=%d OC=%d", N, C, OC);
+    check_x(name, d_dw, dw, (size_t)OC * C, 1);
+    snprintf(name, sizeof name, "matmul_backward_gelu dbias N=%d C=%d OC=%d", N, C, OC);
+    check_x(name, d_db, db, OC, 1);
+    free(inp), free(w), free(bias), free(out), free(pre), free(dout), free(dw), free(db), free(gelu_pre), free(dinp);
+    dev_free(d_inp), dev_free(d_w), dev_free(d_bias), dev_free(d_out), dev_free(d_pre), dev_free(d_dout);
+    dev_free(d_dw), dev_free(d_db), dev_free(d_gelu_pre), dev_free(d_dinp);
+}
+
 // gelu forward and backward, residual; `offset` elements into the arrays makes them misaligned
 // for the 16-byte path.
 static void test_elementwise(size_t n, size_t offset) {
@@ -415,6 +455,9 @@ int main(void) {
     test_matmul(35, 37, 101, 1);
     test_matmul(1, 64, 40, 1);
     test_matmul(133, 96, 288, 0);
+    test_matmul_gelu(37, 96, 384);  // fused both ways
+    test_matmul_gelu(35, 40, 101);  // forward unfused (OC 101), backward fused (C 40)
+    test_matmul_gelu(33, 101, 64);  // forward fused, backward unfused (C 101)
     test_elementwise(1, 0);
     test_elementwise(100003, 0);
     test_elementwise(100003, 3);

@@ -13,12 +13,13 @@
 // Tried and measured slower on an H200: one kernel that sums the partial dQ of the key blocks in a
 // fixed order (a counter per query tile, acquire/release, blocks ordered by a ticket so the waits
 // always end): about 0.5 us of synchronisation per block and tile, forward + backward 2.23 ms
-// instead of 2.04 at T = 1024 and 28.0 instead of 26.4 at T = 16384 (64K tokens, d12 heads).
+// instead of 2.04 at T = 1024 and 28.0 instead of 26.4 at T = 16384 (64K tokens, d12 heads; the
+// two kernels as they were then, before the dQ kernel's 32-row warps).
 // BF16 only, FLASH_ATTN_DETERMINISTIC=0: the dK/dV kernel also adds each tile's dQ = dS K into an
 // fp32 buffer (B, T, C) with atomics, and a last kernel converts it: 5 tile products, 4 bytes per
 // activation of scratch, and dQ's sums in a different order on every run. Measured on an H200
-// (d12 shapes, 64K tokens): backward 2 to 3% slower at T = 1024 (yet d12 training is 1.5% faster:
-// it runs at the power cap, where fewer products mean higher clocks), 11% faster at T = 16384.
+// (d12 shapes, 64K tokens), forward + backward against the default: 4% slower at T = 1024 (172.3
+// vs 179.8 TFLOP/s), 5% faster at T = 16384 (244.5 vs 233.2).
 //
 // BF16 build: tensor cores through mma.sync m16n8k16 (bf16 in, fp32 accumulate), ldmatrix from
 // shared memory rows padded by 16 bytes (conflict-free for ldmatrix and cp.async), cp.async double
