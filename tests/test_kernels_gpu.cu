@@ -452,9 +452,11 @@ int main(void) {
     test_encoder(2, 1, 768, 50);
     test_layernorm(1, 37);
     test_layernorm(301, 771);
+    test_layernorm(513, 96); // 16-byte column sums, three row chunks
     test_matmul(35, 37, 101, 1);
     test_matmul(1, 64, 40, 1);
     test_matmul(133, 96, 288, 0);
+    test_matmul(300, 64, 264, 1); // 16-byte column sums for dbias, two row chunks
     test_matmul_gelu(37, 96, 384);  // fused both ways
     test_matmul_gelu(35, 40, 101);  // forward unfused (OC 101), backward fused (C 40)
     test_matmul_gelu(33, 101, 64);  // forward fused, backward unfused (C 101)

@@ -122,23 +122,42 @@ template <class Op> void map2(floatX* out, const floatX* a, const floatX* b, siz
     launchCheck();
 }
 
-// dst[c] += sum over rows r < N of value(r, c), for c < C, deterministically: blocks of 32 columns x
-// COLSUM_ROWS rows write fp32 partial sums, then a second pass adds the partials in row order and
-// rounds once into dst. `value` is a device functor float(int row, int col).
+// dst[c] += sum over rows r < N of value(r, c), for c < C, deterministically: blocks of
+// COLSUM_COLS columns x COLSUM_ROWS rows write fp32 partial sums, then a second pass adds the
+// partials in row order and rounds once into dst. `value` is a device functor
+// void(int row, int col, float out[X128]) giving columns col .. col + X128 - 1 of a row (0 from C
+// on), so each thread reads 16 bytes per row: with one 2-byte element per thread the sums were
+// latency-bound. Every column's sum runs in the same order either way.
 #define COLSUM_ROWS 256
+#define COLSUM_COLS (32 * X128)
+// The plain value functor: the elements of a row-major matrix with C columns.
+struct MatrixColumns {
+    const floatX* x;
+    int C;
+    __device__ void operator()(int r, int c, float out[X128]) const {
+        load_x128(out, x + (size_t)r * C, c, C, C % X128 == 0);
+    }
+};
 template <class Value>
 __global__ void column_partial_sums_kernel(float* partials, int N, int C, Value value) {
-    __shared__ float sums[8][33];
-    int col = blockIdx.x * 32 + threadIdx.x, row0 = blockIdx.y * COLSUM_ROWS;
-    int row_end = min(row0 + COLSUM_ROWS, N);
-    float sum = 0.0f;
+    __shared__ float sums[8][X128][33]; // [row lane][element][thread]: conflict-free
+    const int col = (blockIdx.x * 32 + threadIdx.x) * X128, row0 = blockIdx.y * COLSUM_ROWS;
+    const int row_end = min(row0 + COLSUM_ROWS, N);
+    float sum[X128] = {};
     if (col < C)
-        for (int r = row0 + threadIdx.y; r < row_end; r += 8) sum += value(r, col);
-    sums[threadIdx.y][threadIdx.x] = sum;
+        for (int r = row0 + threadIdx.y; r < row_end; r += 8) {
+            float v[X128];
+            value(r, col, v);
+            for (int k = 0; k < X128; k++) sum[k] += v[k];
+        }
+    for (int k = 0; k < X128; k++) sums[threadIdx.y][k][threadIdx.x] = sum[k];
     __syncthreads();
     if (threadIdx.y == 0 && col < C) {
-        for (int k = 1; k < 8; k++) sum += sums[k][threadIdx.x];
-        partials[(size_t)blockIdx.y * C + col] = sum;
+        for (int k = 0; k < X128 && col + k < C; k++) {
+            float total = sum[k];
+            for (int lane = 1; lane < 8; lane++) total += sums[lane][k][threadIdx.x];
+            partials[(size_t)blockIdx.y * C + col + k] = total;
+        }
     }
 }
 __global__ void add_column_partials_kernel(floatX* dst, const float* partials, int chunks, int C);
@@ -146,7 +165,7 @@ float* column_partials_buffer(size_t count);
 template <class Value> void column_sums_accumulate(floatX* dst, int N, int C, Value value) {
     int chunks = (int)ceil_div(N, COLSUM_ROWS);
     float* partials = column_partials_buffer((size_t)chunks * C);
-    column_partial_sums_kernel<<<dim3(ceil_div(C, 32), chunks), dim3(32, 8)>>>(partials, N, C, value);
+    column_partial_sums_kernel<<<dim3(ceil_div(C, COLSUM_COLS), chunks), dim3(32, 8)>>>(partials, N, C, value);
     launchCheck();
     add_column_partials_kernel<<<ceil_div(C, 256), 256>>>(dst, partials, chunks, C);
     launchCheck();

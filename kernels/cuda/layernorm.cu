@@ -74,19 +74,18 @@ __global__ void layernorm_backward_dinp_kernel(floatX* dinp, const floatX* dout,
     }
 }
 
+// dout * norm, the weight's gradient per element.
 struct DoutTimesNorm {
     const floatX *dout, *inp;
     const float *mean, *rstd;
     int C;
-    __device__ float operator()(int r, int c) const {
-        size_t i = (size_t)r * C + c;
-        return (float)dout[i] * ((float)inp[i] - mean[r]) * rstd[r];
+    __device__ void operator()(int r, int c, float out[X128]) const {
+        const bool vector = C % X128 == 0;
+        float x[X128];
+        load_x128(out, dout + (size_t)r * C, c, C, vector);
+        load_x128(x, inp + (size_t)r * C, c, C, vector);
+        for (int k = 0; k < X128; k++) out[k] = out[k] * (x[k] - mean[r]) * rstd[r];
     }
-};
-struct Element {
-    const floatX* x;
-    int C;
-    __device__ float operator()(int r, int c) const { return (float)x[(size_t)r * C + c]; }
 };
 
 void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
@@ -97,5 +96,5 @@ void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floa
                                                                        rstd, N, C);
     launchCheck();
     column_sums_accumulate(dweight, N, C, DoutTimesNorm{dout, inp, mean, rstd, C});
-    column_sums_accumulate(dbias, N, C, Element{dout, C});
+    column_sums_accumulate(dbias, N, C, MatrixColumns{dout, C});
 }

@@ -72,12 +72,6 @@ void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const 
     matmul_cublaslt(out, weight, inp, bias, OC, N, C, true, false, C, C, OC, false);
 }
 
-struct OutputColumn {
-    const floatX* dout;
-    int OC;
-    __device__ float operator()(int r, int c) const { return (float)dout[(size_t)r * OC + c]; }
-};
-
 // dinp = dout @ weight (then the epilogue on it, with aux `pre`); dweight += dout^T @ inp; dbias +=
 // column sums of dout.
 static void linear_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
@@ -86,7 +80,7 @@ static void linear_backward(floatX* dinp, floatX* dweight, floatX* dbias, const 
     matmul_cublaslt(dinp, weight, dout, NULL, C, N, OC, false, false, C, OC, C, false, dinp_epilogue, pre);
     // dweight^T (C, OC) += inp^T (C, N) @ dout (column-major (OC, N))^T.
     matmul_cublaslt(dweight, inp, dout, NULL, C, OC, N, false, true, C, OC, C, true);
-    if (dbias) column_sums_accumulate(dbias, N, OC, OutputColumn{dout, OC});
+    if (dbias) column_sums_accumulate(dbias, N, OC, MatrixColumns{dout, OC});
 }
 
 void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
