@@ -19,21 +19,7 @@
 // The X128 logits src[i .. i + X128) as floats; -inf from V on (padding columns, which so take
 // no part in the max and get exp2 = 0).
 __device__ inline void load_logits(float vals[X128], const floatX* src, int i, int V, bool vector) {
-    if (vector && i + X128 <= V) {
-        const PackedX packed = *(const PackedX*)(src + i);
-        for (int k = 0; k < X128; k++) vals[k] = (float)packed.v[k];
-    } else {
-        for (int k = 0; k < X128; k++) vals[k] = i + k < V ? (float)src[i + k] : -INFINITY;
-    }
-}
-
-// vals as X128 floatX at dst[i ..]: one 16-byte store when `vector`, else the elements below end.
-__device__ inline void store_x128(floatX* dst, const float vals[X128], int i, int end, bool vector) {
-    PackedX packed;
-    for (int k = 0; k < X128; k++) packed.v[k] = (floatX)vals[k];
-    if (vector) *(PackedX*)(dst + i) = packed;
-    else
-        for (int k = 0; k < X128 && i + k < end; k++) dst[i + k] = packed.v[k];
+    load_x128(vals, src, i, V, vector && i + X128 <= V, -INFINITY);
 }
 
 // cached: the row fits in the dynamic shared memory (Vp floatX).

@@ -89,15 +89,24 @@ __device__ __forceinline__ float fast_exp2(float x) {
     return y;
 }
 
-// Loads the X128 elements of p at i .. i + X128 (those below end) as floats: one 16-byte load when
-// `vector` (i aligned and the whole vector inside the array), else one by one.
-__device__ inline void load_x128(float out[X128], const floatX* p, size_t i, size_t end, bool vector) {
+// Loads the X128 elements of p at i .. i + X128 (those below end; `fill` from end on) as floats:
+// one 16-byte load when `vector` (i aligned and the whole vector inside the array), else one by one.
+__device__ inline void load_x128(float out[X128], const floatX* p, size_t i, size_t end, bool vector,
+                                 float fill = 0.0f) {
     if (vector) {
         PackedX packed = *(const PackedX*)(p + i);
         for (int k = 0; k < X128; k++) out[k] = (float)packed.v[k];
     } else {
-        for (int k = 0; k < X128; k++) out[k] = i + k < end ? (float)p[i + k] : 0.0f;
+        for (int k = 0; k < X128; k++) out[k] = i + k < end ? (float)p[i + k] : fill;
     }
+}
+// Stores vals as X128 floatX at p[i ..]: one 16-byte store when `vector`, else the elements below end.
+__device__ inline void store_x128(floatX* p, const float vals[X128], size_t i, size_t end, bool vector) {
+    PackedX packed;
+    for (int k = 0; k < X128; k++) packed.v[k] = (floatX)vals[k];
+    if (vector) *(PackedX*)(p + i) = packed;
+    else
+        for (int k = 0; k < X128 && i + k < end; k++) p[i + k] = packed.v[k];
 }
 
 // out[i] = op(a[i], b[i]) for i < n, in fp32, rounded once to floatX. One thread per 16 bytes,

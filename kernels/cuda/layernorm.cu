@@ -66,11 +66,9 @@ __global__ void layernorm_backward_dinp_kernel(floatX* dinp, const floatX* dout,
         load_x128(dyv, dy, c, C, vector);
         load_x128(wv, weight, c, C, vector);
         load_x128(dxv, dx, c, C, vector);
-        PackedX out;
         for (int k = 0; k < X128; k++)
-            out.v[k] = (floatX)(dxv[k] + s * (dyv[k] * wv[k] - dnorm_mean - (xv[k] - m) * s * dnorm_norm_mean));
-        if (vector) *(PackedX*)(dx + c) = out;
-        else for (int k = 0; k < X128 && c + k < C; k++) dx[c + k] = out.v[k];
+            dxv[k] += s * (dyv[k] * wv[k] - dnorm_mean - (xv[k] - m) * s * dnorm_norm_mean);
+        store_x128(dx, dxv, c, C, vector);
     }
 }
 
