@@ -1,8 +1,9 @@
 // The GPU flash attention (kernels/cuda/attention_flash.cu) against the CPU flash reference
 // (kernels/cpu/attention_flash.c, fp32): O, (m, l), dQ, dK, dV on fresh random inputs for T in
 // {1, 7, 64, 65, 127, 1024, 1025, 4096}, several B and NH, head sizes 64, 32 and 128; in the BF16
-// build with both tile configurations (FLASH_ATTN_CONFIG=sm80 and sm86), each with dQ from its own
-// kernel and summed by atomics (FLASH_ATTN_DETERMINISTIC=1 and 0). GPU outputs are poisoned with 0xFF
+// build with every tile configuration the GPU can run (FLASH_ATTN_CONFIG=sm80 and sm86, and sm90,
+// the wgmma kernels, on an H100/H200), each with dQ from its own kernel and summed by atomics
+// (FLASH_ATTN_DETERMINISTIC=1 and 0). GPU outputs are poisoned with 0xFF
 // bytes (NaN in fp32 and bf16) before every run, so an unwritten element fails, and every case runs
 // twice to check that the results are bit-identical (with atomic dQ: all but dQ, and both runs' dQ
 // against the reference). The seed is printed; TEST_SEED=n repeats a run.
@@ -237,19 +238,32 @@ static int same_slots(const float* a, const float* b, int from, int rows, int C)
     return 1;
 }
 
+#if defined(PRECISION_BF16)
+// The wgmma tiles run on compute capability 9.0 (H100, H200); the test builds with GPU_ARCH 90.
+static int gpu_is_sm90(void) {
+    int device, major, minor;
+    cudaCheck(cudaGetDevice(&device));
+    cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    cudaCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    return major == 9 && minor == 0;
+}
+#endif
+
 static void run_case(Case c, TestRng* rng) {
     Problem p = make_problem(c, rng);
     Results first = {host_floats(p.n_out), host_floats(2 * p.n_stat), host_floats(p.n_qkv)};
     Results second = {host_floats(p.n_out), host_floats(2 * p.n_stat), host_floats(p.n_qkv)};
 #if defined(PRECISION_BF16)
     // FLASH_ATTN_CONFIG picks the tensor-core tiles, FLASH_ATTN_DETERMINISTIC how dQ is summed.
-    const char* configs[] = {"sm80", "sm86"};
+    const char* configs[] = {"sm80", "sm86", "sm90"};
+    const size_t num_configs = gpu_is_sm90() ? 3 : 2;
     const char* dq_modes[] = {"1", "0"};
 #else
     const char* configs[] = {"fp32"}; // neither variable is used in FP32
+    const size_t num_configs = 1;
     const char* dq_modes[] = {"1"};
 #endif
-    for (size_t k = 0; k < sizeof(configs) / sizeof(configs[0]); k++)
+    for (size_t k = 0; k < num_configs; k++)
         for (size_t d = 0; d < sizeof(dq_modes) / sizeof(dq_modes[0]); d++) {
             setenv("FLASH_ATTN_CONFIG", configs[k], 1);
             setenv("FLASH_ATTN_DETERMINISTIC", dq_modes[d], 1);

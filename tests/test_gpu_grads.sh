@@ -2,7 +2,7 @@
 # The whole model's loss and every gradient tensor of the CUDA builds against the CPU reference: one
 # forward + backward of a small GPT-2 on the first batch of tinyshakespeare from the same seed,
 # dumped by tests/dump_grads.c and compared tensor by tensor (loss and 16 gradients) for FP32 and
-# BF16, ATTN=naive and ATTN=flash (the BF16 flash build under both tile configurations, and with
+# BF16, ATTN=naive and ATTN=flash (the BF16 flash build under every tile configuration, and with
 # dQ summed by atomics, FLASH_ATTN_DETERMINISTIC=0). Per tensor:
 #   FP32: ||gpu - cpu|| / ||cpu|| <= 1e-5 and every element within 1e-4 of the tensor's largest |cpu|
 #   BF16: ||gpu - cpu|| / ||cpu|| <= 3e-2 and every element within 1e-1 of it (bf16 storage, see
@@ -10,6 +10,8 @@
 # and no NaN or inf (the dump fills its buffers with NaN first, so an element never copied fails).
 # Awkward sizes: C 96 with 3 heads (head size 32, the smallest the BF16 flash kernels take), T 67 (no
 # multiple of a tile) below max T 80 (wpe rows that the batch never reaches get no gradient), B 3.
+# Then C 128 with 2 heads (head size 64, where H100/H200 take the wgmma kernels) for the flash BF16
+# build under its default and the sm80 tiles.
 # Usage: BUILD=dir GPU_ARCH=90 tests/test_gpu_grads.sh   (needs GPT_DATA_DIR and a GPU)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +39,7 @@ done
 MODEL=(--layers 2 --channels 96 --heads 3 --max-seq 80 -b 3 -t 67 --seed 1337)
 REF=$BUILD/model-cpu/tests/dump_grads_cpu
 "$REF" "$TOKENS" "${MODEL[@]}" -o "$WORK/cpu.bin" | tail -n 1
+# check compares with the CPU's dump of MODEL in $WORK/cpu.bin.
 # check NAME ATTN PRECISION [FLASH_ATTN_CONFIG [FLASH_ATTN_DETERMINISTIC]]
 check() {
     local name=$1 bin
@@ -57,6 +60,11 @@ check naive-FP32 naive FP32
 check naive-BF16 naive BF16
 check flash-FP32 flash FP32
 check flash-BF16 flash BF16
+check flash-BF16-sm80-tiles flash BF16 sm80
 check flash-BF16-sm86-tiles flash BF16 sm86
 check flash-BF16-atomic-dQ flash BF16 "" 0
+MODEL=(--layers 2 --channels 128 --heads 2 --max-seq 80 -b 3 -t 67 --seed 1337)
+"$REF" "$TOKENS" "${MODEL[@]}" -o "$WORK/cpu.bin" | tail -n 1
+check flash-BF16-hs64 flash BF16
+check flash-BF16-hs64-sm80-tiles flash BF16 sm80
 [ $failed = 0 ] && echo "test_gpu_grads: all passed" || { echo "test_gpu_grads: FAILED"; exit 1; }

@@ -17,17 +17,20 @@
 // two kernels as they were then, before the dQ kernel's 32-row warps).
 // BF16 only, FLASH_ATTN_DETERMINISTIC=0: the dK/dV kernel also adds each tile's dQ = dS K into an
 // fp32 buffer (B, T, C) with atomics, and a last kernel converts it: 5 tile products, 4 bytes per
-// activation of scratch, and dQ's sums in a different order on every run. Measured on an H200
-// (d12 shapes, 64K tokens), forward + backward against the default: 4% slower at T = 1024 (172.3
-// vs 179.8 TFLOP/s), 5% faster at T = 16384 (244.5 vs 233.2).
+// activation of scratch, and dQ's sums in a different order on every run. It runs on mma.sync
+// tiles in every configuration. Measured on an H200 (d12 shapes, 64K tokens), forward + backward
+// against the mma.sync default: 4% slower at T = 1024 (172.3 vs 179.8 TFLOP/s), 5% faster at
+// T = 16384 (244.5 vs 233.2); against the wgmma default: 10% slower (171.2 vs 190.9) and 7%
+// slower (244.3 vs 263.1).
 //
-// BF16 build: tensor cores through mma.sync m16n8k16 (bf16 in, fp32 accumulate), ldmatrix from
-// shared memory rows padded by 16 bytes (conflict-free for ldmatrix and cp.async), cp.async double
-// buffering with one barrier per streamed tile; Q, K, V are read straight from the qkv buffer.
-// Head sizes 32, 64 and 128. Tile shapes
-// come in two configurations picked at launch from the GPU (sm80 for A100/H100/H200, sm86 for
-// RTX 3090/4090 class GPUs with 100 KB of shared memory per SM; every block stays under 99 KB);
-// FLASH_ATTN_CONFIG=sm80|sm86 forces one on any GPU.
+// BF16 build: tensor cores, bf16 in, fp32 accumulate, through mma.sync m16n8k16 with ldmatrix
+// from shared memory rows padded by 16 bytes, or on H100/H200 (sm_90a) with HS 64 through wgmma
+// reading K, V, Q and dO straight from 128-byte-swizzled shared memory (see "Mma" below); cp.async
+// double buffering with one barrier per streamed tile; Q, K, V are read straight from the qkv
+// buffer. Head sizes 32, 64 and 128. Three configurations are picked at launch from the GPU: sm90
+// (wgmma) for H100/H200, sm80 (mma.sync) for A100, sm86 for RTX 3090/4090 class GPUs with 100 KB
+// of shared memory per SM (every block stays under 99 KB); FLASH_ATTN_CONFIG=sm80|sm86|sm90 forces
+// one (sm90 only on an H100/H200).
 // FP32 build: the same algorithm on CUDA cores in exact fp32 (expf), one warp per row, any HS
 // up to 128.
 //
@@ -36,6 +39,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 
@@ -163,21 +168,222 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *(uint32_t*)&v;
 }
 
-// Shared-memory tiles hold HS bf16 per row plus 8 of padding: rows 16 bytes apart modulo 128, so
-// the 8 row addresses of an ldmatrix phase fall in 8 different bank groups.
-template <int HS> __host__ __device__ constexpr int smem_stride() { return HS + 8; }
+// Fragment layouts (PTX ISA, mma.m16n8k16): lane = 4 g + q. An accumulator c[4] of a 16 x 8 tile
+// holds (row g, cols 2q, 2q+1) in c[0..1] and (row g + 8, same cols) in c[2..3]. An A fragment
+// a[4] of a 16 x 16 tile holds (row g, cols 2q..2q+1), (row g+8, same), (row g, cols 2q+8..9),
+// (row g+8, same). A B fragment (b0, b1) of a 16 x 8 tile holds (rows 2q..2q+1, col g) and
+// (rows 2q+8..2q+9, col g).
+
+// The A fragment (16 x 16, bf16) of columns 16 k .. 16 k + 15 of a warp's fp32 tile in the
+// accumulator layout: P or dS as the left operand of the next product.
+__device__ __forceinline__ void a_fragment_of(uint32_t a[4], const float (*c)[4], int k) {
+    a[0] = pack_bf16(c[2 * k][0], c[2 * k][1]);
+    a[1] = pack_bf16(c[2 * k][2], c[2 * k][3]);
+    a[2] = pack_bf16(c[2 * k + 1][0], c[2 * k + 1][1]);
+    a[3] = pack_bf16(c[2 * k + 1][2], c[2 * k + 1][3]);
+}
+
+// ---- shared-memory layouts and warp matrix products -----------------------------------------
+// Two policies, `Mma`, for the same kernels. Both keep the A operands (Q, dO, K, V, P, dS) in
+// registers in mma.m16n8k16's fragment layout, which is also wgmma's register-A layout, and
+// accumulate in the m16n8 accumulator layout, which is also what each warp holds of a wgmma m64
+// accumulator (its 16 rows). They differ in where B comes from:
+//   MmaSync<HS> (every GPU from sm_80): mma.sync per warp; B fragments by ldmatrix from tile rows
+//     padded by 16 bytes (rows 16 bytes apart modulo 128, so the 8 row addresses of an ldmatrix
+//     phase fall in 8 different bank groups).
+//   Wgmma (sm_90a, that is H100 and H200; HS 64): wgmma per warpgroup of 4 warps; the tensor cores
+//     read B straight from tiles of 128-byte rows stored with the 128-byte swizzle (16-byte chunk
+//     c of row r at chunk c ^ (r % 8), conflict-free for cp.async and ldmatrix too). The 4 warps
+//     of a group multiply together, so they must take the same branches (GROUP_WARPS).
+// Tiles of either are addressed through Mma::offset(row, col), col a multiple of 8.
+template <int HEAD_SIZE> struct MmaSync {
+    static constexpr int HS = HEAD_SIZE, STRIDE = HS + 8, GROUP_WARPS = 1;
+    static constexpr bool RELOAD_A = false; // see Wgmma
+    static constexpr size_t ALIGN = 16;
+    __device__ static int offset(int row, int col) { return row * STRIDE + col; }
+    __device__ static void tiles_ready() {} // ldmatrix reads what cp.async wrote once the barrier is passed
+
+    // acc (16 M_TILES x COLS) = A (16 M_TILES x HS, fragments) B^T, B a (COLS x HS) tile: S = Q K^T.
+    // The B fragments of two column groups come from one ldmatrix of four 8 x 8 blocks.
+    template <int M_TILES, int COLS>
+    __device__ static void gemm_a_bt(float acc[M_TILES][COLS / 8][4], const uint32_t a[M_TILES][HS / 16][4],
+                                     const floatX* b_tile) {
+        const int lane = threadIdx.x % 32;
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+            for (int nt = 0; nt < COLS / 8; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < HS / 16; k++) {
+#pragma unroll
+            for (int np = 0; np < COLS / 16; np++) {
+                uint32_t b[4]; // (cols 0-7, k 0-7), (cols 0-7, k 8-15), (cols 8-15, k 0-7), (cols 8-15, k 8-15)
+                ldmatrix_x4(b, b_tile + offset(np * 16 + lane / 16 * 8 + lane % 8, k * 16 + lane / 8 % 2 * 8));
+#pragma unroll
+                for (int mt = 0; mt < M_TILES; mt++) {
+                    mma_16816(acc[mt][2 * np], a[mt][k], b[0], b[1]);
+                    mma_16816(acc[mt][2 * np + 1], a[mt][k], b[2], b[3]);
+                }
+            }
+        }
+    }
+
+    // acc (16 M_TILES x NCOLS) += A (16 M_TILES x 16, fragments) times rows k0 .. k0 + 15, columns
+    // n0 .. n0 + NCOLS - 1 of a row-major (rows x HS) tile; ldmatrix.trans turns the tile's rows into
+    // column fragments.
+    template <int M_TILES, int NCOLS>
+    __device__ static void mma_a_tile_rows(float acc[M_TILES][NCOLS / 8][4], const uint32_t a[M_TILES][4],
+                                           const floatX* b_tile, int k0, int n0) {
+        const int lane = threadIdx.x % 32;
+#pragma unroll
+        for (int np = 0; np < NCOLS / 16; np++) {
+            uint32_t b[4]; // (rows 0-7, cols 0-7), (rows 8-15, cols 0-7), (rows 0-7, cols 8-15), (rows 8-15, cols 8-15)
+            ldmatrix_x4_trans(b, b_tile + offset(k0 + lane / 8 % 2 * 8 + lane % 8, n0 + np * 16 + lane / 16 * 8));
+#pragma unroll
+            for (int mt = 0; mt < M_TILES; mt++) {
+                mma_16816(acc[mt][2 * np], a[mt], b[0], b[1]);
+                mma_16816(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+            }
+        }
+    }
+
+    // acc (16 M_TILES x HS) += P (16 M_TILES x COLS, accumulator layout, rounded to bf16) B, B a
+    // (COLS x HS) row-major tile: O += P V.
+    template <int M_TILES, int COLS>
+    __device__ static void gemm_c_b(float acc[M_TILES][HS / 8][4], const float p[M_TILES][COLS / 8][4],
+                                    const floatX* b_tile) {
+#pragma unroll
+        for (int k = 0; k < COLS / 16; k++) {
+            uint32_t a[M_TILES][4];
+#pragma unroll
+            for (int mt = 0; mt < M_TILES; mt++) a_fragment_of(a[mt], p[mt], k);
+            mma_a_tile_rows<M_TILES, HS>(acc, a, b_tile, k * 16, 0);
+        }
+    }
+};
+
+// wgmma (PTX ISA, "asynchronous warpgroup level matrix multiply"), compiled for sm_90a only; the
+// host never launches a Wgmma kernel elsewhere (flash_config), and these trap if it did.
+// Shared-memory matrix descriptor: start address, 1024 bytes between groups of 8 rows (the
+// "stride byte offset"), 128-byte swizzle. The leading byte offset is not used by these shapes:
+// a bf16 operand 64 wide is exactly one swizzle row (measured on an H200: any value works).
+__device__ __forceinline__ uint64_t wgmma_descriptor(const floatX* tile) {
+    return (uint64_t)((smem_address(tile) & 0x3FFFF) >> 4) | (uint64_t)(1024 >> 4) << 32 | 1ull << 62;
+}
+// d (this warp's 16 rows of a 64 x 64 accumulator) = (accumulate ? d : 0) + a (this warp's 16 x 16
+// fragment) b, b (16 x 64) in shared memory: rows of 64 (TRANS_B 1, "MN-major") or, TRANS_B 0,
+// the transpose of a (64 x 16) block of rows of 64 ("K-major").
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_m64n64k16(float d[8][4], const uint32_t a[4], uint64_t b, bool accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+                 "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, %37;\n}\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+                   "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
+                   "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+                   "+f"(d[7][2]), "+f"(d[7][3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(TRANS_B), "r"((int)accumulate));
+#else
+    (void)d, (void)a, (void)b, (void)accumulate;
+    __trap();
+#endif
+}
+// Orders this thread's register accesses before the wgmmas that follow (wgmma.fence); commits
+// the issued wgmmas and waits for them.
+__device__ __forceinline__ void wgmma_fence() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit_and_wait() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#endif
+}
+// Pins accumulator registers at this point of the program, so the compiler cannot move their
+// reads or writes across the wgmma fence or wait next to it (the asm outputs look ready at once).
+template <int M_TILES, int N_TILES> __device__ __forceinline__ void wgmma_pin(float acc[M_TILES][N_TILES][4]) {
+#pragma unroll
+    for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+        for (int nt = 0; nt < N_TILES; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) asm volatile("" : "+f"(acc[mt][nt][i])::"memory");
+}
+
+struct Wgmma {
+    static constexpr int HS = 64, STRIDE = 64, GROUP_WARPS = 4;
+    // The kernels load their A fragments (Q, dO, K, V) from shared memory again for every tile
+    // instead of keeping them in registers for the whole loop. Measured with CUDA 13.0's ptxas:
+    // with the fragments carried around the loop, it gave their registers to P after the first
+    // tile (as if a wgmma's A operand died with it), and every later tile multiplied P by K.
+    static constexpr bool RELOAD_A = true;
+    static constexpr size_t ALIGN = 1024; // the swizzle pattern repeats from 1024-byte boundaries
+    __device__ static int offset(int row, int col) { return row * STRIDE + ((col / 8) ^ (row % 8)) * 8 + col % 8; }
+    // cp.async writes through the generic proxy, wgmma reads through the async proxy.
+    __device__ static void tiles_ready() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+    }
+
+    // As MmaSync's: acc = A B^T (one m64n64k16 per m-tile and 16 head dimensions, B K-major).
+    template <int M_TILES, int COLS>
+    __device__ static void gemm_a_bt(float acc[M_TILES][COLS / 8][4], const uint32_t a[M_TILES][HS / 16][4],
+                                     const floatX* b_tile) {
+        static_assert(COLS == 64, "wgmma tiles are 64 wide");
+        wgmma_fence();
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+            for (int k = 0; k < HS / 16; k++) wgmma_m64n64k16<0>(acc[mt], a[mt][k], wgmma_descriptor(b_tile + k * 16), k > 0);
+        wgmma_commit_and_wait();
+        wgmma_pin<M_TILES, COLS / 8>(acc);
+    }
+
+    // As MmaSync's: acc += P B (one m64n64k16 per m-tile and 16 rows of B, B MN-major).
+    template <int M_TILES, int COLS>
+    __device__ static void gemm_c_b(float acc[M_TILES][HS / 8][4], const float p[M_TILES][COLS / 8][4],
+                                    const floatX* b_tile) {
+        uint32_t a[M_TILES][COLS / 16][4];
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+            for (int k = 0; k < COLS / 16; k++) a_fragment_of(a[mt][k], p[mt], k);
+        wgmma_pin<M_TILES, HS / 8>(acc);
+        wgmma_fence();
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+            for (int k = 0; k < COLS / 16; k++)
+                wgmma_m64n64k16<1>(acc[mt], a[mt][k], wgmma_descriptor(b_tile + k * 16 * STRIDE), true);
+        wgmma_commit_and_wait();
+        wgmma_pin<M_TILES, HS / 8>(acc);
+    }
+};
+
+// A shared-memory pointer rounded up to a multiple of ALIGN bytes (the launch asks for ALIGN - 16
+// bytes more than the tiles need).
+template <size_t ALIGN> __device__ __forceinline__ unsigned char* align_shared(unsigned char* p) {
+    return p + (ALIGN - smem_address(p) % ALIGN) % ALIGN;
+}
 
 // Copies rows row0 .. row0 + ROWS - 1 of a (T, HS) matrix whose rows are `stride` elements apart
-// into a padded tile; rows at or past T are zeros.
-template <int ROWS, int HS, int THREADS>
+// into a tile; rows at or past T are zeros.
+template <class Mma, int ROWS, int THREADS>
 __device__ __forceinline__ void load_tile_async(floatX* tile, const floatX* src, int row0, int T, size_t stride) {
-    constexpr int CHUNKS = HS / 8; // 16-byte chunks per row
+    constexpr int CHUNKS = Mma::HS / 8; // 16-byte chunks per row
 #pragma unroll
     for (int i = threadIdx.x; i < ROWS * CHUNKS; i += THREADS) {
         const int r = i / CHUNKS, c = i % CHUNKS;
         const bool valid = row0 + r < T;
-        cp_async_16(tile + r * smem_stride<HS>() + c * 8, src + (valid ? (size_t)(row0 + r) * stride + c * 8 : 0),
-                    valid);
+        cp_async_16(tile + Mma::offset(r, c * 8), src + (valid ? (size_t)(row0 + r) * stride + c * 8 : 0), valid);
     }
 }
 
@@ -192,97 +398,26 @@ __device__ __forceinline__ void load_vector_async(float* dst, const float* src, 
 
 // K and V tile `tile` (COLS rows each) into its stage of the STAGES-deep buffers, as one cp.async
 // commit group; past the last tile the group is empty, so there is always one group per tile.
-template <int COLS, int HS, int THREADS, int STAGES>
+template <class Mma, int COLS, int THREADS, int STAGES>
 __device__ __forceinline__ void load_kv_stage(floatX* k_tiles, floatX* v_tiles, const floatX* k_src, const floatX* v_src,
                                               int tile, int num_tiles, int T, size_t stride) {
     if (tile < num_tiles) {
         const int stage = tile % STAGES;
-        load_tile_async<COLS, HS, THREADS>(k_tiles + stage * COLS * smem_stride<HS>(), k_src, tile * COLS, T, stride);
-        load_tile_async<COLS, HS, THREADS>(v_tiles + stage * COLS * smem_stride<HS>(), v_src, tile * COLS, T, stride);
+        load_tile_async<Mma, COLS, THREADS>(k_tiles + stage * COLS * Mma::STRIDE, k_src, tile * COLS, T, stride);
+        load_tile_async<Mma, COLS, THREADS>(v_tiles + stage * COLS * Mma::STRIDE, v_src, tile * COLS, T, stride);
     }
     cp_async_commit();
 }
 
-// Fragment layouts (PTX ISA, mma.m16n8k16): lane = 4 g + q. An accumulator c[4] of a 16 x 8 tile
-// holds (row g, cols 2q, 2q+1) in c[0..1] and (row g + 8, same cols) in c[2..3]. An A fragment
-// a[4] of a 16 x 16 tile holds (row g, cols 2q..2q+1), (row g+8, same), (row g, cols 2q+8..9),
-// (row g+8, same). A B fragment (b0, b1) of a 16 x 8 tile holds (rows 2q..2q+1, col g) and
-// (rows 2q+8..2q+9, col g).
-
 // A fragments of the warp's 16 * M_TILES rows starting at tile row `row0`, all HS columns.
-template <int M_TILES, int HS>
-__device__ __forceinline__ void load_a_fragments(uint32_t a[M_TILES][HS / 16][4], const floatX* tile, int row0) {
+template <class Mma, int M_TILES>
+__device__ __forceinline__ void load_a_fragments(uint32_t a[M_TILES][Mma::HS / 16][4], const floatX* tile, int row0) {
     const int lane = threadIdx.x % 32;
 #pragma unroll
     for (int mt = 0; mt < M_TILES; mt++)
 #pragma unroll
-        for (int k = 0; k < HS / 16; k++)
-            ldmatrix_x4(a[mt][k], tile + (row0 + mt * 16 + lane % 16) * smem_stride<HS>() + k * 16 + lane / 16 * 8);
-}
-
-// acc (16 M_TILES x COLS) = A (16 M_TILES x HS, fragments) B^T, B a (COLS x HS) tile: S = Q K^T.
-// The B fragments of two column groups come from one ldmatrix of four 8 x 8 blocks.
-template <int M_TILES, int HS, int COLS>
-__device__ __forceinline__ void warp_gemm_a_bt(float acc[M_TILES][COLS / 8][4], const uint32_t a[M_TILES][HS / 16][4],
-                                               const floatX* b_tile) {
-    const int lane = threadIdx.x % 32;
-#pragma unroll
-    for (int mt = 0; mt < M_TILES; mt++)
-#pragma unroll
-        for (int nt = 0; nt < COLS / 8; nt++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.0f;
-#pragma unroll
-    for (int k = 0; k < HS / 16; k++) {
-#pragma unroll
-        for (int np = 0; np < COLS / 16; np++) {
-            uint32_t b[4]; // (cols 0-7, k 0-7), (cols 0-7, k 8-15), (cols 8-15, k 0-7), (cols 8-15, k 8-15)
-            ldmatrix_x4(b, b_tile + (np * 16 + lane / 16 * 8 + lane % 8) * smem_stride<HS>() + k * 16 + lane / 8 % 2 * 8);
-#pragma unroll
-            for (int mt = 0; mt < M_TILES; mt++) {
-                mma_16816(acc[mt][2 * np], a[mt][k], b[0], b[1]);
-                mma_16816(acc[mt][2 * np + 1], a[mt][k], b[2], b[3]);
-            }
-        }
-    }
-}
-
-// acc (16 M_TILES x NCOLS) += A (16 M_TILES x 16, fragments) times rows k0 .. k0 + 15, columns
-// n0 .. n0 + NCOLS - 1 of a row-major (rows x HS) tile; ldmatrix.trans turns the tile's rows into
-// column fragments.
-template <int M_TILES, int HS, int NCOLS>
-__device__ __forceinline__ void mma_a_tile_rows(float acc[M_TILES][NCOLS / 8][4], const uint32_t a[M_TILES][4],
-                                                const floatX* b_tile, int k0, int n0) {
-    const int lane = threadIdx.x % 32;
-#pragma unroll
-    for (int np = 0; np < NCOLS / 16; np++) {
-        uint32_t b[4]; // (rows 0-7, cols 0-7), (rows 8-15, cols 0-7), (rows 0-7, cols 8-15), (rows 8-15, cols 8-15)
-        ldmatrix_x4_trans(b, b_tile + (k0 + lane / 8 % 2 * 8 + lane % 8) * smem_stride<HS>() + n0 + np * 16 + lane / 16 * 8);
-#pragma unroll
-        for (int mt = 0; mt < M_TILES; mt++) {
-            mma_16816(acc[mt][2 * np], a[mt], b[0], b[1]);
-            mma_16816(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
-        }
-    }
-}
-
-// acc (16 M_TILES x HS) += P (16 M_TILES x COLS, accumulator layout, rounded to bf16) B, B a
-// (COLS x HS) row-major tile: O += P V.
-template <int M_TILES, int HS, int COLS>
-__device__ __forceinline__ void warp_gemm_c_b(float acc[M_TILES][HS / 8][4], const float p[M_TILES][COLS / 8][4],
-                                              const floatX* b_tile) {
-#pragma unroll
-    for (int k = 0; k < COLS / 16; k++) {
-        uint32_t a[M_TILES][4];
-#pragma unroll
-        for (int mt = 0; mt < M_TILES; mt++) {
-            a[mt][0] = pack_bf16(p[mt][2 * k][0], p[mt][2 * k][1]);
-            a[mt][1] = pack_bf16(p[mt][2 * k][2], p[mt][2 * k][3]);
-            a[mt][2] = pack_bf16(p[mt][2 * k + 1][0], p[mt][2 * k + 1][1]);
-            a[mt][3] = pack_bf16(p[mt][2 * k + 1][2], p[mt][2 * k + 1][3]);
-        }
-        mma_a_tile_rows<M_TILES, HS, HS>(acc, a, b_tile, k * 16, 0);
-    }
+        for (int k = 0; k < Mma::HS / 16; k++)
+            ldmatrix_x4(a[mt][k], tile + Mma::offset(row0 + mt * 16 + lane % 16, k * 16 + lane / 16 * 8));
 }
 
 // Sets the elements of a warp's (16 M_TILES x COLS) score accumulator to -inf where hidden(row, col)
@@ -338,22 +473,27 @@ __device__ __forceinline__ void store_rows(floatX* dst, const float acc[M_TILES]
 struct TilesSm80 { // A100, H100, H200: 228 KB of shared memory and 64K registers per SM
     static constexpr int FWD_WARPS = 4, FWD_M_TILES = 2, DKV_WARPS = 4, DQ_WARPS = 4, DQ_M_TILES = 2, ATOMIC_DKV_WARPS = 8;
     static constexpr int STAGES = 2;
+    static constexpr bool WGMMA = false;
 };
 struct TilesSm86 { // RTX 3090/4090: 100 KB per SM; 16-row warps keep the forward at 46 KB, two blocks per SM
     static constexpr int FWD_WARPS = 4, FWD_M_TILES = 1, DKV_WARPS = 4, DQ_WARPS = 4, DQ_M_TILES = 2, ATOMIC_DKV_WARPS = 8;
     static constexpr int STAGES = 2;
+    static constexpr bool WGMMA = false;
+};
+struct TilesSm90 : TilesSm80 { // H100, H200 with the sm_90a build: wgmma for HS 64 (atomic dQ stays mma.sync)
+    static constexpr bool WGMMA = true;
 };
 template <int HS> constexpr int tile_cols() { return HS > 64 ? 32 : 64; }
 template <int HS> constexpr int warps_for(int warps) { return HS > 64 ? 4 : warps; }
 template <int HS> constexpr int m_tiles_for(int m_tiles) { return HS > 64 ? 1 : m_tiles; }
 
 // ---- forward --------------------------------------------------------------------------------
-template <int HS, int WARPS, int M_TILES, int COLS, int STAGES>
+template <class Mma, int WARPS, int M_TILES, int COLS, int STAGES>
 __global__ void __launch_bounds__(WARPS * 32)
     flash_forward_kernel(floatX* out, float* m_out, float* l_out, const floatX* qkv, int T, int NH) {
-    constexpr int ROWS = 16 * WARPS * M_TILES, THREADS = 32 * WARPS, STRIDE = smem_stride<HS>();
+    constexpr int HS = Mma::HS, ROWS = 16 * WARPS * M_TILES, THREADS = 32 * WARPS, STRIDE = Mma::STRIDE;
     extern __shared__ __align__(16) unsigned char smem[];
-    floatX* q_tile = (floatX*)smem;
+    floatX* q_tile = (floatX*)align_shared<Mma::ALIGN>(smem);
     floatX* k_tiles = q_tile + ROWS * STRIDE; // STAGES stages each
     floatX* v_tiles = k_tiles + STAGES * COLS * STRIDE;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -365,16 +505,18 @@ __global__ void __launch_bounds__(WARPS * 32)
     const floatX* v_src = q_src + 2 * C;
     const int num_tiles = (min(q0 + ROWS, T) + COLS - 1) / COLS; // tiles above the diagonal skipped
     auto load_kv_tile = [&](int tile) {
-        load_kv_stage<COLS, HS, THREADS, STAGES>(k_tiles, v_tiles, k_src, v_src, tile, num_tiles, T, stride);
+        load_kv_stage<Mma, COLS, THREADS, STAGES>(k_tiles, v_tiles, k_src, v_src, tile, num_tiles, T, stride);
     };
 
-    load_tile_async<ROWS, HS, THREADS>(q_tile, q_src, q0, T, stride); // in the first tile's group
+    load_tile_async<Mma, ROWS, THREADS>(q_tile, q_src, q0, T, stride); // in the first tile's group
     for (int tile = 0; tile < STAGES - 1; tile++) load_kv_tile(tile);
     cp_async_wait<STAGES - 2>();
     __syncthreads();
     const int r0 = q0 + warp * 16 * M_TILES; // this warp's first query row
+    // The last row of the warps that multiply together (Mma::GROUP_WARPS), who take the same branches.
+    const int group_last_row = q0 + (warp / Mma::GROUP_WARPS + 1) * Mma::GROUP_WARPS * 16 * M_TILES - 1;
     uint32_t q_frag[M_TILES][HS / 16][4];
-    load_a_fragments<M_TILES, HS>(q_frag, q_tile, warp * 16 * M_TILES);
+    load_a_fragments<Mma, M_TILES>(q_frag, q_tile, warp * 16 * M_TILES);
 
     const float scale_log2 = LOG2E / sqrtf((float)HS); // scores in log2 units: exp2 is one instruction
     float o_acc[M_TILES][HS / 8][4] = {};
@@ -389,15 +531,18 @@ __global__ void __launch_bounds__(WARPS * 32)
 
     for (int tile = 0; tile < num_tiles; tile++) {
         cp_async_wait<STAGES - 2>(); // this tile has arrived,
+        Mma::tiles_ready();
         __syncthreads();             // and every warp is done with the previous one, whose stage
         load_kv_tile(tile + STAGES - 1); // takes the tile STAGES - 1 ahead
         const int c0 = tile * COLS;
-        // Tile 0 holds key 0, which every row sees, so every running max is finite after it.
-        if (c0 <= r0 + 16 * M_TILES - 1) { // some key of the tile is visible to some row of the warp
+        // Tile 0 holds key 0, which every row sees, so every running max is finite after it (and
+        // a later tile masked whole for a warp of a wgmma group leaves its rows as they were).
+        if (c0 <= group_last_row) { // some key of the tile is visible to some row of the warp group
+            if constexpr (Mma::RELOAD_A) load_a_fragments<Mma, M_TILES>(q_frag, q_tile, warp * 16 * M_TILES);
             const floatX* k_tile = k_tiles + tile % STAGES * COLS * STRIDE;
             const floatX* v_tile = v_tiles + tile % STAGES * COLS * STRIDE;
             float s[M_TILES][COLS / 8][4];
-            warp_gemm_a_bt<M_TILES, HS, COLS>(s, q_frag, k_tile);
+            Mma::template gemm_a_bt<M_TILES, COLS>(s, q_frag, k_tile);
             if (c0 + COLS - 1 > r0) mask_scores<M_TILES, COLS>(s, [&](int row, int col) { return c0 + col > r0 + row; });
 #pragma unroll
             for (int mt = 0; mt < M_TILES; mt++)
@@ -430,7 +575,7 @@ __global__ void __launch_bounds__(WARPS * 32)
                         o_acc[mt][nt][2 * half + 1] *= correction;
                     }
                 }
-            warp_gemm_c_b<M_TILES, HS, COLS>(o_acc, s, v_tile);
+            Mma::template gemm_c_b<M_TILES, COLS>(o_acc, s, v_tile);
         }
     }
 
@@ -482,16 +627,17 @@ __device__ __forceinline__ void atomic_add_rows(float* dst, const float acc[NCOL
 // dV = P^T dO and dK = scale dS^T Q in registers, working on the transposed scores S^T = K Q^T.
 // ATOMIC_DQ: the block also writes dS^T to shared memory, and its warps add the tile's
 // dQ = dS K (COLS x HS, unscaled) into the fp32 buffer dq_accum (B, T, C) with atomics.
-template <int HS, int WARPS, int COLS, int STAGES, bool ATOMIC_DQ>
+template <class Mma, int WARPS, int COLS, int STAGES, bool ATOMIC_DQ>
 __global__ void __launch_bounds__(WARPS * 32)
     flash_backward_dkv_kernel(floatX* dqkv, float* dq_accum, const floatX* dout, const floatX* qkv, const float* lse2,
                               const float* D, int T, int NH) {
-    constexpr int ROWS = 16 * WARPS, THREADS = 32 * WARPS, STRIDE = smem_stride<HS>();
+    constexpr int HS = Mma::HS, ROWS = 16 * WARPS, THREADS = 32 * WARPS, STRIDE = Mma::STRIDE;
     // dQ tile work: each of the COLS / 16 query m-tiles is split over SPLIT warps by head dimension.
     constexpr int DQ_MTILES = COLS / 16, SPLIT = WARPS / DQ_MTILES, DQ_DIMS = HS / SPLIT, DS_STRIDE = COLS + 8;
     static_assert(!ATOMIC_DQ || (WARPS % DQ_MTILES == 0 && DQ_DIMS % 16 == 0), "dQ tile split");
+    static_assert(!ATOMIC_DQ || Mma::GROUP_WARPS == 1, "atomic dQ multiplies with mma.sync");
     extern __shared__ __align__(16) unsigned char smem[];
-    floatX* k_tile = (floatX*)smem;
+    floatX* k_tile = (floatX*)align_shared<Mma::ALIGN>(smem);
     floatX* v_tile = k_tile + ROWS * STRIDE;
     floatX* q_tiles = v_tile + ROWS * STRIDE; // STAGES stages each
     floatX* do_tiles = q_tiles + STAGES * COLS * STRIDE;
@@ -513,38 +659,44 @@ __global__ void __launch_bounds__(WARPS * 32)
     auto load_query_tile = [&](int tile) { // one commit group per tile, empty past the last
         if (tile < num_tiles) {
             const int stage = tile % STAGES, c0 = tile * COLS;
-            load_tile_async<COLS, HS, THREADS>(q_tiles + stage * COLS * STRIDE, q_src, c0, T, stride);
-            load_tile_async<COLS, HS, THREADS>(do_tiles + stage * COLS * STRIDE, do_src, c0, T, C);
+            load_tile_async<Mma, COLS, THREADS>(q_tiles + stage * COLS * STRIDE, q_src, c0, T, stride);
+            load_tile_async<Mma, COLS, THREADS>(do_tiles + stage * COLS * STRIDE, do_src, c0, T, C);
             load_vector_async<COLS, THREADS>(lse_tiles + stage * COLS, lse_src, c0, T);
             load_vector_async<COLS, THREADS>(d_tiles + stage * COLS, d_src, c0, T);
         }
         cp_async_commit();
     };
 
-    load_tile_async<ROWS, HS, THREADS>(k_tile, k_src, k0, T, stride); // in the first tile's group
-    load_tile_async<ROWS, HS, THREADS>(v_tile, v_src, k0, T, stride);
+    load_tile_async<Mma, ROWS, THREADS>(k_tile, k_src, k0, T, stride); // in the first tile's group
+    load_tile_async<Mma, ROWS, THREADS>(v_tile, v_src, k0, T, stride);
     for (int tile = first_tile; tile < first_tile + STAGES - 1; tile++) load_query_tile(tile);
     cp_async_wait<STAGES - 2>();
     __syncthreads();
     const int r0 = k0 + warp * 16; // this warp's first key row
+    const int group_first_row = k0 + warp / Mma::GROUP_WARPS * Mma::GROUP_WARPS * 16; // of the warps that multiply together
     uint32_t k_frag[1][HS / 16][4], v_frag[1][HS / 16][4];
-    load_a_fragments<1, HS>(k_frag, k_tile, warp * 16);
-    load_a_fragments<1, HS>(v_frag, v_tile, warp * 16);
+    load_a_fragments<Mma, 1>(k_frag, k_tile, warp * 16);
+    load_a_fragments<Mma, 1>(v_frag, v_tile, warp * 16);
 
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * LOG2E;
     float dk_acc[1][HS / 8][4] = {}, dv_acc[1][HS / 8][4] = {};
     for (int tile = first_tile; tile < num_tiles; tile++) {
         cp_async_wait<STAGES - 2>(); // as in the forward: one barrier per tile
+        Mma::tiles_ready();
         __syncthreads();
         load_query_tile(tile + STAGES - 1);
         const int c0 = tile * COLS, stage = tile % STAGES;
-        if (c0 + COLS - 1 >= r0) { // some query of the tile sees some key of the warp
+        if (c0 + COLS - 1 >= group_first_row) { // some query of the tile sees some key of the warp group
+            if constexpr (Mma::RELOAD_A) {
+                load_a_fragments<Mma, 1>(k_frag, k_tile, warp * 16);
+                load_a_fragments<Mma, 1>(v_frag, v_tile, warp * 16);
+            }
             const floatX* q_tile = q_tiles + stage * COLS * STRIDE;
             const floatX* do_tile = do_tiles + stage * COLS * STRIDE;
             const float* lse_tile = lse_tiles + stage * COLS;
             const float* d_tile = d_tiles + stage * COLS;
             float p[1][COLS / 8][4];
-            warp_gemm_a_bt<1, HS, COLS>(p, k_frag, q_tile);
+            Mma::template gemm_a_bt<1, COLS>(p, k_frag, q_tile);
             // Masked: queries before the key (diagonal tiles) and queries at or past T (last tile).
             if (c0 < r0 + 15 || c0 + COLS > T)
                 mask_scores<1, COLS>(p, [&](int key, int col) { return c0 + col < r0 + key || c0 + col >= T; });
@@ -555,14 +707,14 @@ __global__ void __launch_bounds__(WARPS * 32)
                     const int col = nt * 8 + lane % 4 * 2 + i % 2;
                     p[0][nt][i] = fast_exp2(p[0][nt][i] * scale_log2 - lse_tile[col]);
                 }
-            warp_gemm_c_b<1, HS, COLS>(dv_acc, p, do_tile); // dV += P^T dO
+            Mma::template gemm_c_b<1, COLS>(dv_acc, p, do_tile); // dV += P^T dO
             float ds[1][COLS / 8][4];
-            warp_gemm_a_bt<1, HS, COLS>(ds, v_frag, do_tile); // dP^T = V dO^T
+            Mma::template gemm_a_bt<1, COLS>(ds, v_frag, do_tile); // dP^T = V dO^T
 #pragma unroll
             for (int nt = 0; nt < COLS / 8; nt++)
 #pragma unroll
                 for (int i = 0; i < 4; i++) ds[0][nt][i] = p[0][nt][i] * (ds[0][nt][i] - d_tile[nt * 8 + lane % 4 * 2 + i % 2]);
-            warp_gemm_c_b<1, HS, COLS>(dk_acc, ds, q_tile); // dK += dS^T Q (scaled at the end)
+            Mma::template gemm_c_b<1, COLS>(dk_acc, ds, q_tile); // dK += dS^T Q (scaled at the end)
             if constexpr (ATOMIC_DQ) {
 #pragma unroll
                 for (int nt = 0; nt < COLS / 8; nt++)
@@ -582,7 +734,7 @@ __global__ void __launch_bounds__(WARPS * 32)
                 // A fragment of dS (queries x keys) from the stored dS^T (keys x queries), transposed.
                 uint32_t a[1][4];
                 ldmatrix_x4_trans(a[0], ds_tile + (ks * 16 + lane / 16 * 8 + lane % 8) * DS_STRIDE + mq * 16 + lane / 8 % 2 * 8);
-                mma_a_tile_rows<1, HS, DQ_DIMS>(dq_acc, a, k_tile, ks * 16, d0);
+                Mma::template mma_a_tile_rows<1, DQ_DIMS>(dq_acc, a, k_tile, ks * 16, d0);
             }
             atomic_add_rows<DQ_DIMS>(dq_accum + (size_t)b * T * C + h * HS, dq_acc[0], c0 + mq * 16, d0, T, C);
         } // dS^T is written again after the next tile's barrier
@@ -595,13 +747,13 @@ __global__ void __launch_bounds__(WARPS * 32)
 // ---- backward: dQ --------------------------------------------------------------------------
 // Each block owns ROWS query rows (16 M_TILES per warp) with Q and dO as A fragments, streams the
 // K/V tiles at or below the diagonal, recomputes P and dP, and accumulates dQ = scale dS K.
-template <int HS, int WARPS, int M_TILES, int COLS, int STAGES>
+template <class Mma, int WARPS, int M_TILES, int COLS, int STAGES>
 __global__ void __launch_bounds__(WARPS * 32)
     flash_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse2,
                              const float* D, int T, int NH) {
-    constexpr int ROWS = 16 * WARPS * M_TILES, THREADS = 32 * WARPS, STRIDE = smem_stride<HS>();
+    constexpr int HS = Mma::HS, ROWS = 16 * WARPS * M_TILES, THREADS = 32 * WARPS, STRIDE = Mma::STRIDE;
     extern __shared__ __align__(16) unsigned char smem[];
-    floatX* q_tile = (floatX*)smem;
+    floatX* q_tile = (floatX*)align_shared<Mma::ALIGN>(smem);
     floatX* do_tile = q_tile + ROWS * STRIDE;
     floatX* k_tiles = do_tile + ROWS * STRIDE; // STAGES stages each
     floatX* v_tiles = k_tiles + STAGES * COLS * STRIDE;
@@ -614,18 +766,19 @@ __global__ void __launch_bounds__(WARPS * 32)
     const floatX* v_src = q_src + 2 * C;
     const int num_tiles = (min(q0 + ROWS, T) + COLS - 1) / COLS;
     auto load_kv_tile = [&](int tile) {
-        load_kv_stage<COLS, HS, THREADS, STAGES>(k_tiles, v_tiles, k_src, v_src, tile, num_tiles, T, stride);
+        load_kv_stage<Mma, COLS, THREADS, STAGES>(k_tiles, v_tiles, k_src, v_src, tile, num_tiles, T, stride);
     };
 
-    load_tile_async<ROWS, HS, THREADS>(q_tile, q_src, q0, T, stride); // in the first tile's group
-    load_tile_async<ROWS, HS, THREADS>(do_tile, dout + (size_t)b * T * C + h * HS, q0, T, C);
+    load_tile_async<Mma, ROWS, THREADS>(q_tile, q_src, q0, T, stride); // in the first tile's group
+    load_tile_async<Mma, ROWS, THREADS>(do_tile, dout + (size_t)b * T * C + h * HS, q0, T, C);
     for (int tile = 0; tile < STAGES - 1; tile++) load_kv_tile(tile);
     cp_async_wait<STAGES - 2>();
     __syncthreads();
     const int r0 = q0 + warp * 16 * M_TILES; // this warp's first query row
+    const int group_last_row = q0 + (warp / Mma::GROUP_WARPS + 1) * Mma::GROUP_WARPS * 16 * M_TILES - 1; // as in the forward
     uint32_t q_frag[M_TILES][HS / 16][4], do_frag[M_TILES][HS / 16][4];
-    load_a_fragments<M_TILES, HS>(q_frag, q_tile, warp * 16 * M_TILES);
-    load_a_fragments<M_TILES, HS>(do_frag, do_tile, warp * 16 * M_TILES);
+    load_a_fragments<Mma, M_TILES>(q_frag, q_tile, warp * 16 * M_TILES);
+    load_a_fragments<Mma, M_TILES>(do_frag, do_tile, warp * 16 * M_TILES);
     float row_lse[M_TILES][2], row_d[M_TILES][2]; // rows g and g + 8 of each m-tile
 #pragma unroll
     for (int mt = 0; mt < M_TILES; mt++)
@@ -641,14 +794,19 @@ __global__ void __launch_bounds__(WARPS * 32)
     float dq_acc[M_TILES][HS / 8][4] = {};
     for (int tile = 0; tile < num_tiles; tile++) {
         cp_async_wait<STAGES - 2>(); // as in the forward: one barrier per tile
+        Mma::tiles_ready();
         __syncthreads();
         load_kv_tile(tile + STAGES - 1);
         const int c0 = tile * COLS;
-        if (c0 <= r0 + 16 * M_TILES - 1) {
+        if (c0 <= group_last_row) {
+            if constexpr (Mma::RELOAD_A) {
+                load_a_fragments<Mma, M_TILES>(q_frag, q_tile, warp * 16 * M_TILES);
+                load_a_fragments<Mma, M_TILES>(do_frag, do_tile, warp * 16 * M_TILES);
+            }
             const floatX* k_tile = k_tiles + tile % STAGES * COLS * STRIDE;
             const floatX* v_tile = v_tiles + tile % STAGES * COLS * STRIDE;
             float p[M_TILES][COLS / 8][4];
-            warp_gemm_a_bt<M_TILES, HS, COLS>(p, q_frag, k_tile);
+            Mma::template gemm_a_bt<M_TILES, COLS>(p, q_frag, k_tile);
             if (c0 + COLS - 1 > r0)
                 mask_scores<M_TILES, COLS>(p, [&](int row, int col) { return c0 + col > r0 + row; });
 #pragma unroll
@@ -659,14 +817,14 @@ __global__ void __launch_bounds__(WARPS * 32)
                     for (int i = 0; i < 4; i++)
                         p[mt][nt][i] = fast_exp2(p[mt][nt][i] * scale_log2 - row_lse[mt][i / 2]);
             float ds[M_TILES][COLS / 8][4];
-            warp_gemm_a_bt<M_TILES, HS, COLS>(ds, do_frag, v_tile); // dP = dO V^T
+            Mma::template gemm_a_bt<M_TILES, COLS>(ds, do_frag, v_tile); // dP = dO V^T
 #pragma unroll
             for (int mt = 0; mt < M_TILES; mt++)
 #pragma unroll
                 for (int nt = 0; nt < COLS / 8; nt++)
 #pragma unroll
                     for (int i = 0; i < 4; i++) ds[mt][nt][i] = p[mt][nt][i] * (ds[mt][nt][i] - row_d[mt][i / 2]);
-            warp_gemm_c_b<M_TILES, HS, COLS>(dq_acc, ds, k_tile); // dQ += dS K (scaled at the end)
+            Mma::template gemm_c_b<M_TILES, COLS>(dq_acc, ds, k_tile); // dQ += dS K (scaled at the end)
         }
     }
     float q_scale[M_TILES][2];
@@ -694,22 +852,25 @@ template <class Kernel> static void allow_shared_memory(Kernel kernel, size_t by
 }
 
 template <int HS, class Tiles> struct FlashBf16 {
+    using Mma = std::conditional_t<Tiles::WGMMA && HS == 64, Wgmma, MmaSync<HS>>;
     static constexpr int COLS = tile_cols<HS>(), STAGES = Tiles::STAGES;
     static constexpr int FWD_WARPS = warps_for<HS>(Tiles::FWD_WARPS), FWD_M_TILES = m_tiles_for<HS>(Tiles::FWD_M_TILES);
     static constexpr int DKV_WARPS = warps_for<HS>(Tiles::DKV_WARPS), DQ_WARPS = warps_for<HS>(Tiles::DQ_WARPS);
     static constexpr int DQ_M_TILES = m_tiles_for<HS>(Tiles::DQ_M_TILES);
     static constexpr int ATOMIC_DKV_WARPS = warps_for<HS>(Tiles::ATOMIC_DKV_WARPS);
-    static constexpr size_t ROW_BYTES = smem_stride<HS>() * sizeof(floatX);
     // Shared memory of a block: `rows` resident head vectors plus STAGES streamed tiles of two
-    // matrices and `vectors` per-row floats.
-    static constexpr size_t smem_bytes(int rows, int vectors) {
-        return (rows + 2 * STAGES * COLS) * ROW_BYTES + (size_t)vectors * STAGES * COLS * sizeof(float);
+    // matrices and `vectors` per-row floats, plus room to align the start to M::ALIGN.
+    template <class M> static constexpr size_t smem_bytes(int rows, int vectors) {
+        return (rows + 2 * STAGES * COLS) * M::STRIDE * sizeof(floatX) + (size_t)vectors * STAGES * COLS * sizeof(float) +
+               M::ALIGN - 16;
     }
+
+    static constexpr auto forward_kernel() { return flash_forward_kernel<Mma, FWD_WARPS, FWD_M_TILES, COLS, STAGES>; }
 
     static void forward(floatX* out, float* m, float* l, const floatX* qkv, int B, int T, int NH) {
         constexpr int ROWS = 16 * FWD_WARPS * FWD_M_TILES;
-        const size_t smem = smem_bytes(ROWS, 0);
-        auto kernel = flash_forward_kernel<HS, FWD_WARPS, FWD_M_TILES, COLS, STAGES>;
+        const size_t smem = smem_bytes<Mma>(ROWS, 0);
+        auto kernel = forward_kernel();
         allow_shared_memory(kernel, smem);
         kernel<<<dim3(ceil_div(T, ROWS), B * NH), FWD_WARPS * 32, smem>>>(out, m, l, qkv, T, NH);
         launchCheck();
@@ -721,9 +882,9 @@ template <int HS, class Tiles> struct FlashBf16 {
         if (dq_accum) {
             constexpr int ROWS = 16 * ATOMIC_DKV_WARPS;
             const size_t n = (size_t)B * T * NH * HS;
-            const size_t smem = smem_bytes(2 * ROWS, 2) + ROWS * (COLS + 8) * sizeof(floatX);
+            const size_t smem = smem_bytes<MmaSync<HS>>(2 * ROWS, 2) + ROWS * (COLS + 8) * sizeof(floatX);
             cudaCheck(cudaMemsetAsync(dq_accum, 0, n * sizeof(float)));
-            auto kernel = flash_backward_dkv_kernel<HS, ATOMIC_DKV_WARPS, COLS, STAGES, true>;
+            auto kernel = flash_backward_dkv_kernel<MmaSync<HS>, ATOMIC_DKV_WARPS, COLS, STAGES, true>;
             allow_shared_memory(kernel, smem);
             kernel<<<dim3(ceil_div(T, ROWS), B * NH), ATOMIC_DKV_WARPS * 32, smem>>>(dqkv, dq_accum, dout, qkv, lse2, D,
                                                                                     T, NH);
@@ -734,32 +895,45 @@ template <int HS, class Tiles> struct FlashBf16 {
             return;
         }
         constexpr int DKV_ROWS = 16 * DKV_WARPS, DQ_ROWS = 16 * DQ_WARPS * DQ_M_TILES;
-        const size_t dkv_smem = smem_bytes(2 * DKV_ROWS, 2), dq_smem = smem_bytes(2 * DQ_ROWS, 0);
-        auto dkv_kernel = flash_backward_dkv_kernel<HS, DKV_WARPS, COLS, STAGES, false>;
+        const size_t dkv_smem = smem_bytes<Mma>(2 * DKV_ROWS, 2), dq_smem = smem_bytes<Mma>(2 * DQ_ROWS, 0);
+        auto dkv_kernel = flash_backward_dkv_kernel<Mma, DKV_WARPS, COLS, STAGES, false>;
         allow_shared_memory(dkv_kernel, dkv_smem);
         dkv_kernel<<<dim3(ceil_div(T, DKV_ROWS), B * NH), DKV_WARPS * 32, dkv_smem>>>(dqkv, NULL, dout, qkv, lse2, D, T, NH);
         launchCheck();
-        auto dq_kernel = flash_backward_dq_kernel<HS, DQ_WARPS, DQ_M_TILES, COLS, STAGES>;
+        auto dq_kernel = flash_backward_dq_kernel<Mma, DQ_WARPS, DQ_M_TILES, COLS, STAGES>;
         allow_shared_memory(dq_kernel, dq_smem);
         dq_kernel<<<dim3(ceil_div(T, DQ_ROWS), B * NH), DQ_WARPS * 32, dq_smem>>>(dqkv, dout, qkv, lse2, D, T, NH);
         launchCheck();
     }
 };
 
-// sm80 tiles on A100/H100/H200 and newer; sm86 tiles on the sm_86/sm_87/sm_89 consumer parts.
-static bool use_sm86_tiles(void) {
-    const char* forced = getenv("FLASH_ATTN_CONFIG");
-    if (forced && forced[0]) {
-        if (strcmp(forced, "sm80") == 0) return false;
-        if (strcmp(forced, "sm86") == 0) return true;
-        fatal("FLASH_ATTN_CONFIG=%s: unknown tile configuration (use sm80 for A100/H100/H200 tiles or "
-              "sm86 for RTX 3090/4090 tiles)", forced);
-    }
+enum FlashConfig { CONFIG_SM80, CONFIG_SM86, CONFIG_SM90 };
+
+// sm90 (wgmma) on H100/H200 when this build holds sm_90a code for them (the Makefile builds
+// GPU_ARCH 90 as sm_90a); sm86 on the sm_86/sm_87/sm_89 consumer parts; sm80 elsewhere.
+// FLASH_ATTN_CONFIG=sm80|sm86|sm90 forces one, so tests run every configuration on one GPU.
+static FlashConfig flash_config(void) {
     int device, major, minor;
     cudaCheck(cudaGetDevice(&device));
     cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     cudaCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    return major == 8 && minor > 0;
+    cudaFuncAttributes wgmma_kernel;
+    cudaCheck(cudaFuncGetAttributes(&wgmma_kernel, FlashBf16<64, TilesSm90>::forward_kernel()));
+    const bool wgmma = major == 9 && minor == 0 && wgmma_kernel.binaryVersion == 90;
+    const char* forced = getenv("FLASH_ATTN_CONFIG");
+    if (forced && forced[0]) {
+        if (strcmp(forced, "sm80") == 0) return CONFIG_SM80;
+        if (strcmp(forced, "sm86") == 0) return CONFIG_SM86;
+        if (strcmp(forced, "sm90") == 0 && wgmma) return CONFIG_SM90;
+        if (strcmp(forced, "sm90") == 0) {
+            fatal("FLASH_ATTN_CONFIG=sm90: the wgmma tiles need an H100/H200 (compute capability 9.0) and a build "
+                  "with GPU_ARCH including 90; this GPU is %d.%d", major, minor);
+        }
+        fatal("FLASH_ATTN_CONFIG=%s: unknown tile configuration (use sm80 for A100 tiles, sm86 for RTX 3090/4090 "
+              "tiles or sm90 for H100/H200 wgmma tiles)", forced);
+    }
+    if (wgmma) return CONFIG_SM90;
+    return major == 8 && minor > 0 ? CONFIG_SM86 : CONFIG_SM80;
 }
 
 template <class Tiles> static void forward_bf16(floatX* out, float* m, float* l, const floatX* qkv, int B, int T, int NH, int HS) {
@@ -797,8 +971,11 @@ void attention_forward(floatX* out, void* saved, const floatX* qkv, int B, int T
     check_bf16_inputs(qkv, out, HS);
     float* m = (float*)saved;
     float* l = m + (size_t)B * NH * T;
-    if (use_sm86_tiles()) forward_bf16<TilesSm86>(out, m, l, qkv, B, T, NH, HS);
-    else forward_bf16<TilesSm80>(out, m, l, qkv, B, T, NH, HS);
+    switch (flash_config()) {
+    case CONFIG_SM90: forward_bf16<TilesSm90>(out, m, l, qkv, B, T, NH, HS); break;
+    case CONFIG_SM86: forward_bf16<TilesSm86>(out, m, l, qkv, B, T, NH, HS); break;
+    case CONFIG_SM80: forward_bf16<TilesSm80>(out, m, l, qkv, B, T, NH, HS); break;
+    }
 }
 
 void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, const floatX* qkv,
@@ -813,8 +990,11 @@ void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, const f
     float* D = (float*)scratch + (dq_accum ? (size_t)B * T * C : 0);
     float* lse2 = D + (size_t)B * NH * T;
     flash_backward_prepare(D, lse2, dout, out, m, l, B, T, NH, HS);
-    if (use_sm86_tiles()) backward_bf16<TilesSm86>(dqkv, dq_accum, lse2, D, dout, qkv, B, T, NH, HS);
-    else backward_bf16<TilesSm80>(dqkv, dq_accum, lse2, D, dout, qkv, B, T, NH, HS);
+    switch (flash_config()) {
+    case CONFIG_SM90: backward_bf16<TilesSm90>(dqkv, dq_accum, lse2, D, dout, qkv, B, T, NH, HS); break;
+    case CONFIG_SM86: backward_bf16<TilesSm86>(dqkv, dq_accum, lse2, D, dout, qkv, B, T, NH, HS); break;
+    case CONFIG_SM80: backward_bf16<TilesSm80>(dqkv, dq_accum, lse2, D, dout, qkv, B, T, NH, HS); break;
+    }
 }
 
 #else

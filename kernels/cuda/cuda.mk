@@ -18,7 +18,9 @@ cuda_empty :=
 cuda_space := $(cuda_empty) $(cuda_empty)
 CUDA_OBJ = $(OBJ)/cuda-$(ATTN)-$(PRECISION)-sm$(subst $(cuda_space),_,$(strip $(GPU_ARCH)))
 cuda_obj = $(patsubst %,$(CUDA_OBJ)/%.o,$(basename $(1)))
-GENCODE = $(foreach arch,$(GPU_ARCH),-gencode arch=compute_$(arch),code=sm_$(arch))
+# 90 builds as sm_90a: the same H100/H200 code plus their wgmma instructions (flash attention).
+cuda_sass = $(if $(filter 90,$(1)),90a,$(1))
+GENCODE = $(foreach arch,$(GPU_ARCH),-gencode arch=compute_$(call cuda_sass,$(arch)),code=sm_$(call cuda_sass,$(arch)))
 # CUDA_WERROR=1 (set by test-cuda-compile) makes every warning of our code an error.
 CUDA_WERROR ?= 0
 NVCC_WERROR = $(if $(filter 1,$(CUDA_WERROR)),-Werror all-warnings -Xcompiler -Werror)
