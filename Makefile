@@ -4,12 +4,20 @@
 #   GPU_ARCH="80 86 89 90" SASS to build for train_gpt                 default all four
 #   BUILD=DIR             where objects and binaries go                default .
 #   NCCL=1|0              multi-GPU train_gpt through NCCL             default 1 when nccl.h is found
-# Targets: train_gpt_cpu, train_gpt, prepare_data, test (what CI runs), test-gpu (needs a GPU).
+# Targets: train_gpt_cpu, train_gpt, prepare_data, setup (installs what test needs), test (what CI
+# runs), test-gpu (needs a GPU).
 
 ATTN ?= flash
 PRECISION ?= BF16
 GPU_ARCH ?= 80 86 89 90
 BUILD ?= .
+
+# A relative GPT_DATA_DIR (the raw data, scripts/get_data.sh) is taken from the directory make was
+# started in: $(PWD), the caller's shell directory; recipes run in $(CURDIR), another after make -C.
+ifneq ($(filter-out /%,$(GPT_DATA_DIR)),)
+override GPT_DATA_DIR := $(or $(PWD),$(CURDIR))/$(GPT_DATA_DIR)
+export GPT_DATA_DIR
+endif
 
 ifeq ($(filter $(ATTN),flash naive),)
 $(error ATTN must be flash or naive, not '$(ATTN)')
@@ -31,10 +39,10 @@ LDLIBS_CPU = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcurand -lm -fo
 OBJ = $(BUILD)/obj
 CONFIG_STAMP = $(OBJ)/config-$(ATTN)-$(PRECISION)-nccl$(NCCL).stamp
 
-COMMON_SRC = common/util.c model/config.c
+COMMON_SRC = common/util.c common/config_file.c model/config.c
 DATA_SRC = data/tokenfile.c data/dataloader.c data/tokenizer.c
 CKPT_SRC = $(wildcard checkpoints/*.c)
-MODEL_SRC = model/gpt2.c
+MODEL_SRC = model/gpt2.c model/generate.c model/fit.c
 CPU_KERNEL_SRC = $(wildcard kernels/cpu/*.c)
 LIB_SRC = $(COMMON_SRC) common/dist.c $(DATA_SRC) $(CKPT_SRC)
 
@@ -42,7 +50,7 @@ LIB_SRC = $(COMMON_SRC) common/dist.c $(DATA_SRC) $(CKPT_SRC)
 CPU_OBJ = $(OBJ)/cpu-$(ATTN)
 cpu_obj = $(patsubst %.c,$(CPU_OBJ)/%.o,$(1))
 
-.PHONY: all test test-gpu clean
+.PHONY: all setup test test-programs test-gpu clean
 all: $(BUILD)/train_gpt_cpu $(BUILD)/prepare_data
 
 train_gpt_cpu: $(BUILD)/train_gpt_cpu
@@ -65,7 +73,7 @@ $(BUILD)/prepare_data: $(call cpu_obj,data/prepare_data.c $(LIB_SRC))
 # ---- tests -------------------------------------------------------------------------------
 # Each test links only the parts it tests, so parts can be built and tested on their own.
 TEST_BIN = $(BUILD)/tests
-CPU_TESTS = test_kernels_cpu test_attention_cpu test_tokenizer test_data test_checkpoint test_dist
+CPU_TESTS = test_kernels_cpu test_attention_cpu test_tokenizer test_data test_checkpoint test_dist test_memory_fit
 TEST_BASE = tests/testutil.c $(COMMON_SRC)
 LAYER_SRC = $(filter-out kernels/cpu/attention%,$(CPU_KERNEL_SRC))
 ATTN_SRC = $(filter kernels/cpu/attention%,$(CPU_KERNEL_SRC))
@@ -75,9 +83,13 @@ test_tokenizer_SRC = data/tokenizer.c
 test_data_SRC = data/tokenfile.c data/dataloader.c checkpoints/atomic_file.c
 test_checkpoint_SRC = data/tokenfile.c data/dataloader.c $(CKPT_SRC)
 test_dist_SRC = common/dist.c checkpoints/atomic_file.c
+test_memory_fit_SRC = $(MODEL_SRC) $(CPU_KERNEL_SRC)
 
-# One forward + backward of the whole model, dumped for tests/test_gpu_grads.sh (linked like train_gpt_cpu).
-$(TEST_BIN)/dump_grads_cpu: $(call cpu_obj,tests/dump_grads.c $(MODEL_SRC) $(CPU_KERNEL_SRC) $(LIB_SRC)) $(CONFIG_STAMP)
+# Whole-model test programs linked like train_gpt_cpu: one forward + backward dumped for
+# tests/test_gpu_grads.sh, and greedy generation against the argmax of the logits.
+$(TEST_BIN)/dump_grads_cpu: $(call cpu_obj,tests/dump_grads.c)
+$(TEST_BIN)/test_generate_cpu: $(call cpu_obj,tests/test_generate.c)
+$(TEST_BIN)/dump_grads_cpu $(TEST_BIN)/test_generate_cpu: $(call cpu_obj,$(MODEL_SRC) $(CPU_KERNEL_SRC) $(LIB_SRC) tests/testutil.c) $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(filter %.o,$^) $(LDLIBS_CPU) -o $@
 
@@ -104,9 +116,15 @@ $(BUILD)/fuzz/%: tests/%.c $$($$*_SRC) $(COMMON_SRC) $(wildcard */*.h)
 	clang -std=gnu11 $(WARN) -I. -I$(STB_INCLUDE) -fsanitize=fuzzer,address,undefined -g -O1 \
 	    $< $($*_SRC) $(COMMON_SRC) -lm -o $@
 
+# tests/run_cpu_tests.sh checks the prerequisites and fetches the data before it builds
+# test-programs, so that a missing piece stops `make test` before any build.
 FUZZ_SECONDS ?= 60
-test: all $(addprefix $(TEST_BIN)/,$(CPU_TESTS)) $(BUILD)/san/train_gpt_cpu $(addprefix $(BUILD)/fuzz/,$(FUZZERS))
-	BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) tests/run_cpu_tests.sh
+test:
+	@BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) tests/run_cpu_tests.sh
+test-programs: all $(addprefix $(TEST_BIN)/,$(CPU_TESTS)) $(TEST_BIN)/test_generate_cpu $(BUILD)/san/train_gpt_cpu $(addprefix $(BUILD)/fuzz/,$(FUZZERS))
+
+setup:
+	scripts/setup.sh
 
 include kernels/cuda/cuda.mk
 

@@ -12,10 +12,13 @@
 #include <unistd.h>
 
 #include "checkpoints/checkpoint.h"
+#include "common/config_file.h"
 #include "common/dist.h"
 #include "common/util.h"
 #include "data/dataloader.h"
 #include "data/tokenizer.h"
+#include "model/fit.h"
+#include "model/generate.h"
 #include "model/gpt2.h"
 
 // ---- options -----------------------------------------------------------------------------
@@ -26,8 +29,9 @@ typedef struct {
     const char* model;          // -e: d12 | d24 | d36 | d48 | a model file
     const char* out_dir;        // -o
     const char* vocab_dir;      // --vocab
-    int B, T;                   // -b, -t
-    long long total_batch;      // -d, tokens per optimizer step (-1: B*T*world)
+    int B, T;                   // -b (0: auto), -t
+    long long total_batch;      // -d, tokens per optimizer step (-1: B*T*world, 4*T*world with -b auto)
+    double memory_limit;        // --memory-limit, GiB (0: the free memory)
     int max_steps;              // -x (-1: one epoch)
     float lr;                   // -l
     int warmup;                 // -u
@@ -35,14 +39,22 @@ typedef struct {
     const char* schedule;       // -k: cosine | linear | constant
     float weight_decay;         // -c
     float grad_clip;            // --grad-clip
+    float max_loss;             // --max-loss (0: no bound; < 0: twice an untrained model's loss)
+    float skip_loss_z, skip_norm_z; // --skip-loss-z, --skip-norm-z (0: off)
+    int max_skips;              // --max-skips (0: never stop)
+    const char* inject_nan_loss; // --inject-nan-loss, --inject-nan-grad: step lists (tests only)
+    const char* inject_nan_grad;
     int val_every, val_batches; // -v, -m
     int sample_every, gen_tokens; // -s, -g
-    float temperature;          // --temperature
+    float temperature;          // --temperature (0: greedy)
     int top_k;                  // --top-k
+    float top_p;                // --top-p
+    const char* prompt;         // --prompt: generate from this text instead of training
+    const char* prompt_file;    // --prompt-file
     int checkpoint_every;       // -n
     int resume;                 // -y
     int keep;                   // --keep
-    int recompute;              // -r
+    int recompute;              // -r (-1: the lowest that fits with -b auto, else 0)
     int zero_stage;             // -z
     const char* nccl_dir;       // --nccl-dir (NULL: the output directory)
     double nccl_timeout;        // --nccl-timeout, seconds
@@ -56,12 +68,13 @@ static Options default_options(void) {
         .train_pattern = "data/tinyshakespeare/tiny_shakespeare_train.bin",
         .val_pattern = "data/tinyshakespeare/tiny_shakespeare_val.bin",
         .model = "d12", .out_dir = "out", .vocab_dir = "data/gpt2",
-        .B = 4, .T = 1024, .total_batch = -1, .max_steps = -1,
+        .B = 0, .T = 1024, .total_batch = -1, .max_steps = -1,
         .lr = 3e-4f, .warmup = 0, .final_lr_frac = 1.0f, .schedule = "cosine",
         .weight_decay = 0.0f, .grad_clip = 1.0f,
+        .max_loss = -1.0f, .skip_loss_z = 0.0f, .skip_norm_z = 0.0f, .max_skips = 8,
         .val_every = 20, .val_batches = 20, .sample_every = 20, .gen_tokens = 64,
-        .temperature = 1.0f, .top_k = 0,
-        .checkpoint_every = 0, .resume = 0, .keep = 0, .recompute = 0, .zero_stage = 0,
+        .temperature = 1.0f, .top_k = 0, .top_p = 1.0f,
+        .checkpoint_every = 0, .resume = 0, .keep = 0, .recompute = -1, .zero_stage = 0,
         .shuffle = 0, .seed = 1337, .nccl_dir = NULL, .nccl_timeout = 300.0,
     };
     return o;
@@ -70,6 +83,8 @@ static Options default_options(void) {
 static void print_usage(void) {
     Options d = default_options();
     printf("usage: train_gpt [options]\n"
+           "  -f, --config FILE         options from FILE, one 'name value' per line (long names without\n"
+           "                            dashes, # comments); options after -f override the file's\n"
            "data\n"
            "  -i, --train FILE|GLOB     training tokens (default %s)\n"
            "  -j, --val FILE|GLOB       validation tokens (default %s)\n"
@@ -80,10 +95,11 @@ static void print_usage(void) {
            "      --layers N --channels N --heads N --max-seq N  any size from scratch\n"
            "      --seed N              initialisation seed (default %llu)\n"
            "batch and schedule\n"
-           "  -b, --batch N             micro-batch size (default %d)\n"
+           "  -b, --batch N|auto        micro-batch size; auto: the largest that divides the per-GPU\n"
+           "                            batch -d/(T*GPUs) and fits the memory (default auto)\n"
            "  -t, --seq-len N           sequence length (default %d)\n"
            "  -d, --total-batch N       tokens per optimizer step; gradient accumulation makes up the\n"
-           "                            difference (default B*T)\n"
+           "                            difference (default B*T*GPUs; 4*T*GPUs with -b auto)\n"
            "  -x, --steps N             optimizer steps (default -1: one epoch)\n"
            "  -l, --lr F                peak learning rate (default %g)\n"
            "  -u, --warmup N            linear warmup steps (default %d)\n"
@@ -91,13 +107,29 @@ static void print_usage(void) {
            "  -q, --final-lr-frac F     final learning rate as a fraction of the peak (default %g)\n"
            "  -c, --weight-decay F      AdamW weight decay of 2-D weights (default %g)\n"
            "      --grad-clip F         global gradient norm clip, 0 = off (default %g)\n"
+           "divergence guard (a skipped step changes no weight or optimizer state; the data move on;\n"
+           "a step whose loss or gradient norm is NaN or infinite is always skipped)\n"
+           "      --max-loss F          skip a step whose loss is above F nats, 0 = no bound (default\n"
+           "                            2 ln V = %.2f: twice the loss of an untrained model)\n"
+           "      --skip-loss-z Z       skip a step whose loss is more than Z standard deviations above\n"
+           "                            the mean loss of the last %d applied steps, 0 = off (default %g)\n"
+           "      --skip-norm-z Z       the same for the gradient norm (default %g)\n"
+           "      --max-skips N         stop with exit status 1 after N skipped steps in a row, saving\n"
+           "                            nothing, 0 = never (default %d)\n"
            "evaluation and sampling\n"
            "  -v, --val-every N         validation loss every N steps, 0 = never (default %d)\n"
-           "  -m, --val-batches N       validation batches (default %d)\n"
+           "  -m, --val-batches N       validation batches of -d/(T*GPUs) sequences per GPU, at most\n"
+           "                            the whole validation file (default %d)\n"
            "  -s, --sample-every N      sample every N steps, 0 = never (default %d)\n"
            "  -g, --gen-tokens N        tokens to sample (default %d)\n"
-           "      --temperature F       sampling temperature (default %g)\n"
+           "      --temperature F       sampling temperature, 0 = greedy (default %g)\n"
            "      --top-k N             sample among the N most likely tokens, 0 = all (default %d)\n"
+           "      --top-p F             sample among the fewest most likely tokens whose\n"
+           "                            probabilities add up to F (nucleus), 1 = all (default %g)\n"
+           "generating text (no training, nothing written)\n"
+           "      --prompt TEXT         with -x 0: continue TEXT with the model of -e FILE (or the\n"
+           "                            latest checkpoint in -o DIR), -g tokens, streamed to stdout\n"
+           "      --prompt-file FILE    the prompt from a file\n"
            "output and checkpoints\n"
            "  -o, --out DIR             log.csv, model files and training state (default %s)\n"
            "  -n, --checkpoint-every N  save model and training state every N steps, 0 = only at\n"
@@ -106,17 +138,24 @@ static void print_usage(void) {
            "      --keep K              keep the K newest checkpoints, 0 = all (default %d)\n"
            "memory\n"
            "  -r, --recompute 0|1|2     recompute GELU (1) and also layernorms (2) in the backward\n"
-           "                            instead of storing them (default %d)\n"
+           "                            instead of storing them (default: the lowest that fits with\n"
+           "                            -b auto, else 0)\n"
+           "      --memory-limit GIB    plan -b auto for a card of GIB GiB (default: the free memory;\n"
+           "                            on the CPU the host's available memory), less a %.1f GiB margin\n"
            "several GPUs (one process per GPU; rank from RANK/WORLD_SIZE/LOCAL_RANK, mpirun or srun)\n"
            "  -z, --zero 0|1            ZeRO stage: 1 shards AdamW state and master weights (default %d)\n"
            "      --nccl-dir DIR        directory shared by all ranks for the NCCL id (default: -o)\n"
            "      --nccl-timeout S      give up when the ranks do not meet within S seconds (default %g)\n"
+           "testing (fault injection for the tests of the divergence guard, never needed to train)\n"
+           "      --inject-nan-loss STEPS  make the loss of these steps (e.g. 5,9-12) NaN on the last rank\n"
+           "      --inject-nan-grad STEPS  make a gradient value of these steps NaN on the last rank\n"
            "  -h, --help                this help\n",
-           d.train_pattern, d.val_pattern, d.shuffle, d.vocab_dir, d.model, d.seed, d.B, d.T,
+           d.train_pattern, d.val_pattern, d.shuffle, d.vocab_dir, d.model, d.seed, d.T,
            (double)d.lr, d.warmup, d.schedule, (double)d.final_lr_frac, (double)d.weight_decay,
-           (double)d.grad_clip, d.val_every, d.val_batches, d.sample_every, d.gen_tokens,
-           (double)d.temperature, d.top_k, d.out_dir, d.checkpoint_every, d.resume, d.keep,
-           d.recompute, d.zero_stage, d.nccl_timeout);
+           (double)d.grad_clip, 2.0 * log(GPT2_VOCAB_SIZE), STEP_HISTORY, (double)d.skip_loss_z,
+           (double)d.skip_norm_z, d.max_skips, d.val_every, d.val_batches, d.sample_every, d.gen_tokens,
+           (double)d.temperature, d.top_k, (double)d.top_p, d.out_dir, d.checkpoint_every, d.resume, d.keep,
+           FIT_MARGIN_BYTES / 1073741824.0, d.zero_stage, d.nccl_timeout);
 }
 
 static float parse_float(const char* s, const char* option, double lo, double hi) {
@@ -129,7 +168,30 @@ static float parse_float(const char* s, const char* option, double lo, double hi
 }
 
 enum { OPT_LAYERS = 1000, OPT_CHANNELS, OPT_HEADS, OPT_MAX_SEQ, OPT_SEED, OPT_VOCAB, OPT_KEEP,
-       OPT_TEMPERATURE, OPT_TOP_K, OPT_SHUFFLE, OPT_GRAD_CLIP, OPT_NCCL_DIR, OPT_NCCL_TIMEOUT };
+       OPT_TEMPERATURE, OPT_TOP_K, OPT_TOP_P, OPT_PROMPT, OPT_PROMPT_FILE, OPT_SHUFFLE, OPT_GRAD_CLIP,
+       OPT_NCCL_DIR, OPT_NCCL_TIMEOUT, OPT_MAX_LOSS, OPT_SKIP_LOSS_Z, OPT_SKIP_NORM_Z, OPT_MAX_SKIPS,
+       OPT_INJECT_NAN_LOSS, OPT_INJECT_NAN_GRAD, OPT_MEMORY_LIMIT };
+
+// Whether step is in a list of steps and ranges such as "5,9-12"; exits naming the option when the
+// list is malformed (parse_options checks each list once, with step 0).
+static int step_listed(const char* list, const char* option, long long step) {
+    for (const char* p = list;;) {
+        char* end;
+        errno = 0;
+        long long first = strtoll(p, &end, 10), last = first;
+        int ok = !errno && end != p && first >= 1;
+        if (ok && *end == '-') {
+            p = end + 1;
+            last = strtoll(p, &end, 10);
+            ok = !errno && end != p && last >= first;
+        }
+        if (!ok || (*end != ',' && *end != '\0'))
+            fatal("option %s: '%s' is not a list of steps such as 5,9-12", option, list);
+        if (step >= first && step <= last) return 1;
+        if (*end == '\0') return 0;
+        p = end + 1;
+    }
+}
 
 static Options parse_options(int argc, char** argv) {
     Options o = default_options();
@@ -140,32 +202,46 @@ static Options parse_options(int argc, char** argv) {
         {"final-lr-frac", 1, 0, 'q'}, {"schedule", 1, 0, 'k'}, {"weight-decay", 1, 0, 'c'},
         {"val-every", 1, 0, 'v'}, {"val-batches", 1, 0, 'm'}, {"sample-every", 1, 0, 's'},
         {"gen-tokens", 1, 0, 'g'}, {"checkpoint-every", 1, 0, 'n'}, {"resume", 1, 0, 'y'},
-        {"recompute", 1, 0, 'r'}, {"zero", 1, 0, 'z'}, {"help", 0, 0, 'h'},
+        {"recompute", 1, 0, 'r'}, {"zero", 1, 0, 'z'}, {"help", 0, 0, 'h'}, {"config", 1, 0, 'f'},
+        {"memory-limit", 1, 0, OPT_MEMORY_LIMIT},
         {"layers", 1, 0, OPT_LAYERS}, {"channels", 1, 0, OPT_CHANNELS}, {"heads", 1, 0, OPT_HEADS},
         {"max-seq", 1, 0, OPT_MAX_SEQ}, {"seed", 1, 0, OPT_SEED}, {"vocab", 1, 0, OPT_VOCAB},
         {"keep", 1, 0, OPT_KEEP}, {"temperature", 1, 0, OPT_TEMPERATURE}, {"top-k", 1, 0, OPT_TOP_K},
+        {"top-p", 1, 0, OPT_TOP_P}, {"prompt", 1, 0, OPT_PROMPT}, {"prompt-file", 1, 0, OPT_PROMPT_FILE},
         {"shuffle", 1, 0, OPT_SHUFFLE}, {"grad-clip", 1, 0, OPT_GRAD_CLIP},
-        {"nccl-dir", 1, 0, OPT_NCCL_DIR}, {"nccl-timeout", 1, 0, OPT_NCCL_TIMEOUT}, {0, 0, 0, 0}};
+        {"nccl-dir", 1, 0, OPT_NCCL_DIR}, {"nccl-timeout", 1, 0, OPT_NCCL_TIMEOUT},
+        {"max-loss", 1, 0, OPT_MAX_LOSS}, {"skip-loss-z", 1, 0, OPT_SKIP_LOSS_Z},
+        {"skip-norm-z", 1, 0, OPT_SKIP_NORM_Z}, {"max-skips", 1, 0, OPT_MAX_SKIPS},
+        {"inject-nan-loss", 1, 0, OPT_INJECT_NAN_LOSS}, {"inject-nan-grad", 1, 0, OPT_INJECT_NAN_GRAD},
+        {0, 0, 0, 0}};
     const long long BIG = 1LL << 40;
+    static const char shorts[] = ":i:j:e:o:b:t:d:x:l:u:q:k:c:v:m:s:g:n:y:r:z:hf:";
+    argv = config_expand_argv(&argc, argv, longs, shorts); // -f FILE: the file's options in its place
     opterr = 0; // we print our own message
     int c, index;
-    while ((c = getopt_long(argc, argv, ":i:j:e:o:b:t:d:x:l:u:q:k:c:v:m:s:g:n:y:r:z:h", longs, &index)) != -1) {
-        char name[64];
-        if (c >= OPT_LAYERS) snprintf(name, sizeof name, "--%s", longs[index].name);
+    while ((c = getopt_long(argc, argv, shorts, longs, &index)) != -1) {
+        char name[4400]; // the option as the messages name it: -b, --lr, or "lr in FILE line N"
+        const char* origin = optarg ? config_origin(optarg) : NULL;
+        if (origin) snprintf(name, sizeof name, "%s in %s", longs[index].name, origin);
+        else if (c >= OPT_LAYERS) snprintf(name, sizeof name, "--%s", longs[index].name);
         else snprintf(name, sizeof name, "-%c", c);
         switch (c) {
         case 'i': o.train_pattern = optarg; break;
         case 'j': o.val_pattern = optarg; break;
         case 'e': o.model = optarg; break;
         case 'o': o.out_dir = optarg; break;
-        case 'b': o.B = (int)parse_int_option(optarg, name, 1, 1 << 20); break;
+        case 'b': o.B = strcmp(optarg, "auto") == 0 ? 0 : (int)parse_int_option(optarg, name, 1, 1 << 20); break;
         case 't': o.T = (int)parse_int_option(optarg, name, 1, 1 << 20); break;
         case 'd': o.total_batch = parse_int_option(optarg, name, -1, BIG); break;
         case 'x': o.max_steps = (int)parse_int_option(optarg, name, -1, 1 << 30); break;
         case 'l': o.lr = parse_float(optarg, name, 0.0, 10.0); break;
         case 'u': o.warmup = (int)parse_int_option(optarg, name, 0, 1 << 30); break;
         case 'q': o.final_lr_frac = parse_float(optarg, name, 0.0, 1.0); break;
-        case 'k': o.schedule = optarg; break;
+        case 'k':
+            o.schedule = optarg;
+            if (strcmp(o.schedule, "cosine") && strcmp(o.schedule, "linear") && strcmp(o.schedule, "constant"))
+                fatal("option %s: unknown schedule '%s' (cosine, linear or constant)", name, o.schedule);
+            break;
         case 'c': o.weight_decay = parse_float(optarg, name, 0.0, 10.0); break;
         case 'v': o.val_every = (int)parse_int_option(optarg, name, 0, 1 << 30); break;
         case 'm': o.val_batches = (int)parse_int_option(optarg, name, 1, 1 << 30); break;
@@ -182,51 +258,47 @@ static Options parse_options(int argc, char** argv) {
         case OPT_SEED: o.seed = (unsigned long long)parse_int_option(optarg, name, 0, BIG); break;
         case OPT_VOCAB: o.vocab_dir = optarg; break;
         case OPT_KEEP: o.keep = (int)parse_int_option(optarg, name, 0, 1 << 30); break;
-        case OPT_TEMPERATURE: o.temperature = parse_float(optarg, name, 1e-3, 100.0); break;
+        case OPT_TEMPERATURE: o.temperature = parse_float(optarg, name, 0.0, 100.0); break;
         case OPT_TOP_K: o.top_k = (int)parse_int_option(optarg, name, 0, 1 << 20); break;
+        case OPT_TOP_P: o.top_p = parse_float(optarg, name, 1e-6, 1.0); break;
+        case OPT_PROMPT: o.prompt = optarg; break;
+        case OPT_PROMPT_FILE: o.prompt_file = optarg; break;
         case OPT_SHUFFLE: o.shuffle = (int)parse_int_option(optarg, name, 0, 1); break;
         case OPT_GRAD_CLIP: o.grad_clip = parse_float(optarg, name, 0.0, 1e9); break;
+        case OPT_MAX_LOSS: o.max_loss = parse_float(optarg, name, 0.0, 1e30); break;
+        case OPT_SKIP_LOSS_Z: o.skip_loss_z = parse_float(optarg, name, 0.0, 1e9); break;
+        case OPT_SKIP_NORM_Z: o.skip_norm_z = parse_float(optarg, name, 0.0, 1e9); break;
+        case OPT_MAX_SKIPS: o.max_skips = (int)parse_int_option(optarg, name, 0, 1 << 30); break;
+        case OPT_INJECT_NAN_LOSS: step_listed(o.inject_nan_loss = optarg, name, 0); break;
+        case OPT_INJECT_NAN_GRAD: step_listed(o.inject_nan_grad = optarg, name, 0); break;
         case OPT_NCCL_DIR: o.nccl_dir = optarg; break;
         case OPT_NCCL_TIMEOUT: o.nccl_timeout = parse_float(optarg, name, 1.0, 1e6); break;
+        case OPT_MEMORY_LIMIT: o.memory_limit = parse_float(optarg, name, 0.01, 1e6); break;
         case 'h': print_usage(); exit(0);
         case ':': fatal("option %s needs a value (see --help)", argv[optind - 1]);
         default: fatal("unknown option %s (see --help)", argv[optind - 1]);
         }
     }
     if (optind < argc) fatal("unexpected argument '%s' (see --help)", argv[optind]);
-    if (strcmp(o.schedule, "cosine") && strcmp(o.schedule, "linear") && strcmp(o.schedule, "constant"))
-        fatal("option -k: unknown schedule '%s' (cosine, linear or constant)", o.schedule);
     return o;
 }
 
 // ---- model configuration -----------------------------------------------------------------
 
-// GPT-2 sizes by depth, as in the GPT-2 paper: layers, channels, heads.
-static int preset_config(const char* name, GPT2Config* cfg) {
-    static const struct { const char* name; int L, C, NH; } presets[] = {
-        {"d12", 12, 768, 12}, {"d24", 24, 1024, 16}, {"d36", 36, 1280, 20}, {"d48", 48, 1600, 25}};
-    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
-        if (strcmp(name, presets[i].name) == 0) {
-            cfg->num_layers = presets[i].L;
-            cfg->channels = presets[i].C;
-            cfg->num_heads = presets[i].NH;
-            return 1;
-        }
-    }
-    return 0;
-}
-
-// Checks an option given on the command line against the model file's value.
-static void check_matches(const char* path, const char* what, int file_value, int option_value) {
-    if (option_value && option_value != file_value)
+// Checks an option given on the command line against the model file's value; on a mismatch frees
+// the file's weights (LeakSanitizer checks at the exit) and exits.
+static void check_matches(float* weights, const char* path, const char* what, int file_value, int option_value) {
+    if (option_value && option_value != file_value) {
+        free(weights);
         fatal("model file %s has %s = %d, but the options ask for %d", path, what, file_value, option_value);
+    }
 }
 
 // Builds the model from a preset, custom sizes or a model file; returns the file's weights (or NULL).
 static float* resolve_model(const Options* o, GPT2Config* cfg) {
     int custom = o->layers || o->channels || o->heads;
     memset(cfg, 0, sizeof *cfg);
-    if (preset_config(o->model, cfg)) { // from scratch: a preset, or custom sizes
+    if (gpt2_preset(o->model, cfg)) { // from scratch: a preset, or custom sizes
         if (custom) {
             if (!(o->layers && o->channels && o->heads))
                 fatal("a custom size needs all of --layers, --channels and --heads");
@@ -244,10 +316,10 @@ static float* resolve_model(const Options* o, GPT2Config* cfg) {
     }
     size_t n;
     float* weights = model_file_read(o->model, cfg, &n);
-    check_matches(o->model, "layers", cfg->num_layers, o->layers);
-    check_matches(o->model, "channels", cfg->channels, o->channels);
-    check_matches(o->model, "heads", cfg->num_heads, o->heads);
-    check_matches(o->model, "max sequence length", cfg->max_seq_len, o->max_seq);
+    check_matches(weights, o->model, "layers", cfg->num_layers, o->layers);
+    check_matches(weights, o->model, "channels", cfg->channels, o->channels);
+    check_matches(weights, o->model, "heads", cfg->num_heads, o->heads);
+    check_matches(weights, o->model, "max sequence length", cfg->max_seq_len, o->max_seq);
     return weights;
 }
 
@@ -262,86 +334,178 @@ static float learning_rate(const Options* o, int step, int max_steps) {
     return lr_min + 0.5f * (o->lr - lr_min) * (1.0f + cosf((float)M_PI * progress));
 }
 
-static uint64_t rng_next(uint64_t* state) { // xorshift64*
-    *state ^= *state >> 12;
-    *state ^= *state << 25;
-    *state ^= *state >> 27;
-    return *state * 0x2545F4914F6CDD1Dull;
+static SamplerOptions sampler_options(const Options* o) {
+    return (SamplerOptions){.temperature = o->temperature, .top_k = o->top_k, .top_p = o->top_p};
 }
 
-static float rng_uniform(uint64_t* state) { return (float)(rng_next(state) >> 40) / 16777216.0f; }
-
-// Samples a token from logits (V values) with temperature and top-k.
-static int sample_token(float* logits, int V, float temperature, int top_k, float* work, uint64_t* rng) {
-    float max = -INFINITY;
-    for (int i = 0; i < V; i++) max = fmaxf(max, logits[i]);
-    float threshold = -INFINITY;
-    if (top_k > 0 && top_k < V) { // the k-th largest logit, by selection on a copy
-        memcpy(work, logits, V * sizeof(float));
-        int lo = 0, hi = V - 1, k = top_k - 1;
-        while (lo < hi) {
-            float pivot = work[(lo + hi) / 2];
-            int i = lo, j = hi;
-            while (i <= j) {
-                while (work[i] > pivot) i++;
-                while (work[j] < pivot) j--;
-                if (i <= j) { float t = work[i]; work[i] = work[j]; work[j] = t; i++; j--; }
-            }
-            if (k <= j) hi = j; else if (k >= i) lo = i; else break;
-        }
-        threshold = work[k];
-    }
-    double sum = 0.0;
-    for (int i = 0; i < V; i++) {
-        work[i] = logits[i] >= threshold ? expf((logits[i] - max) / temperature) : 0.0f;
-        sum += work[i];
-    }
-    double r = rng_uniform(rng) * sum, acc = 0.0;
-    for (int i = 0; i < V; i++) {
-        acc += work[i];
-        if (work[i] > 0.0f && r < acc) return i;
-    }
-    for (int i = V - 1; i >= 0; i--) if (work[i] > 0.0f) return i;
+// Prints a token's bytes as they come (a character may span tokens: the terminal joins them).
+static int print_token(int token, void* tokenizer) {
+    size_t len;
+    const char* bytes = tokenizer ? tokenizer_token_bytes(tokenizer, token, &len) : NULL;
+    if (bytes) fwrite(bytes, 1, len, stdout);
+    else printf("<%d>", token);
+    fflush(stdout);
     return 0;
 }
 
-static void generate(GPT2* model, const Options* o, const Tokenizer* tok, uint64_t* rng) {
-    int V = model->config.vocab_size, maxT = model->T;
-    int n = o->gen_tokens + 1;
-    int* tokens = xmalloc((size_t)n * sizeof(int), "sample");
-    float* logits = xmalloc((size_t)V * sizeof(float), "sample");
-    float* work = xmalloc((size_t)V * sizeof(float), "sample");
+// In a continuation, <|endoftext|> ends the document: it stops the generation, unprinted.
+static int print_until_end(int token, void* tokenizer) {
+    return token == GPT2_EOT || print_token(token, tokenizer);
+}
+
+// A sample during training: -g tokens from <|endoftext|>, with the sampler's RNG carried in *rng.
+static void print_sample(GPT2* model, const Options* o, const Tokenizer* tok, uint64_t* rng) {
+    Sampler s;
+    sampler_init(&s, model->config.vocab_size, sampler_options(o), *rng);
+    int* tokens = xmalloc((size_t)(o->gen_tokens + 1) * sizeof(int), "sample");
     tokens[0] = GPT2_EOT;
     printf("generating:\n---\n");
-    for (int i = 1; i < n; i++) {
-        int start = i > maxT ? i - maxT : 0, len = i - start; // the last maxT tokens as context
-        gpt2_forward(model, tokens + start, NULL, 1, len, 0.0f);
-        gpt2_logits_row(model, 0, len - 1, len, logits);
-        tokens[i] = sample_token(logits, V, o->temperature, o->top_k, work, rng);
-        size_t blen;
-        const char* bytes = tok ? tokenizer_token_bytes(tok, tokens[i], &blen) : NULL;
-        if (bytes) fwrite(bytes, 1, blen, stdout);
-        else printf("<%d>", tokens[i]);
-        fflush(stdout);
-    }
+    gpt2_generate(model, &s, tokens, 1, o->gen_tokens, print_token, (void*)tok);
     printf("\n---\n");
+    *rng = s.rng;
     free(tokens);
-    free(logits);
-    free(work);
+    sampler_free(&s);
 }
 
 // ---- evaluation --------------------------------------------------------------------------
 
-// The mean over `batches` batches of every rank (each rank reads its own part of the data).
-static float validation_loss(GPT2* model, DataLoader* val, int batches) {
+// The mean loss over `seqs` sequences of every rank's part of the validation file. The loader reads
+// one sequence at a time and they run B at a time, so the tokens do not depend on the micro-batch.
+static float validation_loss(GPT2* model, DataLoader* val, int seqs, int B) {
+    size_t T = (size_t)val->T;
+    int* inputs = xmalloc((size_t)B * T * sizeof(int), "validation batch");
+    int* targets = xmalloc((size_t)B * T * sizeof(int), "validation batch");
     dataloader_reset(val);
     double sum = 0.0;
-    for (int i = 0; i < batches; i++) {
-        dataloader_next_batch(val);
-        sum += gpt2_forward(model, val->inputs, val->targets, val->B, val->T, 0.0f);
+    for (int done = 0; done < seqs;) {
+        int rows = seqs - done < B ? seqs - done : B;
+        for (int r = 0; r < rows; r++) {
+            dataloader_next_batch(val);
+            memcpy(inputs + r * T, val->inputs, T * sizeof(int));
+            memcpy(targets + r * T, val->targets, T * sizeof(int));
+        }
+        sum += (double)gpt2_forward(model, inputs, targets, rows, (int)T, 0.0f) * rows;
+        done += rows;
     }
+    free(inputs);
+    free(targets);
     comm_allreduce_host(&sum, 1, COMM_SUM);
-    return (float)(sum / batches / comm_world());
+    return (float)(sum / seqs / comm_world());
+}
+
+// ---- fitting the run to the memory ----------------------------------------------------------
+
+// -b auto: the micro-batch (and, unless -r is given, the recompute level) from the memory plan and
+// the free memory or --memory-limit, the least over the ranks so that all pick the same. Exits
+// saying what would fit when nothing does.
+static int fit_micro_batch(const Options* o, const GPT2Config* cfg, int seqs, int world, size_t free_bytes,
+                           int* recompute) {
+    const double GiB = 1073741824.0;
+    double memory = (double)free_bytes;
+    const char* source = o->memory_limit > 0 ? "free (less than --memory-limit)" : "free";
+    if (o->memory_limit > 0 && o->memory_limit * GiB < memory) {
+        memory = o->memory_limit * GiB;
+        source = "--memory-limit";
+    }
+    comm_allreduce_host(&memory, 1, COMM_MIN);
+    int lo = *recompute < 0 ? 0 : *recompute, hi = *recompute < 0 ? 2 : *recompute;
+    Fit fit;
+    if (!gpt2_fit(cfg, o->T, seqs, world, o->zero_stage, lo, hi, (size_t)memory, &fit)) {
+        char advice[1024];
+        gpt2_fit_advice(advice, sizeof advice, cfg, o->T, world, o->zero_stage, hi, (size_t)memory);
+        MemoryPlan least = gpt2_memory_plan(cfg, 1, o->T, hi, o->zero_stage, world);
+        fatal("-b auto: the run does not fit: even B 1 with -r %d plans %.2f GiB, and %.2f GiB %s less a "
+              "%.2f GiB margin leave %.2f GiB; what would fit: %s", hi, least.total / GiB, memory / GiB,
+              source, FIT_MARGIN_BYTES / GiB, (memory - (double)FIT_MARGIN_BYTES) / GiB, advice);
+    }
+    printf("-b auto: B %d, -r %d for %d sequences per GPU per step: plan %.2f GiB of %.2f GiB %s less a "
+           "%.2f GiB margin\n", fit.B, fit.recompute, seqs, fit.plan.total / GiB, memory / GiB, source,
+           FIT_MARGIN_BYTES / GiB);
+    *recompute = fit.recompute;
+    return fit.B;
+}
+
+// What the run holds on the GPU now against its plan: the free memory before the build less the free
+// memory now, so that the scratch buffers the kernels grew count too (and, on a shared GPU, whatever
+// other processes did meanwhile). The staging copy of the weights is freed by now. Not on the CPU,
+// where the host's other processes move the free memory more than the run does.
+static void report_memory_use(const GPT2* model, size_t free_before) {
+    size_t free_now, total;
+    if (!backend_memory(&free_now, &total)) return;
+    const double MiB = 1048576.0;
+    double used = ((double)free_before - (double)free_now) / MiB;
+    double planned = (double)(model->plan.total - model->plan.staging) / MiB;
+    printf("memory: %.1f MiB in use at the end (free before the build less free now); the plan without "
+           "its staging: %.1f MiB (%+.1f MiB)\n", used, planned, used - planned);
+}
+
+// ---- divergence guard --------------------------------------------------------------------
+// Before each update the guard decides, from the loss and gradient norm of the step (the same
+// values on every rank: both are all-reduced), whether to apply it. A skipped step changes no
+// weight and no optimizer state; the step counter, the learning-rate schedule and the data move on.
+// AdamW's t and the stochastic rounding's seed follow the updates applied, so that a skipped step
+// is, for the optimizer, a step that never happened.
+
+typedef struct {
+    long long updates;      // updates applied: AdamW's t of the last one
+    long long last_applied; // the step whose update was applied last (0: none yet)
+    StepHistory history;    // loss and norm of the last applied steps, the z-scores' window
+} Guard;
+
+// The z-score of x against the window, NAN until the window is full: a few values give no spread
+// worth comparing with (llm.c's detector waits for its window too). Recomputed over the window in
+// one order, so that a resumed run gets the same bits. A window of equal values (which real losses
+// never give) has no spread to measure against: 0.
+static double z_score(const float* window, int count, double x) {
+    if (count < STEP_HISTORY) return NAN;
+    double mean = 0.0, var = 0.0;
+    for (int i = 0; i < count; i++) mean += window[i];
+    mean /= count;
+    for (int i = 0; i < count; i++) var += (window[i] - mean) * (window[i] - mean);
+    var /= count;
+    return var > 0.0 ? (x - mean) / sqrt(var) : 0.0;
+}
+
+static void history_push(StepHistory* h, float loss, float norm) {
+    if (h->count == STEP_HISTORY) { // drop the oldest
+        memmove(h->loss, h->loss + 1, (STEP_HISTORY - 1) * sizeof(float));
+        memmove(h->norm, h->norm + 1, (STEP_HISTORY - 1) * sizeof(float));
+        h->count--;
+    }
+    h->loss[h->count] = loss;
+    h->norm[h->count] = norm;
+    h->count++;
+}
+
+// Whether to skip the update of a step; if so, why (in why).
+static int skip_step(const Options* o, float max_loss, float loss, float norm, double z_loss, double z_norm,
+                     char* why, size_t n) {
+    if (!isfinite(loss)) snprintf(why, n, "the loss is %g", loss);
+    else if (!isfinite(norm)) snprintf(why, n, "the gradient norm is %g", norm);
+    else if (max_loss > 0.0f && loss > max_loss) snprintf(why, n, "the loss is above --max-loss %g", max_loss);
+    else if (o->skip_loss_z > 0.0f && z_loss > o->skip_loss_z)
+        snprintf(why, n, "the loss z-score %.2f is above --skip-loss-z %g", z_loss, o->skip_loss_z);
+    else if (o->skip_norm_z > 0.0f && z_norm > o->skip_norm_z)
+        snprintf(why, n, "the gradient norm z-score %.2f is above --skip-norm-z %g", z_norm, o->skip_norm_z);
+    else return 0;
+    return 1;
+}
+
+// --max-skips steps in a row were skipped: the weights that the last applied step left keep giving
+// bad steps, so they are not good, and neither is a checkpoint of them. Those checkpoints are set
+// aside (renamed *.diverged, not deleted) so that -y 1 resumes from the newest good one; nothing
+// new is written. Every rank gets here at the same step.
+static void __attribute__((noreturn)) stop_diverged(const Options* o, const Guard* g, long long step, int rank) {
+    int aside = checkpoint_set_aside(o->out_dir, rank, g->last_applied);
+    long long good = checkpoint_latest_step(o->out_dir, rank);
+    if (rank != 0) exit(1);
+    char resume[4200];
+    if (good >= 0) snprintf(resume, sizeof resume, "-y 1 resumes from step %lld, the newest good checkpoint in %s", good, o->out_dir);
+    else snprintf(resume, sizeof resume, "%s holds no good checkpoint", o->out_dir);
+    fatal("training diverged: steps %lld..%lld were all skipped (--max-skips %d), so the weights after step %lld "
+          "are not good. Stopped without saving%s; %s (lower -l, keep --grad-clip on)",
+          g->last_applied + 1, step, o->max_skips, g->last_applied,
+          aside ? "; their checkpoints were renamed to *.diverged" : "", resume);
 }
 
 // ---- checkpoints, log, signals -----------------------------------------------------------
@@ -352,14 +516,32 @@ static void on_stop_signal(int sig) {
     signal(sig, SIG_DFL); // a second Ctrl-C stops at once; the checkpoint files stay consistent
 }
 
+// Names the first non-finite value of this rank's optimizer state in `where` and returns 1, or returns 0.
+static int find_nonfinite(const GPT2* model, const TrainState* st, char* where, size_t n) {
+    const float* arrays[3] = {st->master, st->m, st->v};
+    const char* names[3] = {"weight", "AdamW m", "AdamW v"};
+    for (int a = 0; a < 3; a++) {
+        int tensor;
+        size_t index;
+        if (gpt2_find_nonfinite(&model->config, arrays[a], st->opt_offset, st->opt_count, &tensor, &index)) {
+            snprintf(where, n, "%s %s[%zu]", names[a], parameter_tensor_names[tensor], index);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 // Every rank calls it: rank 0 writes the model file, each rank its own training state (with ZeRO,
-// its shard of the optimizer).
+// its shard of the optimizer). Nothing is written unless every value of every rank is finite.
 static void save_checkpoint(GPT2* model, const DataLoader* train, long long step, uint64_t rng,
-                            const Options* o, int rank, int world) {
+                            const Guard* guard, const Options* o, int rank, int world) {
     size_t n = model->num_parameters, count = model->opt_count;
     TrainState st = {0};
     st.config = model->config;
     st.step = step;
+    st.updates = guard->updates;
+    st.last_applied = guard->last_applied;
+    st.history = guard->history;
     st.sample_rng = rng;
     st.rank = rank;
     st.world = world;
@@ -371,6 +553,23 @@ static void save_checkpoint(GPT2* model, const DataLoader* train, long long step
     st.m = xmalloc(count * sizeof(float) + 1, "checkpoint");
     st.v = xmalloc(count * sizeof(float) + 1, "checkpoint");
     gpt2_get_optimizer_state(model, st.master, st.m, st.v);
+    // This rank's master weights (the model file's values), m and v; the ranks decide together, so
+    // that no rank writes a checkpoint that another one refuses.
+    char where[256];
+    int mine = find_nonfinite(model, &st, where, sizeof where);
+    double bad = mine;
+    comm_allreduce_host(&bad, 1, COMM_MAX);
+    if (bad) {
+        char newest[4200];
+        long long good = checkpoint_latest_step(o->out_dir, rank);
+        if (good >= 0) snprintf(newest, sizeof newest, "the newest checkpoint in %s stays step %lld", o->out_dir, good);
+        else snprintf(newest, sizeof newest, "%s holds no checkpoint", o->out_dir);
+        if (mine)
+            fatal("not saving the checkpoint of step %lld: %s is not finite (rank %d of %d); %s", step, where,
+                  rank, world, newest);
+        fatal("rank %d of %d: not saving the checkpoint of step %lld: another rank holds a non-finite value", rank,
+              world, step);
+    }
     char path[4096];
     // The model file needs all the weights. Without sharding this rank's optimizer state already
     // holds them; with ZeRO on several GPUs they are gathered, and every rank takes part.
@@ -384,7 +583,7 @@ static void save_checkpoint(GPT2* model, const DataLoader* train, long long step
     free(gathered);
     checkpoint_state_path(path, sizeof path, o->out_dir, step, rank);
     train_state_write(path, &st);
-    checkpoint_prune(o->out_dir, rank, o->keep);
+    checkpoint_prune(o->out_dir, rank, o->keep, guard->last_applied);
     printf("saved checkpoint of step %lld to %s\n", step, path);
     free(st.master);
     free(st.m);
@@ -413,7 +612,7 @@ static void ensure_dir(const char* dir) {
 static FILE* open_log(const char* dir, long long resume_step) {
     char path[4096], line[1024];
     snprintf(path, sizeof path, "%s/log.csv", dir);
-    const char* header = "step,train_loss,val_loss,lr,grad_norm,ms,tok_per_s\n";
+    const char* header = "step,train_loss,val_loss,lr,grad_norm,ms,tok_per_s,skipped\n";
     char* kept = NULL;
     size_t kept_len = 0;
     if (resume_step >= 0) {
@@ -444,6 +643,102 @@ static void format_eta(char* buf, size_t n, double seconds) {
     else snprintf(buf, n, "%ldm%02lds", s / 60, s % 60);
 }
 
+// ---- generation from a prompt --------------------------------------------------------------
+
+// The prompt's bytes, from --prompt or --prompt-file; refuses an empty one.
+static char* read_prompt(const Options* o, size_t* len) {
+    char* text;
+    if (o->prompt_file) {
+        *len = (size_t)file_size(o->prompt_file);
+        text = xmalloc(*len + 1, o->prompt_file);
+        FILE* f = xfopen(o->prompt_file, "rb");
+        xfread(text, 1, *len, f, o->prompt_file);
+        fclose(f);
+        if (*len == 0) fatal("prompt file %s is empty", o->prompt_file);
+    } else {
+        *len = strlen(o->prompt);
+        text = xmalloc(*len + 1, "prompt");
+        memcpy(text, o->prompt, *len);
+        if (*len == 0) fatal("option --prompt: the prompt is empty");
+    }
+    text[*len] = '\0';
+    return text;
+}
+
+// -x 0 with --prompt or --prompt-file: continues the prompt with the model of -e FILE or the newest
+// model file in -o DIR and streams the text to stdout (the prompt first). Everything else goes to
+// stderr, so stdout holds just the text. Nothing is trained or written.
+static int generate_from_prompt(const Options* o, const DistEnv* env) {
+    if (o->prompt && o->prompt_file) fatal("give either --prompt or --prompt-file, not both");
+    if (o->max_steps > 0) fatal("--prompt generates text without training: use -x 0");
+    if (env->world > 1) fatal("--prompt runs in one process: start it without a launcher (WORLD_SIZE is %d)", env->world);
+    size_t text_len;
+    char* text = read_prompt(o, &text_len);
+
+    Options from_file = *o;
+    char path[4096];
+    GPT2Config probe;
+    if (gpt2_preset(o->model, &probe)) { // no model file given: the newest one in -o
+        long long step = checkpoint_latest_step(o->out_dir, -1);
+        if (step < 0) fatal("--prompt needs a trained model: give -e FILE, or -o DIR holding a model file (%s has none)", o->out_dir);
+        checkpoint_model_path(path, sizeof path, o->out_dir, step);
+        from_file.model = path;
+    }
+    GPT2Config cfg;
+    float* weights = resolve_model(&from_file, &cfg);
+
+    Tokenizer* tok = tokenizer_load(o->vocab_dir);
+    size_t n_text;
+    int* encoded = tokenizer_encode(tok, text, text_len, &n_text);
+    // A document starts with <|endoftext|> in GPT-2's training data (and in prepare_data's files).
+    int n_prompt = (int)n_text + 1;
+    if (n_text >= (size_t)cfg.max_seq_len) {
+        free(encoded); // fatal() exits; LeakSanitizer would report it
+        fatal("the prompt is %zu tokens (with the leading <|endoftext|>), more than the model's maximum "
+              "sequence length of %d", n_text + 1, cfg.max_seq_len);
+    }
+    int* tokens = xmalloc(((size_t)n_prompt + (size_t)o->gen_tokens) * sizeof(int), "generation");
+    tokens[0] = GPT2_EOT;
+    memcpy(tokens + 1, encoded, n_text * sizeof(int));
+    free(encoded);
+
+    // Setup messages (memory plan, backend) go to stderr.
+    fflush(stdout);
+    int saved_stdout = dup(STDOUT_FILENO);
+    if (saved_stdout < 0 || dup2(STDERR_FILENO, STDOUT_FILENO) < 0) fatal("cannot redirect stdout: %s", strerror(errno));
+    backend_init(env->local_rank);
+    comm_init(0, 1, o->out_dir, o->nccl_timeout);
+    GPT2 model;
+    int T = n_prompt + o->gen_tokens < cfg.max_seq_len ? n_prompt + o->gen_tokens : cfg.max_seq_len;
+    gpt2_build(&model, &cfg, 1, T, 0, 0);
+    gpt2_set_weights(&model, weights);
+    free(weights);
+    printf("%s | %s attention | model %s: L %d, C %d, NH %d, max T %d | prompt %d tokens\n",
+           backend_describe(), attention_name(), from_file.model, cfg.num_layers, cfg.channels,
+           cfg.num_heads, cfg.max_seq_len, n_prompt);
+    fflush(stdout);
+    if (dup2(saved_stdout, STDOUT_FILENO) < 0) fatal("cannot restore stdout: %s", strerror(errno));
+    close(saved_stdout);
+
+    Sampler sampler;
+    sampler_init(&sampler, cfg.vocab_size, sampler_options(o), sampler_seed(o->seed));
+    fwrite(text, 1, text_len, stdout);
+    fflush(stdout);
+    double t0 = wall_seconds();
+    int n = gpt2_generate(&model, &sampler, tokens, n_prompt, o->gen_tokens, print_until_end, tok);
+    dev_synchronize();
+    double seconds = wall_seconds() - t0;
+    printf("\n");
+    fprintf(stderr, "generated %d tokens in %.3f s: %.2f ms per token\n", n, seconds, n ? 1e3 * seconds / n : 0.0);
+    sampler_free(&sampler);
+    free(tokens);
+    free(text);
+    tokenizer_free(tok);
+    gpt2_free(&model);
+    comm_free();
+    return 0;
+}
+
 // ---- main --------------------------------------------------------------------------------
 
 int main(int argc, char** argv) {
@@ -451,6 +746,7 @@ int main(int argc, char** argv) {
     Options o = parse_options(argc, argv);
     DistEnv env = dist_env_detect();
     int rank = env.rank, world = env.world;
+    if (o.prompt || o.prompt_file) return generate_from_prompt(&o, &env);
     // Only rank 0 prints; errors go to stderr from every rank.
     if (rank != 0 && !freopen("/dev/null", "w", stdout)) fatal("rank %d: cannot silence stdout", rank);
 
@@ -458,30 +754,38 @@ int main(int argc, char** argv) {
     float* file_weights = resolve_model(&o, &cfg);
     if (o.T > cfg.max_seq_len)
         fatal("sequence length -t %d is above the model's maximum of %d (--max-seq)", o.T, cfg.max_seq_len);
-    long long tokens_per_micro = (long long)o.B * o.T * world;
-    long long total_batch = o.total_batch < 0 ? tokens_per_micro : o.total_batch;
-    if (total_batch == 0 || total_batch % tokens_per_micro != 0)
-        fatal("total batch -d %lld is not a multiple of B*T*GPUs = %d*%d*%d = %lld",
-              total_batch, o.B, o.T, world, tokens_per_micro);
-    int accum = (int)(total_batch / tokens_per_micro);
+    // A step reads `seqs` sequences of T tokens on each GPU: the loader hands them out whole and the
+    // micro-batches are B of its rows, so the data of a step (and the shuffle, and where an epoch
+    // ends) depend on -d alone, never on B: with -b auto every card sees the same batches.
+    long long tokens_per_seq_row = (long long)o.T * world; // one sequence on every GPU
+    long long total_batch = o.total_batch >= 0 ? o.total_batch : (o.B ? o.B : 4) * tokens_per_seq_row;
+    if (total_batch == 0 || total_batch % tokens_per_seq_row != 0 || total_batch / tokens_per_seq_row > (1 << 20))
+        fatal("total batch -d %lld is not a multiple of T*GPUs = %d*%d (from 1 to 1048576 times)", total_batch, o.T, world);
+    int seqs = (int)(total_batch / tokens_per_seq_row);
+    if (o.B && seqs % o.B != 0)
+        fatal("total batch -d %lld is not a multiple of B*T*GPUs = %d*%d*%d = %lld", total_batch, o.B, o.T,
+              world, (long long)o.B * tokens_per_seq_row);
 
     DataLoader train, val;
-    dataloader_init(&train, o.train_pattern, o.B, o.T, rank, world, o.shuffle, o.seed, cfg.vocab_size);
+    dataloader_init(&train, o.train_pattern, seqs, o.T, rank, world, o.shuffle, o.seed, cfg.vocab_size);
     int do_val = o.val_every > 0;
-    if (do_val) dataloader_init(&val, o.val_pattern, o.B, o.T, rank, world, 0, 0, cfg.vocab_size);
-    int val_batches = do_val && o.val_batches > dataloader_batches_per_epoch(&val)
-                          ? (int)dataloader_batches_per_epoch(&val) : o.val_batches;
+    if (do_val) dataloader_init(&val, o.val_pattern, 1, o.T, rank, world, 0, 0, cfg.vocab_size);
+    long long val_seqs = (long long)o.val_batches * seqs;
+    if (do_val && val_seqs > dataloader_batches_per_epoch(&val)) val_seqs = dataloader_batches_per_epoch(&val);
     int max_steps = o.max_steps;
-    if (max_steps < 0) {
-        max_steps = (int)(dataloader_batches_per_epoch(&train) / accum);
-        if (max_steps < 1) max_steps = 1;
-    }
+    if (max_steps < 0) max_steps = (int)dataloader_batches_per_epoch(&train);
     ensure_dir(o.out_dir);
 
     backend_init(env.local_rank);
     comm_init(rank, world, o.nccl_dir ? o.nccl_dir : o.out_dir, o.nccl_timeout);
+    size_t free_before, total_memory;
+    backend_memory(&free_before, &total_memory);
+    int B = o.B, recompute = o.recompute;
+    if (B == 0) B = fit_micro_batch(&o, &cfg, seqs, world, free_before, &recompute);
+    else if (recompute < 0) recompute = 0;
+    int accum = seqs / B;
     GPT2 model;
-    gpt2_build(&model, &cfg, o.B, o.T, o.recompute, o.zero_stage);
+    gpt2_build(&model, &cfg, B, o.T, recompute, o.zero_stage);
     printf("%s | %s attention\n", backend_describe(), attention_name());
     if (world > 1)
         printf("%d ranks (%s, %s), ZeRO stage %d\n", world, env.source, comm_name(), o.zero_stage);
@@ -490,7 +794,7 @@ int main(int argc, char** argv) {
            cfg.padded_vocab_size, model.num_parameters, file_weights ? " from " : "",
            file_weights ? o.model : "");
     printf("batch: B %d x T %d x %d GPU(s) x %d accumulation = %lld tokens per step, %d steps\n",
-           o.B, o.T, world, accum, total_batch, max_steps);
+           B, o.T, world, accum, total_batch, max_steps);
     if (file_weights) {
         gpt2_set_weights(&model, file_weights);
         free(file_weights);
@@ -498,8 +802,9 @@ int main(int argc, char** argv) {
         gpt2_init_random(&model, o.seed);
     }
 
-    uint64_t rng = o.seed * 0x9E3779B97F4A7C15ull + 1; // the sampler's; never 0
+    uint64_t rng = sampler_seed(o.seed);
     long long start_step = 0;
+    Guard guard = {0};
     if (o.resume) {
         // The newest step that every rank has saved (a kill during a save can leave some ranks a
         // step ahead).
@@ -530,9 +835,10 @@ int main(int argc, char** argv) {
                 fatal("training state %s holds optimizer state of parameters [%zu, %zu) of %zu; this rank keeps "
                       "[%zu, %zu) of %zu (saved with another -z?)", path, st.opt_offset, st.opt_offset + st.opt_count,
                       st.nparams, model.opt_offset, model.opt_offset + model.opt_count, model.num_parameters);
-            // the weights as the update of the saved step (t = st.step, seed as in the loop) left them
-            gpt2_set_optimizer_state(&model, st.master, st.m, st.v, (int)st.step,
-                                     o.seed + (unsigned long long)st.step - 1);
+            // the weights as the last update (t = st.updates, seed as in the loop) left them
+            gpt2_set_optimizer_state(&model, st.master, st.m, st.v, (int)st.updates,
+                                     o.seed + (unsigned long long)st.updates - 1);
+            guard = (Guard){st.updates, st.last_applied, st.history};
             dataloader_set_state(&train, &st.loader);
             rng = st.sample_rng;
             start_step = st.step;
@@ -555,6 +861,7 @@ int main(int argc, char** argv) {
     signal(SIGINT, on_stop_signal);
     signal(SIGTERM, on_stop_signal);
     const float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+    const float max_loss = o.max_loss < 0.0f ? 2.0f * logf((float)cfg.vocab_size) : o.max_loss;
     // Training FLOPs per token: 6 per parameter (forward + backward) plus causal attention's
     // 6 * L * C * T (half of the 12 L C T of full attention), the usual estimate (PaLM, appendix B).
     double peak_flops = backend_peak_flops();
@@ -562,9 +869,9 @@ int main(int argc, char** argv) {
     double train_seconds = 0.0;
     int timed_steps = 0;
     if (start_step == 0 && do_val) {
-        float vl = validation_loss(&model, &val, val_batches);
+        float vl = validation_loss(&model, &val, (int)val_seqs, B);
         printf("step %d: val loss %.6f\n", 0, vl);
-        if (log) fprintf(log, "0,,%.9g,,,,\n", vl), fflush(log);
+        if (log) fprintf(log, "0,,%.9g,,,,,\n", vl), fflush(log);
     }
     long long step = start_step;
     int stop = 0; // the largest signal any rank has received; all ranks stop after the same step
@@ -573,20 +880,38 @@ int main(int argc, char** argv) {
         float lr = learning_rate(&o, (int)step, max_steps);
         gpt2_zero_grad(&model);
         double loss_sum = 0.0;
+        dataloader_next_batch(&train); // this rank's part of the step, micro-batches of B rows
         for (int micro = 0; micro < accum; micro++) {
-            dataloader_next_batch(&train);
-            loss_sum += gpt2_forward(&model, train.inputs, train.targets, o.B, o.T, 1.0f / (float)total_batch);
+            size_t row = (size_t)micro * B * o.T;
+            loss_sum += gpt2_forward(&model, train.inputs + row, train.targets + row, B, o.T, 1.0f / (float)total_batch);
             gpt2_backward(&model);
         }
-        float norm = gpt2_update(&model, lr, beta1, beta2, eps, o.weight_decay, o.grad_clip,
-                                 (int)step + 1, o.seed + (unsigned long long)step);
+        // Fault injection for the tests, on the last rank: the others learn of it only through the
+        // decision that all ranks take together.
+        if (rank == world - 1 && o.inject_nan_grad && step_listed(o.inject_nan_grad, "--inject-nan-grad", step + 1))
+            gpt2_inject_nan_gradient(&model);
+        if (rank == world - 1 && o.inject_nan_loss && step_listed(o.inject_nan_loss, "--inject-nan-loss", step + 1))
+            loss_sum = NAN;
+        double mean_loss = loss_sum / accum;
+        float norm = gpt2_reduce_gradients(&model, &mean_loss);
+        float loss = (float)mean_loss;
+        int window = guard.history.count; // the values the z-scores compare with
+        double z_loss = z_score(guard.history.loss, window, loss);
+        double z_norm = z_score(guard.history.norm, window, norm);
+        char why[128];
+        int skipped = skip_step(&o, max_loss, loss, norm, z_loss, z_norm, why, sizeof why);
+        if (!skipped) {
+            guard.updates++;
+            gpt2_update(&model, norm, lr, beta1, beta2, eps, o.weight_decay, o.grad_clip, (int)guard.updates,
+                        o.seed + (unsigned long long)guard.updates - 1);
+            guard.last_applied = step + 1;
+            history_push(&guard.history, loss, norm);
+        }
         dev_synchronize();
         double seconds = wall_seconds() - t0;
         step++;
-        double mean_loss = loss_sum / accum, signal_seen = stop_signal;
-        comm_allreduce_host(&mean_loss, 1, COMM_SUM);
+        double signal_seen = stop_signal;
         comm_allreduce_host(&signal_seen, 1, COMM_MAX);
-        float loss = (float)(mean_loss / world);
         stop = (int)signal_seen;
         if (step > start_step + 1 || max_steps - start_step == 1) { train_seconds += seconds; timed_steps++; }
         double mean_step = timed_steps ? train_seconds / timed_steps : seconds;
@@ -595,27 +920,35 @@ int main(int argc, char** argv) {
         char mfu[32] = "";
         if (peak_flops > 0.0)
             snprintf(mfu, sizeof mfu, " | MFU %.1f%%", 100.0 * flops_per_token * total_batch / world / seconds / peak_flops);
-        printf("step %5lld/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s%s | eta %s\n",
-               step, max_steps, loss, norm, lr, 1e3 * seconds, total_batch / seconds, mfu, eta);
+        char zs[64] = "";
+        if (o.skip_loss_z > 0.0f || o.skip_norm_z > 0.0f) {
+            if (window < STEP_HISTORY) snprintf(zs, sizeof zs, " | z window %d/%d", window, STEP_HISTORY);
+            else snprintf(zs, sizeof zs, " | z loss %.2f norm %.2f", z_loss, z_norm);
+        }
+        printf("step %5lld/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s%s | eta %s%s%s%s\n",
+               step, max_steps, loss, norm, lr, 1e3 * seconds, total_batch / seconds, mfu, eta, zs,
+               skipped ? " | SKIPPED: " : "", skipped ? why : "");
 
         char val_field[32] = "";
         if (do_val && (step % o.val_every == 0 || step == max_steps)) {
-            float vl = validation_loss(&model, &val, val_batches);
+            float vl = validation_loss(&model, &val, (int)val_seqs, B);
             printf("step %lld: val loss %.6f\n", step, vl);
             snprintf(val_field, sizeof val_field, "%.9g", vl);
         }
         if (log) {
-            fprintf(log, "%lld,%.9g,%s,%.7g,%.7g,%.3f,%.1f\n", step, loss, val_field, lr, norm,
-                    1e3 * seconds, total_batch / seconds);
+            fprintf(log, "%lld,%.9g,%s,%.7g,%.7g,%.3f,%.1f,%d\n", step, loss, val_field, lr, norm,
+                    1e3 * seconds, total_batch / seconds, skipped);
             if (fflush(log) != 0) fatal("cannot write %s: %s", log_path, strerror(errno));
         }
+        if (o.max_skips > 0 && step - guard.last_applied >= o.max_skips) stop_diverged(&o, &guard, step, rank);
 
         if (rank == 0 && o.sample_every > 0 && o.gen_tokens > 0 && (step % o.sample_every == 0 || step == max_steps))
-            generate(&model, &o, tok, &rng);
+            print_sample(&model, &o, tok, &rng);
         if (step == max_steps || stop || (o.checkpoint_every > 0 && step % o.checkpoint_every == 0))
-            save_checkpoint(&model, &train, step, rng, &o, rank, world);
+            save_checkpoint(&model, &train, step, rng, &guard, &o, rank, world);
     }
-    if (max_steps == start_step) save_checkpoint(&model, &train, step, rng, &o, rank, world);
+    if (max_steps == start_step) save_checkpoint(&model, &train, step, rng, &guard, &o, rank, world);
+    report_memory_use(&model, free_before);
     if (log) fclose(log);
     int sig = stop;
     if (sig) printf("stopped by signal %d after step %lld; resume with -y 1\n", sig, step);

@@ -47,10 +47,24 @@ void model_file_write(const char* path, const GPT2Config* cfg, const float* para
 
 // ---- training state ----------------------------------------------------------------------
 #define TRAIN_STATE_MAGIC 0x54504754 // "TGPT" little endian
-#define TRAIN_STATE_VERSION 1
+#define TRAIN_STATE_VERSION 2
+#define TRAIN_STATE_HEADER_INTS 64
+// What the divergence guard of train.c remembers: the loss and gradient norm of the last `count`
+// steps whose update was applied, oldest first; the window of the z-scores of --skip-loss-z and
+// --skip-norm-z (llm.c's outlier detector keeps 128 too).
+#define STEP_HISTORY 128
+typedef struct {
+    int32_t count;
+    float loss[STEP_HISTORY];
+    float norm[STEP_HISTORY];
+} StepHistory;
 typedef struct {
     GPT2Config config;
-    int64_t step;            // optimizer steps completed
+    int64_t step;            // training steps completed, applied or skipped
+    int64_t updates;         // of which applied: AdamW's t of the last update
+    int64_t last_applied;    // the step whose update was applied last (0: none yet); the steps after
+                             // it were skipped, step - last_applied of them in a row
+    StepHistory history;
     uint64_t sample_rng;     // state of the sampler's RNG
     int32_t rank, world;
     DataLoaderState loader;  // the training loader's position
@@ -63,8 +77,12 @@ typedef struct {
     float* v;
 } TrainState;
 void train_state_write(const char* path, const TrainState* st);
+// Checks a state header against the file size. Returns 0 and fills every field of st but the
+// history values and the arrays, or -1 with a message in err. Never exits (the fuzz harness calls it).
+int train_state_parse_header(const int64_t header[TRAIN_STATE_HEADER_INTS], long long file_bytes,
+                             TrainState* st, char* err, size_t errlen);
 // Reads a state file, allocating master, m and v; exits naming the file on any problem (missing,
-// truncated, wrong magic or version, inconsistent sizes).
+// truncated, wrong magic or version, inconsistent sizes or history).
 void train_state_read(const char* path, TrainState* st);
 void train_state_free(TrainState* st);
 
@@ -72,12 +90,18 @@ void train_state_free(TrainState* st);
 // DIR/model_%08lld.bin and DIR/state_%08lld_%05d.bin (step, rank).
 void checkpoint_model_path(char* buf, size_t n, const char* dir, long long step);
 void checkpoint_state_path(char* buf, size_t n, const char* dir, long long step, int rank);
-// Largest step with a complete state file for this rank in dir, or -1 if none (temporary files of
-// interrupted writes are ignored).
+// Largest step with a complete state file for this rank (rank < 0: a model file) in dir, or -1 if
+// none (temporary files of interrupted writes are ignored).
 long long checkpoint_latest_step(const char* dir, int rank);
 // Deletes this rank's state files (and, on rank 0, model files) of all but the `keep` newest steps
-// (keep <= 0 keeps everything), and the temporary files that killed writes of them left behind.
-void checkpoint_prune(const char* dir, int rank, int keep);
+// (keep <= 0 keeps everything), and the temporary files that killed writes of them left behind. The
+// newest checkpoint of a step before `confirmed_before` is kept in any case: a later training step
+// on its weights was applied, so it is the newest checkpoint known to be good.
+void checkpoint_prune(const char* dir, int rank, int keep, long long confirmed_before);
+// Renames this rank's state files (and, on rank 0, model files) of steps >= from_step to
+// "<name>.diverged", so that resuming and pruning no longer see them, and returns how many
+// checkpoints (state files) it renamed.
+int checkpoint_set_aside(const char* dir, int rank, long long from_step);
 
 #ifdef __cplusplus
 }

@@ -112,13 +112,16 @@ static void remove_stale_temporaries(const char* dir, int rank) {
     closedir(d);
 }
 
-// Deletes all but the `keep` newest files of one kind (rank < 0: model files), and the temporary
-// files of interrupted writes.
-static void prune_kind(const char* dir, int rank, int keep) {
+// Deletes all but the `keep` newest files of one kind (rank < 0: model files) and the newest one of
+// a step before confirmed_before, and the temporary files of interrupted writes.
+static void prune_kind(const char* dir, int rank, int keep, long long confirmed_before) {
     remove_stale_temporaries(dir, rank);
     int count;
     long long* steps = list_steps(dir, rank, &count);
+    int confirmed = 0; // index of the newest confirmed step (steps are sorted newest first)
+    while (confirmed < count && steps[confirmed] >= confirmed_before) confirmed++;
     for (int i = keep; i < count; i++) {
+        if (i == confirmed) continue;
         char path[4096];
         if (rank < 0) checkpoint_model_path(path, sizeof(path), dir, steps[i]);
         else checkpoint_state_path(path, sizeof(path), dir, steps[i], rank);
@@ -128,7 +131,27 @@ static void prune_kind(const char* dir, int rank, int keep) {
     free(steps);
 }
 
-void checkpoint_prune(const char* dir, int rank, int keep) {
-    prune_kind(dir, rank, keep <= 0 ? INT_MAX : keep);
-    if (rank == 0) prune_kind(dir, -1, keep <= 0 ? INT_MAX : keep);
+void checkpoint_prune(const char* dir, int rank, int keep, long long confirmed_before) {
+    prune_kind(dir, rank, keep <= 0 ? INT_MAX : keep, confirmed_before);
+    if (rank == 0) prune_kind(dir, -1, keep <= 0 ? INT_MAX : keep, confirmed_before);
+}
+
+// Renames the files of one kind (rank < 0: model files) of steps >= from_step; returns how many.
+static int set_aside_kind(const char* dir, int rank, long long from_step) {
+    int count, renamed = 0;
+    long long* steps = list_steps(dir, rank, &count);
+    for (int i = 0; i < count && steps[i] >= from_step; i++, renamed++) {
+        char path[4096], aside[4200];
+        if (rank < 0) checkpoint_model_path(path, sizeof(path), dir, steps[i]);
+        else checkpoint_state_path(path, sizeof(path), dir, steps[i], rank);
+        snprintf(aside, sizeof(aside), "%s.diverged", path);
+        if (rename(path, aside) != 0) fatal("cannot rename %s to %s: %s", path, aside, strerror(errno));
+    }
+    free(steps);
+    return renamed;
+}
+
+int checkpoint_set_aside(const char* dir, int rank, long long from_step) {
+    if (rank == 0) set_aside_kind(dir, -1, from_step);
+    return set_aside_kind(dir, rank, from_step);
 }

@@ -1,7 +1,10 @@
 // The training state: everything a bit-exact resume needs besides the model file.
 //
-// Layout: a header of 64 little-endian int64 (fields at the indices below, the rest zero), then
-// opt_count fp32 master weights, opt_count fp32 AdamW m, opt_count fp32 AdamW v.
+// Layout (version 2): a header of 64 little-endian int64 (fields at the indices below, the rest
+// zero); the divergence guard's history: STEP_HISTORY fp32 losses, then STEP_HISTORY fp32 gradient
+// norms (the first history_count of each are used, oldest first, the rest zero); then opt_count fp32
+// master weights, opt_count fp32 AdamW m, opt_count fp32 AdamW v.
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,10 +20,12 @@ enum {
     H_LOADER_EPOCH, H_LOADER_SHARD, H_LOADER_ROUND, H_LOADER_SEED, H_LOADER_SHUFFLE,
     H_LOADER_B, H_LOADER_T, H_LOADER_RANK, H_LOADER_WORLD,
     H_NPARAMS, H_OPT_OFFSET, H_OPT_COUNT,
-    H_FIELDS,
-    HEADER_INTS = 64
+    H_UPDATES, H_LAST_APPLIED, H_HISTORY_COUNT,
+    H_FIELDS
 };
-_Static_assert(H_FIELDS <= HEADER_INTS, "the state header has room for every field");
+_Static_assert(H_FIELDS <= TRAIN_STATE_HEADER_INTS, "the state header has room for every field");
+#define HEADER_BYTES (TRAIN_STATE_HEADER_INTS * (long long)sizeof(int64_t))
+#define HISTORY_BYTES (2 * STEP_HISTORY * (long long)sizeof(float))
 
 // A reason the state cannot be right, or NULL; checked before writing and after reading.
 static const char* state_problem(const TrainState* st) {
@@ -32,6 +37,11 @@ static const char* state_problem(const TrainState* st) {
     if (st->opt_count > st->nparams || st->opt_offset > st->nparams - st->opt_count)
         return "the optimizer range [opt_offset, opt_offset + opt_count) exceeds the parameters";
     if (st->step < 0) return "negative step";
+    // Each applied update has a step of its own, the last of them last_applied.
+    if (st->last_applied < 0 || st->last_applied > st->step) return "the last applied step is not in 0..step";
+    if (st->updates < 0 || st->updates > st->last_applied) return "more updates than steps up to the last applied one";
+    if (st->history.count < 0 || st->history.count > STEP_HISTORY || st->history.count > st->updates)
+        return "the step history holds more values than its window or than updates were applied";
     if (st->world < 1 || st->rank < 0 || st->rank >= st->world) return "rank is not in 0..world-1";
     const DataLoaderState* l = &st->loader;
     if (l->B < 1 || l->T < 1 || l->world < 1 || l->rank < 0 || l->rank >= l->world)
@@ -40,10 +50,18 @@ static const char* state_problem(const TrainState* st) {
     return NULL;
 }
 
+// Only applied steps enter the history, and a step with a non-finite loss or norm is never applied.
+static int history_finite(const StepHistory* h) {
+    for (int i = 0; i < h->count; i++)
+        if (!isfinite(h->loss[i]) || !isfinite(h->norm[i])) return 0;
+    return 1;
+}
+
 void train_state_write(const char* path, const TrainState* st) {
     const char* problem = state_problem(st);
+    if (!problem && !history_finite(&st->history)) problem = "a non-finite value in the step history";
     if (problem) fatal("cannot write %s: inconsistent training state: %s", path, problem);
-    int64_t h[HEADER_INTS] = {0};
+    int64_t h[TRAIN_STATE_HEADER_INTS] = {0};
     h[H_MAGIC] = TRAIN_STATE_MAGIC;
     h[H_VERSION] = TRAIN_STATE_VERSION;
     h[H_MAX_SEQ_LEN] = st->config.max_seq_len;
@@ -68,9 +86,18 @@ void train_state_write(const char* path, const TrainState* st) {
     h[H_NPARAMS] = (int64_t)st->nparams;
     h[H_OPT_OFFSET] = (int64_t)st->opt_offset;
     h[H_OPT_COUNT] = (int64_t)st->opt_count;
+    h[H_UPDATES] = st->updates;
+    h[H_LAST_APPLIED] = st->last_applied;
+    h[H_HISTORY_COUNT] = st->history.count;
+    // the unused part of the window is written as zeros, so equal states give equal files
+    StepHistory history = {0};
+    memcpy(history.loss, st->history.loss, (size_t)st->history.count * sizeof(float));
+    memcpy(history.norm, st->history.norm, (size_t)st->history.count * sizeof(float));
     AtomicFile af;
     atomic_open(&af, path);
     atomic_write(&af, h, sizeof(h));
+    atomic_write(&af, history.loss, sizeof(history.loss));
+    atomic_write(&af, history.norm, sizeof(history.norm));
     atomic_write(&af, st->master, st->opt_count * sizeof(float));
     atomic_write(&af, st->m, st->opt_count * sizeof(float));
     atomic_write(&af, st->v, st->opt_count * sizeof(float));
@@ -78,68 +105,99 @@ void train_state_write(const char* path, const TrainState* st) {
 }
 
 // The fields that are int32 in memory must fit one; anything else is a damaged or foreign file.
-static int32_t int32_field(const int64_t* h, int index, const char* path) {
-    if (h[index] < INT32_MIN || h[index] > INT32_MAX)
-        fatal("%s: header field %d holds %lld, which does not fit the training state", path, index,
-              (long long)h[index]);
-    return (int32_t)h[index];
+static int int32_field(const int64_t* h, int index, int32_t* out, char* err, size_t errlen) {
+    if (h[index] < INT32_MIN || h[index] > INT32_MAX) {
+        snprintf(err, errlen, "header field %d holds %lld, which does not fit the training state", index,
+                 (long long)h[index]);
+        return 0;
+    }
+    *out = (int32_t)h[index];
+    return 1;
 }
 
-static size_t count_field(const int64_t* h, int index, const char* path) {
-    if (h[index] < 0) fatal("%s: header field %d holds the negative count %lld", path, index, (long long)h[index]);
-    return (size_t)h[index];
+static int count_field(const int64_t* h, int index, size_t* out, char* err, size_t errlen) {
+    if (h[index] < 0) {
+        snprintf(err, errlen, "header field %d holds the negative count %lld", index, (long long)h[index]);
+        return 0;
+    }
+    *out = (size_t)h[index];
+    return 1;
+}
+
+int train_state_parse_header(const int64_t h[TRAIN_STATE_HEADER_INTS], long long file_bytes,
+                             TrainState* st, char* err, size_t errlen) {
+    if (file_bytes < HEADER_BYTES) {
+        snprintf(err, errlen, "truncated: the file has %lld bytes, too short for the %lld-byte header of a training state",
+                 file_bytes, HEADER_BYTES);
+        return -1;
+    }
+    if (h[H_MAGIC] != TRAIN_STATE_MAGIC) {
+        int32_t first;
+        memcpy(&first, h, sizeof(first));
+        snprintf(err, errlen, "wrong magic number (expected %d): not a training state%s", TRAIN_STATE_MAGIC,
+                 first == MODEL_FILE_MAGIC ? " but a model file" : "");
+        return -1;
+    }
+    if (h[H_VERSION] != TRAIN_STATE_VERSION) {
+        snprintf(err, errlen, "unsupported training state version %lld (expected %d)", (long long)h[H_VERSION],
+                 TRAIN_STATE_VERSION);
+        return -1;
+    }
+    TrainState s;
+    memset(&s, 0, sizeof(s));
+    int ok = int32_field(h, H_MAX_SEQ_LEN, &s.config.max_seq_len, err, errlen) &&
+             int32_field(h, H_VOCAB, &s.config.vocab_size, err, errlen) &&
+             int32_field(h, H_PADDED_VOCAB, &s.config.padded_vocab_size, err, errlen) &&
+             int32_field(h, H_LAYERS, &s.config.num_layers, err, errlen) &&
+             int32_field(h, H_HEADS, &s.config.num_heads, err, errlen) &&
+             int32_field(h, H_CHANNELS, &s.config.channels, err, errlen) &&
+             int32_field(h, H_RANK, &s.rank, err, errlen) && int32_field(h, H_WORLD, &s.world, err, errlen) &&
+             int32_field(h, H_LOADER_SHUFFLE, &s.loader.shuffle, err, errlen) &&
+             int32_field(h, H_LOADER_B, &s.loader.B, err, errlen) &&
+             int32_field(h, H_LOADER_T, &s.loader.T, err, errlen) &&
+             int32_field(h, H_LOADER_RANK, &s.loader.rank, err, errlen) &&
+             int32_field(h, H_LOADER_WORLD, &s.loader.world, err, errlen) &&
+             int32_field(h, H_HISTORY_COUNT, &s.history.count, err, errlen) &&
+             count_field(h, H_NPARAMS, &s.nparams, err, errlen) &&
+             count_field(h, H_OPT_OFFSET, &s.opt_offset, err, errlen) &&
+             count_field(h, H_OPT_COUNT, &s.opt_count, err, errlen);
+    if (!ok) return -1;
+    s.step = h[H_STEP];
+    s.updates = h[H_UPDATES];
+    s.last_applied = h[H_LAST_APPLIED];
+    s.sample_rng = (uint64_t)h[H_SAMPLE_RNG];
+    s.loader.epoch = h[H_LOADER_EPOCH];
+    s.loader.shard_index = h[H_LOADER_SHARD];
+    s.loader.round = h[H_LOADER_ROUND];
+    s.loader.seed = (uint64_t)h[H_LOADER_SEED];
+    const char* problem = state_problem(&s);
+    if (problem) {
+        snprintf(err, errlen, "inconsistent training state: %s", problem);
+        return -1;
+    }
+    // opt_count <= nparams < 2^47 now, so the expected size cannot overflow.
+    long long expected = HEADER_BYTES + HISTORY_BYTES + 3 * (long long)s.opt_count * (long long)sizeof(float);
+    if (file_bytes != expected) {
+        snprintf(err, errlen, "%s: the header gives 3 x %zu optimizer values (%lld bytes with the header and the step history) but the file has %lld bytes",
+                 file_bytes < expected ? "truncated" : "trailing bytes", s.opt_count, expected, file_bytes);
+        return -1;
+    }
+    *st = s;
+    return 0;
 }
 
 void train_state_read(const char* path, TrainState* st) {
     long long bytes = file_size(path);
-    long long header_bytes = HEADER_INTS * (long long)sizeof(int64_t);
-    if (bytes < header_bytes)
-        fatal("%s: truncated: the file has %lld bytes, too short for the %lld-byte header of a training state",
-              path, bytes, header_bytes);
     FILE* f = xfopen(path, "rb");
-    int64_t h[HEADER_INTS];
-    xfread(h, sizeof(int64_t), HEADER_INTS, f, path);
-    if (h[H_MAGIC] != TRAIN_STATE_MAGIC) {
-        int32_t first;
-        memcpy(&first, h, sizeof(first));
-        fatal("%s: wrong magic number (expected %d): not a training state%s", path, TRAIN_STATE_MAGIC,
-              first == MODEL_FILE_MAGIC ? " but a model file" : "");
-    }
-    if (h[H_VERSION] != TRAIN_STATE_VERSION)
-        fatal("%s: unsupported training state version %lld (expected %d)", path,
-              (long long)h[H_VERSION], TRAIN_STATE_VERSION);
-
-    memset(st, 0, sizeof(*st));
-    st->config.max_seq_len = int32_field(h, H_MAX_SEQ_LEN, path);
-    st->config.vocab_size = int32_field(h, H_VOCAB, path);
-    st->config.padded_vocab_size = int32_field(h, H_PADDED_VOCAB, path);
-    st->config.num_layers = int32_field(h, H_LAYERS, path);
-    st->config.num_heads = int32_field(h, H_HEADS, path);
-    st->config.channels = int32_field(h, H_CHANNELS, path);
-    st->step = h[H_STEP];
-    st->sample_rng = (uint64_t)h[H_SAMPLE_RNG];
-    st->rank = int32_field(h, H_RANK, path);
-    st->world = int32_field(h, H_WORLD, path);
-    st->loader.epoch = h[H_LOADER_EPOCH];
-    st->loader.shard_index = h[H_LOADER_SHARD];
-    st->loader.round = h[H_LOADER_ROUND];
-    st->loader.seed = (uint64_t)h[H_LOADER_SEED];
-    st->loader.shuffle = int32_field(h, H_LOADER_SHUFFLE, path);
-    st->loader.B = int32_field(h, H_LOADER_B, path);
-    st->loader.T = int32_field(h, H_LOADER_T, path);
-    st->loader.rank = int32_field(h, H_LOADER_RANK, path);
-    st->loader.world = int32_field(h, H_LOADER_WORLD, path);
-    st->nparams = count_field(h, H_NPARAMS, path);
-    st->opt_offset = count_field(h, H_OPT_OFFSET, path);
-    st->opt_count = count_field(h, H_OPT_COUNT, path);
-    const char* problem = state_problem(st);
-    if (problem) fatal("%s: inconsistent training state: %s", path, problem);
-    // opt_count <= nparams < 2^47 now, so the expected size cannot overflow.
-    long long expected = header_bytes + 3 * (long long)st->opt_count * (long long)sizeof(float);
-    if (bytes != expected)
-        fatal("%s: %s: the header gives 3 x %zu optimizer values (%lld bytes with the header) but the file has %lld bytes",
-              path, bytes < expected ? "truncated" : "trailing bytes", st->opt_count, expected, bytes);
-
+    // A short file still gets a zero-padded header so that the parser reports the real problem.
+    int64_t h[TRAIN_STATE_HEADER_INTS] = {0};
+    xfread(h, 1, bytes < HEADER_BYTES ? (size_t)bytes : (size_t)HEADER_BYTES, f, path);
+    char err[512];
+    if (train_state_parse_header(h, bytes, st, err, sizeof(err)) != 0) fatal("%s: %s", path, err);
+    xfread(st->history.loss, sizeof(float), STEP_HISTORY, f, path);
+    xfread(st->history.norm, sizeof(float), STEP_HISTORY, f, path);
+    if (!history_finite(&st->history))
+        fatal("%s: inconsistent training state: a non-finite value in the step history", path);
     st->master = xmalloc(st->opt_count * sizeof(float), "master weights");
     st->m = xmalloc(st->opt_count * sizeof(float), "AdamW m");
     st->v = xmalloc(st->opt_count * sizeof(float), "AdamW v");

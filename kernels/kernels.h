@@ -37,6 +37,10 @@ void backend_init(int device_index);
 const char* backend_describe(void);       // e.g. "CPU fp32, 2 threads" or "NVIDIA H100, BF16"
 // Dense bf16 tensor-core peak of the device in FLOP/s, for MFU; 0 when unknown (and on the CPU).
 double backend_peak_flops(void);
+// Memory that allocations can still get, and all of it: the GPU's (cudaMemGetInfo, after
+// backend_init) or the host's (MemAvailable and MemTotal of /proc/meminfo) on the CPU. Returns 1 on
+// a GPU, 0 on the CPU, whose free memory moves with everything else the host runs.
+int backend_memory(size_t* free_bytes, size_t* total_bytes);
 void* dev_malloc(size_t bytes, const char* what);  // exits with a clear message on failure
 void dev_free(void* p);
 void dev_memset_zero(void* p, size_t bytes);

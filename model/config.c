@@ -1,5 +1,8 @@
 #include "config.h"
 
+#include <math.h>
+#include <string.h>
+
 const char* const parameter_tensor_names[NUM_PARAMETER_TENSORS] = {
     "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
     "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
@@ -26,6 +29,36 @@ size_t gpt2_parameter_sizes(const GPT2Config* cfg, size_t sizes[NUM_PARAMETER_TE
     size_t total = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) total += sizes[i];
     return total;
+}
+
+int gpt2_find_nonfinite(const GPT2Config* cfg, const float* values, size_t offset, size_t count,
+                        int* tensor, size_t* index) {
+    size_t i = 0;
+    while (i < count && isfinite(values[i])) i++;
+    if (i == count) return 0;
+    size_t sizes[NUM_PARAMETER_TENSORS], position = offset + i;
+    gpt2_parameter_sizes(cfg, sizes);
+    int t = 0;
+    while (t < NUM_PARAMETER_TENSORS - 1 && position >= sizes[t]) position -= sizes[t++];
+    *tensor = t;
+    *index = position;
+    return 1;
+}
+
+const char* const gpt2_preset_names[GPT2_NUM_PRESETS] = {"d12", "d24", "d36", "d48"};
+
+int gpt2_preset(const char* name, GPT2Config* cfg) {
+    static const struct { int L, C, NH; } sizes[GPT2_NUM_PRESETS] = {
+        {12, 768, 12}, {24, 1024, 16}, {36, 1280, 20}, {48, 1600, 25}};
+    for (int i = 0; i < GPT2_NUM_PRESETS; i++) {
+        if (strcmp(name, gpt2_preset_names[i]) == 0) {
+            cfg->num_layers = sizes[i].L;
+            cfg->channels = sizes[i].C;
+            cfg->num_heads = sizes[i].NH;
+            return 1;
+        }
+    }
+    return 0;
 }
 
 int gpt2_padded_vocab(int V) { return (V + 127) / 128 * 128; }

@@ -31,6 +31,18 @@ extern const char* const parameter_tensor_names[NUM_PARAMETER_TENSORS];
 // Fills sizes[16] (in elements) and returns the total number of parameters.
 size_t gpt2_parameter_sizes(const GPT2Config* cfg, size_t sizes[NUM_PARAMETER_TENSORS]);
 
+// The first non-finite value of `count` parameters that start at parameter `offset` (model-file
+// order): returns 1 and its tensor (an index into parameter_tensor_names) and index within that
+// tensor, or 0 when every value is finite.
+int gpt2_find_nonfinite(const GPT2Config* cfg, const float* values, size_t offset, size_t count,
+                        int* tensor, size_t* index);
+
+// GPT-2 sizes by depth, as in the GPT-2 paper: d12 (124M), d24 (350M), d36 (774M), d48 (1558M).
+#define GPT2_NUM_PRESETS 4
+extern const char* const gpt2_preset_names[GPT2_NUM_PRESETS];
+// Sets the layers, heads and channels of a preset name and returns 1; returns 0 for another name.
+int gpt2_preset(const char* name, GPT2Config* cfg);
+
 // Vp for a vocabulary of V: the next multiple of 128.
 int gpt2_padded_vocab(int V);
 

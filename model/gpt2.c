@@ -22,13 +22,14 @@ static void* carve(Carver* c, size_t bytes) {
     return p;
 }
 
-static void carve_activations(GPT2* model, Carver* c) {
-    const GPT2Config* cfg = &model->config;
-    size_t B = model->B, T = model->T, C = cfg->channels, L = cfg->num_layers;
+// The activations of batches up to B x T: carve(c, ...) for each buffer, the only place that says
+// how big they are (the memory plan is a sizing pass of this function).
+static void carve_activations(Activations* a, const GPT2Config* cfg, size_t B, size_t T, int recompute,
+                              Carver* c) {
+    size_t C = cfg->channels, L = cfg->num_layers;
     size_t Vp = cfg->padded_vocab_size, BT = B * T, X = sizeof(floatX);
-    size_t L_ln = model->recompute >= 2 ? 1 : L;      // layers that keep their own ln1/ln2
-    size_t L_gelu = model->recompute >= 1 ? 1 : L;    // layers that keep their own GELU output
-    Activations* a = &model->acts;
+    size_t L_ln = recompute >= 2 ? 1 : L;      // layers that keep their own ln1/ln2
+    size_t L_gelu = recompute >= 1 ? 1 : L;    // layers that keep their own GELU output
     a->encoded = carve(c, BT * C * X);
     a->ln1 = carve(c, L_ln * BT * C * X);
     a->ln1_mean = carve(c, L * BT * sizeof(float));
@@ -58,6 +59,32 @@ static void carve_activations(GPT2* model, Carver* c) {
     a->row = carve(c, Vp * sizeof(float));
 }
 
+// Each rank's share of n parameters: a multiple of 64 elements keeps every shard's start 256-byte
+// aligned.
+static size_t shard_size(size_t n, int world) {
+    size_t shard = (n + (size_t)world - 1) / (size_t)world;
+    return (shard + 63) / 64 * 64;
+}
+
+MemoryPlan gpt2_memory_plan(const GPT2Config* cfg, int B, int T, int recompute, int zero_stage, int world) {
+    size_t sizes[NUM_PARAMETER_TENSORS], n = gpt2_parameter_sizes(cfg, sizes);
+    size_t shard = shard_size(n, world), padded = shard * (size_t)world;
+    size_t opt_alloc = zero_stage == 1 ? shard : n; // this rank's optimizer state
+    int has_master = sizeof(floatX) != sizeof(float);
+    MemoryPlan p;
+    p.parameters = padded * sizeof(floatX);
+    p.gradients = padded * sizeof(floatX);
+    p.optimizer = (2 + (size_t)has_master) * opt_alloc * sizeof(float);
+    Activations unused;
+    Carver sizing = {NULL, 0};
+    carve_activations(&unused, cfg, (size_t)B, (size_t)T, recompute, &sizing);
+    p.activations = sizing.used;
+    p.attention_state = (size_t)cfg->num_layers * attention_saved_bytes(B, T, cfg->num_heads);
+    p.staging = padded * sizeof(float);
+    p.total = p.parameters + p.gradients + p.optimizer + p.activations + p.staging;
+    return p;
+}
+
 static void point_parameters(ParameterTensors* p, floatX* base, const size_t* sizes) {
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         p->t[i] = base;
@@ -80,9 +107,7 @@ void gpt2_build(GPT2* model, const GPT2Config* cfg, int B, int T, int recompute,
     model->zero_stage = zero_stage;
     model->rank = comm_rank();
     model->world = comm_world();
-    // Shards of a multiple of 64 elements keep every shard's start 256-byte aligned.
-    model->shard = (n + model->world - 1) / model->world;
-    model->shard = (model->shard + 63) / 64 * 64;
+    model->shard = shard_size(n, model->world);
     size_t padded = model->shard * model->world;
     size_t lo = 0, hi = n; // this rank's optimizer range: everything, or its shard clipped to n
     if (zero_stage == 1) {
@@ -94,9 +119,7 @@ void gpt2_build(GPT2* model, const GPT2Config* cfg, int B, int T, int recompute,
     // With ZeRO the master shard is a whole shard long, so that it can be all-gathered.
     size_t opt_alloc = zero_stage == 1 ? model->shard : n;
 
-    Carver sizing = {NULL, 0};
-    carve_activations(model, &sizing);
-    model->act_bytes = sizing.used;
+    model->plan = gpt2_memory_plan(cfg, B, T, recompute, zero_stage, model->world);
     if (model->rank == 0) gpt2_print_memory_plan(model);
 
     floatX* params = dev_malloc(padded * sizeof(floatX), "parameters");
@@ -114,8 +137,8 @@ void gpt2_build(GPT2* model, const GPT2Config* cfg, int B, int T, int recompute,
     dev_memset_zero(model->adam_m, opt_alloc * sizeof(float));
     dev_memset_zero(model->adam_v, opt_alloc * sizeof(float));
 
-    Carver carver = {dev_malloc(model->act_bytes, "activations"), 0};
-    carve_activations(model, &carver);
+    Carver carver = {dev_malloc(model->plan.activations, "activations"), 0};
+    carve_activations(&model->acts, cfg, B, T, recompute, &carver);
     model->host_losses = xmalloc((size_t)B * T * sizeof(float), "losses");
 }
 
@@ -131,24 +154,20 @@ void gpt2_free(GPT2* model) {
 }
 
 void gpt2_print_memory_plan(const GPT2* model) {
-    const GPT2Config* cfg = &model->config;
+    const MemoryPlan* p = &model->plan;
     double MiB = 1024.0 * 1024.0;
-    size_t n = model->num_parameters, padded = model->shard * model->world;
-    size_t opt_alloc = model->zero_stage == 1 ? model->shard : n;
-    double params = padded * sizeof(floatX) / MiB, grads = params;
-    int has_master = sizeof(floatX) != sizeof(float); // the plan is printed before anything is allocated
-    double optim = (2.0 + has_master) * opt_alloc * sizeof(float) / MiB;
-    double att = (double)cfg->num_layers * attention_saved_bytes(model->B, model->T, cfg->num_heads) / MiB;
-    double acts = model->act_bytes / MiB;
+    int has_master = sizeof(floatX) != sizeof(float);
     printf("memory plan (B %d, T %d, recompute %d, %s attention):\n", model->B, model->T,
            model->recompute, attention_name());
-    printf("  parameters   %10.1f MiB  (%zu x %zu bytes)\n", params, n, sizeof(floatX));
-    printf("  gradients    %10.1f MiB\n", grads);
-    printf("  optimizer    %10.1f MiB  (AdamW m, v%s, fp32; %s)\n", optim,
+    printf("  parameters   %10.1f MiB  (%zu x %zu bytes)\n", p->parameters / MiB, model->num_parameters, sizeof(floatX));
+    printf("  gradients    %10.1f MiB\n", p->gradients / MiB);
+    printf("  optimizer    %10.1f MiB  (AdamW m, v%s, fp32; %s)\n", p->optimizer / MiB,
            has_master ? ", master weights" : "",
            model->zero_stage == 1 ? "ZeRO 1: this rank's shard" : "all parameters");
-    printf("  activations  %10.1f MiB  (of which attention state %.1f MiB)\n", acts, att);
-    printf("  total        %10.1f MiB\n", params + grads + optim + acts);
+    printf("  activations  %10.1f MiB  (of which attention state %.1f MiB)\n", p->activations / MiB,
+           p->attention_state / MiB);
+    printf("  staging      %10.1f MiB  (fp32 weights while they are loaded or gathered)\n", p->staging / MiB);
+    printf("  total        %10.1f MiB\n", p->total / MiB);
 }
 
 // ---- weights -----------------------------------------------------------------------------
@@ -386,17 +405,22 @@ void gpt2_backward(GPT2* model) {
     encoder_backward(g->t[P_WTE], g->t[P_WPE], a->dresidual, a->inputs, B, T, C);
 }
 
-float gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay,
-                  float grad_clip, int t, unsigned long long seed) {
-    floatX* params = model->params.t[0];
+float gpt2_reduce_gradients(GPT2* model, double* loss) {
     floatX* grads = model->grads.t[0];
     size_t shard = model->shard;
     if (model->zero_stage == 1) comm_reduce_scatter_sum(grads, shard, COMM_FLOATX);
     else comm_allreduce_sum(grads, model->num_parameters, COMM_FLOATX);
     // The norm adds up the ranks' shards in both stages, so ZeRO changes no arithmetic.
-    double norm_squared = grad_norm_squared(grads + model->rank * shard, shard);
-    comm_allreduce_host(&norm_squared, 1, COMM_SUM);
-    float norm = sqrtf((float)norm_squared);
+    double sums[2] = {grad_norm_squared(grads + model->rank * shard, shard), *loss};
+    comm_allreduce_host(sums, 2, COMM_SUM);
+    *loss = sums[1] / model->world;
+    return sqrtf((float)sums[0]);
+}
+
+void gpt2_update(GPT2* model, float norm, float lr, float beta1, float beta2, float eps,
+                 float weight_decay, float grad_clip, int t, unsigned long long seed) {
+    floatX* params = model->params.t[0];
+    floatX* grads = model->grads.t[0];
     float grad_scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
     size_t lo = model->opt_offset, offset = 0, a, b;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; offset += model->param_sizes[i], i++) {
@@ -408,8 +432,19 @@ float gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, fl
                          model->adam_m + (a - lo), model->adam_v + (a - lo), b - a, a - offset, lr,
                          beta1, beta2, eps, decay ? weight_decay : 0.0f, grad_scale, t, tensor_seed(seed, i));
     }
-    if (model->zero_stage == 1) comm_allgather(params, params + model->rank * shard, shard, COMM_FLOATX);
-    return norm;
+    if (model->zero_stage == 1) comm_allgather(params, params + model->rank * model->shard, model->shard, COMM_FLOATX);
+}
+
+void gpt2_inject_nan_gradient(GPT2* model) {
+    const uint32_t nan_bits = 0x7fc00000u; // fp32's quiet NaN; its top half is bf16's
+    floatX nan;
+    if (sizeof(floatX) == sizeof(float)) {
+        memcpy(&nan, &nan_bits, sizeof(nan));
+    } else {
+        uint16_t top = (uint16_t)(nan_bits >> 16);
+        memcpy(&nan, &top, sizeof(nan));
+    }
+    dev_upload(model->grads.t[0], &nan, sizeof(nan));
 }
 
 void gpt2_logits_row(GPT2* model, int b, int t, int T, float* host_out) {

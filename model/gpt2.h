@@ -50,6 +50,22 @@ typedef struct {
     float* row;          // (Vp) one row of logits as fp32, for sampling
 } Activations;
 
+// The device memory of one rank, in bytes, exactly as gpt2_build allocates it. The peak is the total:
+// the fp32 staging copy of the weights exists only while they are loaded (init, model file, resume)
+// or gathered (a ZeRO checkpoint), but then everything else is allocated too.
+typedef struct {
+    size_t parameters, gradients;
+    size_t optimizer;        // AdamW m and v, and the master weights when floatX is not float
+    size_t activations;      // one block: what the forward keeps, backward buffers, attention scratch
+    size_t attention_state;  // of which the attention's saved state
+    size_t staging;          // fp32 weights while they are loaded or gathered
+    size_t total;
+} MemoryPlan;
+
+// The plan of gpt2_build(cfg, B, T, recompute, zero_stage) on a rank of `world`: the sizes come from
+// the same code that carves the allocations, for this build's floatX and attention.
+MemoryPlan gpt2_memory_plan(const GPT2Config* cfg, int B, int T, int recompute, int zero_stage, int world);
+
 typedef struct {
     GPT2Config config;
     size_t param_sizes[NUM_PARAMETER_TENSORS];
@@ -67,7 +83,7 @@ typedef struct {
     int B, T, recompute; // the largest batch the activations were allocated for
     int fwd_B, fwd_T;    // shape of the last forward, which the backward differentiates
     Activations acts;
-    size_t act_bytes;
+    MemoryPlan plan;
     float* host_losses;  // (B, T)
 } GPT2;
 
@@ -102,12 +118,22 @@ float gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, in
 // Backward of the last forward (called with dloss > 0): adds into the gradients.
 void gpt2_backward(GPT2* model);
 void gpt2_zero_grad(GPT2* model);
-// Sums the gradients over the ranks (all-reduce, or reduce-scatter with ZeRO stage 1), takes the
-// global gradient norm, clipped to grad_clip, then one AdamW step (t counts from 1) on the
-// parameters this rank keeps optimizer state for (then all-gathered with ZeRO stage 1). Returns
-// the norm before clipping. Collective: every rank calls it.
-float gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay,
-                  float grad_clip, int t, unsigned long long seed);
+// A training step ends in two calls, so that the caller can decide between them, from values that
+// are the same on every rank, whether to apply the update (train.c skips non-finite and outlier steps):
+// gpt2_reduce_gradients sums the gradients over the ranks (all-reduce, or reduce-scatter with ZeRO
+// stage 1) and returns the global gradient norm. *loss is this rank's mean loss of the step on entry
+// and the mean over the ranks on return: it travels in the all-reduce of the norm, which the step
+// waits for anyway. Collective: every rank calls it.
+float gpt2_reduce_gradients(GPT2* model, double* loss);
+// One AdamW step (t counts the updates applied, from 1) with the reduced gradients scaled by
+// grad_clip / norm when the norm is above grad_clip (> 0), on the parameters this rank keeps
+// optimizer state for (then all-gathered with ZeRO stage 1). seed: the stochastic rounding of the
+// BF16 build (gpt2_set_optimizer_state needs the same t and seed). Collective with ZeRO stage 1.
+void gpt2_update(GPT2* model, float norm, float lr, float beta1, float beta2, float eps,
+                 float weight_decay, float grad_clip, int t, unsigned long long seed);
+// For the tests of the divergence guard only (train_gpt's --inject-nan-grad): makes one gradient
+// value NaN, as an overflow in the backward would. Call between gpt2_backward and gpt2_reduce_gradients.
+void gpt2_inject_nan_gradient(GPT2* model);
 // fp32 logits of position t of batch row b of the last forward (run without dloss), V values.
 void gpt2_logits_row(GPT2* model, int b, int t, int T, float* host_out);
 

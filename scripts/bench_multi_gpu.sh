@@ -4,14 +4,14 @@
 # number of GPUs (1, 2, 4, ... up to the GPUs present, or GPUS="1 2"): ms/step, tokens/s, scaling
 # efficiency = tokens/s(N) / (N x tokens/s(1)), and each GPU's optimizer memory with -z 0 and -z 1
 # (from the memory plan train_gpt prints).
-# Usage: GPU_ARCH=90 scripts/bench_multi_gpu.sh   (needs GPT_DATA_DIR and GPUs)
+# Usage: GPU_ARCH=90 scripts/bench_multi_gpu.sh   (needs GPUs; scripts/get_data.sh fetches the data)
 set -eu
+"$(dirname "$0")/get_data.sh" # before any cd: a relative GPT_DATA_DIR is the caller's
 cd "$(dirname "$0")/.."
 ARCH=${GPU_ARCH:-90}
 STEPS=${STEPS:-8}
 BUILD=${BUILD:-build/bench-multi}
-: "${GPT_DATA_DIR:?set GPT_DATA_DIR to the shared data directory}"
-DATA=$GPT_DATA_DIR/tinyshakespeare
+DATA=data/tinyshakespeare
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 ngpu=$(nvidia-smi -L | wc -l)

@@ -2,17 +2,17 @@
 # Training speed of train_gpt on GPT-2 124M (d12) at T = 1024 on one GPU: tokens/s, ms/step, MFU
 # and peak GPU memory, one row per configuration: BF16 naive B = 32 and 64, BF16 flash B = 32 and 64,
 # FP32 naive B = 16. RUNS="BF16 flash 64 ..." picks other rows.
-# Usage: GPU_ARCH=90 PEAK_TFLOPS=989 scripts/bench_train.sh   (needs GPT_DATA_DIR and a GPU)
+# Usage: GPU_ARCH=90 PEAK_TFLOPS=989 scripts/bench_train.sh   (needs a GPU; scripts/get_data.sh fetches the data)
 # PEAK_TFLOPS is the GPU's dense bf16 peak (989 for H100/H200 SXM); the FP32 row uses it too, so
 # its MFU reads as a fraction of the bf16 peak. Timing: the median ms of steps 3..STEPS (the
 # first steps include cuBLAS heuristics and allocation).
 set -eu
+"$(dirname "$0")/get_data.sh" # before any cd: a relative GPT_DATA_DIR is the caller's
 ARCH=${GPU_ARCH:-90}
 PEAK_TFLOPS=${PEAK_TFLOPS:-989}
 STEPS=${STEPS:-12}
 BUILD=${BUILD:-build/bench}
-: "${GPT_DATA_DIR:?set GPT_DATA_DIR to the shared data directory}"
-DATA=$GPT_DATA_DIR/tinyshakespeare
+DATA=$(dirname "$0")/../data/tinyshakespeare
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 

@@ -9,8 +9,9 @@
 # micro-batch and two accumulation steps (the same data, the gradients summed in another order).
 # The difference between two correct fp32 programs is rounding, amplified by training; the control
 # shows how much of it any change of summation order brings.
-# Usage: GPU_ARCH=90 scripts/parity.sh   (needs GPT_DATA_DIR and a GPU; B=8 keeps it short)
+# Usage: GPU_ARCH=90 scripts/parity.sh   (needs a GPU; scripts/get_data.sh fetches the data; B=8 keeps it short)
 set -euo pipefail
+"$(dirname "$0")/get_data.sh" # before any cd: a relative GPT_DATA_DIR is the caller's
 cd "$(dirname "$0")/.."
 ARCH=${GPU_ARCH:-90}
 BUILD=${BUILD:-build/parity}
@@ -19,7 +20,7 @@ STEPS=${STEPS:-300}
 B=${B:-8}
 WARMUP=${WARMUP:-700}
 LR=${LR:-6e-4}
-DATA=${GPT_DATA_DIR:?set GPT_DATA_DIR}/tinyshakespeare
+DATA=data/tinyshakespeare
 mkdir -p "$OUT_DIR"
 for p in FP32 BF16; do
     steps=$STEPS; [ $p = FP32 ] && steps=50
@@ -34,17 +35,19 @@ for p in FP32 BF16; do
     python3 scripts/plot_loss.py "$OUT_DIR/naive-$p/log.csv" "$OUT_DIR/flash-$p/log.csv" \
         --labels "naive $p" "flash $p" -o "$OUT_DIR/parity-$p.png" > /dev/null
 done
+# columns: step, A's train and val loss, B's train and val loss
+losses() { paste -d, <(cut -d, -f1-3 "$OUT_DIR/$1/log.csv") <(cut -d, -f2,3 "$OUT_DIR/$2/log.csv"); }
 # fp32_worst A B: the worst relative loss difference over the first 50 steps.
 fp32_worst() {
-    paste -d, "$OUT_DIR/$1-FP32/log.csv" "$OUT_DIR/$2-FP32/log.csv" | awk -F, '
-        NR > 1 && $2 != "" && $9 != "" && $1 <= 50 { rel = ($2 - $9) / $2; if (rel < 0) rel = -rel; if (rel > w) { w = rel; at = $1 }; n++ }
+    losses "$1-FP32" "$2-FP32" | awk -F, '
+        NR > 1 && $2 != "" && $4 != "" && $1 <= 50 { rel = ($2 - $4) / $2; if (rel < 0) rel = -rel; if (rel > w) { w = rel; at = $1 }; n++ }
         END { printf "%d %.2e %d\n", n, w, at }'
 }
 # bf16_stats A B: mean |loss difference| over the steps, and the final val losses.
 bf16_stats() {
-    paste -d, "$OUT_DIR/$1-BF16/log.csv" "$OUT_DIR/$2-BF16/log.csv" | awk -F, -v steps="$STEPS" '
-        NR > 1 && $2 != "" && $9 != "" { d = $2 - $9; if (d < 0) d = -d; sum += d; n++ }
-        NR > 1 && $1 == steps { va = $3; vb = $10 }
+    losses "$1-BF16" "$2-BF16" | awk -F, -v steps="$STEPS" '
+        NR > 1 && $2 != "" && $4 != "" { d = $2 - $4; if (d < 0) d = -d; sum += d; n++ }
+        NR > 1 && $1 == steps { va = $3; vb = $5 }
         END { printf "%d %.4f %.4f %.4f\n", n, n ? sum / n : 1, va, vb }'
 }
 status=0

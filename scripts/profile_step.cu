@@ -1,13 +1,13 @@
 // Where the time of one training step goes, kernel call by kernel call (nsys is not always at hand).
 // Makes every kernel-interface call of model/gpt2.c's gpt2_zero_grad, gpt2_forward (with targets and
-// a backward to follow), gpt2_backward and gpt2_update (recompute 0), in the same order and with the
-// same arguments and shapes, and times each call site on its own with CUDA events: WARMUP calls,
-// then the median of --repeats calls. Only layer 0's activations exist: the per-layer calls run on
-// layer 0 and count L times per step. Parameters, gradients and AdamW state are whole, so the
-// encoder, the head and the optimizer run at full size. The inputs are random (weights N(0, 0.02),
-// token ids and targets uniform in [0, V)); every activation is written by an earlier call of the
-// step before a later one reads it, so no other buffer needs filling. Gradients keep accumulating
-// over the repetitions: other values, the same work.
+// a backward to follow), gpt2_backward, gpt2_reduce_gradients and gpt2_update (recompute 0, one
+// process), in the same order and with the same arguments and shapes, and times each call site on its
+// own with CUDA events: WARMUP calls, then the median of --repeats calls. Only layer 0's activations
+// exist: the per-layer calls run on layer 0 and count L times per step. Parameters, gradients and
+// AdamW state are whole, so the encoder, the head and the optimizer run at full size. The inputs are
+// random (weights N(0, 0.02), token ids and targets uniform in [0, V)); every activation is written
+// by an earlier call of the step before a later one reads it, so no other buffer needs filling.
+// Gradients keep accumulating over the repetitions: other values, the same work.
 //
 // Each timed call is queued behind a spin kernel, so the events measure its GPU time as it runs
 // inside a step, where the host enqueues ahead of the GPU: neither launch latency nor cuBLASLt's
@@ -293,7 +293,8 @@ int main(int argc, char** argv) {
     time_call("encoder_backward", 1, 0, NC * X + N * sizeof(int) + 2.0 * (distinct + T) * C * X,
               [&] { encoder_backward(g[P_WTE], g[P_WPE], dresidual, inputs, B, T, C); });
 
-    // ---- gpt2_update (clip 1.0, weight decay 0.1 on the 2-D weights, step 1)
+    // ---- gpt2_reduce_gradients (one process: the norm) and gpt2_update (clip 1.0, weight decay 0.1 on
+    // the 2-D weights, step 1)
     const int update_start = num_rows;
     float norm = 0.0f;
     time_call("grad_norm_squared", 1, 0, n * X, [&] { norm = sqrtf(grad_norm_squared(grads, n)); });

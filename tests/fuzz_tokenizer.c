@@ -1,5 +1,6 @@
 // libFuzzer harness for the tokenizer: any bytes must encode to ids inside the vocabulary and decode
-// back to exactly the same bytes. The GPT-2 vocabulary is loaded once from $GPT_DATA_DIR/gpt2.
+// back to exactly the same bytes. The GPT-2 vocabulary is loaded once from $FUZZ_VOCAB_DIR (an
+// environment variable, as libFuzzer owns the command line; tests/run_cpu_tests.sh sets it).
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,11 +13,9 @@ static Tokenizer* tokenizer;
 
 int LLVMFuzzerInitialize(int* argc, char*** argv) {
     (void)argc, (void)argv;
-    const char* data_dir = getenv("GPT_DATA_DIR");
-    if (!data_dir || !data_dir[0])
-        fatal("GPT_DATA_DIR is not set: point it at the directory holding gpt2/encoder.json and gpt2/vocab.bpe");
-    char vocab_dir[4096];
-    snprintf(vocab_dir, sizeof(vocab_dir), "%s/gpt2", data_dir);
+    const char* vocab_dir = getenv("FUZZ_VOCAB_DIR");
+    if (!vocab_dir || !vocab_dir[0])
+        fatal("FUZZ_VOCAB_DIR is not set: point it at the directory holding encoder.json and vocab.bpe (data/gpt2)");
     tokenizer = tokenizer_load(vocab_dir);
     return 0;
 }

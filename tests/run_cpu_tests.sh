@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# Runs every CPU test (what `make test` runs after building). Each entry is one test program or
-# script; its output goes to the terminal and the run ends with "N passed, N failed".
-# Needs GPT_DATA_DIR (the GPT-2 vocabulary and tinyshakespeare, see README.md).
+# What `make test` runs. First, before building anything, the prerequisites (scripts/setup.sh
+# --check) and the data (scripts/get_data.sh: from GPT_DATA_DIR when set, else downloaded); either
+# failing stops the run at once with its own lines. Then it builds the test programs and runs every
+# CPU test on the data prepared in data/; each test's output goes to the terminal and the run ends
+# with "N passed, N failed".
 set -u
-cd "$(dirname "$0")/.."
+root=$(cd "$(dirname "$0")/.." && pwd)
+# Run from the caller's directory: a relative GPT_DATA_DIR is relative to it.
+"$root/scripts/setup.sh" --check || exit 1
+"$root/scripts/get_data.sh" || exit 1
+cd "$root" || exit 1
 BUILD=${BUILD:-.}
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
-if [ -z "${GPT_DATA_DIR:-}" ] || [ ! -f "$GPT_DATA_DIR/gpt2/encoder.json" ]; then
-    echo "error: set GPT_DATA_DIR to a directory with gpt2/{encoder.json,vocab.bpe} and tinyshakespeare/ (see README.md)" >&2
-    exit 1
-fi
-export GPT_DATA_DIR BUILD
+export BUILD
+make --no-print-directory BUILD="$BUILD" test-programs || exit 1
+# What scripts/get_data.sh prepares by default, given relative on purpose: tests must take any path.
+DATA=data
 
 passed=0; failed=0; failures=""
 run() { # run NAME COMMAND...
@@ -21,18 +26,25 @@ run() { # run NAME COMMAND...
     else failed=$((failed + 1)); failures="$failures $name"; echo "=== $name: FAILED ($((SECONDS - t0)) s)"; fi
 }
 
-run get_data scripts/get_data.sh
 run kernels_cpu "$BUILD/tests/test_kernels_cpu"
 run attention_cpu "$BUILD/tests/test_attention_cpu"
-run tokenizer "$BUILD/tests/test_tokenizer"
-run data "$BUILD/tests/test_data"
+run tokenizer "$BUILD/tests/test_tokenizer" "$DATA"
+run data "$BUILD/tests/test_data" "$DATA"
 run checkpoint "$BUILD/tests/test_checkpoint"
 run dist "$BUILD/tests/test_dist"
+run memory_fit "$BUILD/tests/test_memory_fit"
 run launch tests/test_launch.sh
-run prepare_data tests/test_prepare_data.sh
-run train_cpu tests/test_train_cpu.sh
-run resume tests/test_resume.sh
-run bad_input tests/test_bad_input.sh
+run setup tests/test_setup.sh
+run get_data tests/test_get_data.sh "$DATA"
+run prepare_data tests/test_prepare_data.sh "$DATA"
+run train_cpu tests/test_train_cpu.sh "$DATA"
+run generate tests/test_generate.sh "$DATA"
+run resume tests/test_resume.sh "$DATA"
+run divergence tests/test_divergence.sh "$DATA"
+run config tests/test_config.sh "$DATA"
+run recipe_cpu tests/test_recipe_cpu.sh "$DATA"
+run bad_input tests/test_bad_input.sh "$DATA"
+export FUZZ_VOCAB_DIR=$DATA/gpt2 # for fuzz_tokenizer
 for f in fuzz_tokenfile fuzz_modelfile fuzz_tokenizer; do
     run "$f" tests/run_fuzzer.sh "$BUILD/fuzz/$f" "$FUZZ_SECONDS"
 done

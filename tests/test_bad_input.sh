@@ -4,13 +4,14 @@
 # and produce no sanitizer report. Also: a full disk while checkpointing loses no data.
 set -euo pipefail
 BUILD=${BUILD:-.}
+DATA=$(cd "${1:?usage: tests/test_bad_input.sh DATA_DIR (the directory scripts/get_data.sh fills)}" && pwd)
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
 trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
 san=$BUILD/san/train_gpt_cpu
-train_bin=data/tinyshakespeare/tiny_shakespeare_train.bin
-val_bin=data/tinyshakespeare/tiny_shakespeare_val.bin
+train_bin=$DATA/tinyshakespeare/tiny_shakespeare_train.bin
+val_bin=$DATA/tinyshakespeare/tiny_shakespeare_val.bin
 small=(--layers 1 --channels 32 --heads 2 --max-seq 32 -t 32 -b 2 -x 1 -v 0 -s 0)
 count=0
 expect_error() { # expect_error "PATTERN" ARGS... (runs the sanitizer build of train_gpt_cpu)
@@ -56,6 +57,8 @@ expect_error "-t" "${small[@]}" -t 0
 expect_error "--layers" --layers 2 -x 1
 expect_error "schedule" "${small[@]}" -k sawtooth
 expect_error "-x" "${small[@]}" -x
+expect_error "--inject-nan-loss" "${small[@]}" --inject-nan-loss 4-2
+expect_error "--skip-loss-z" "${small[@]}" --skip-loss-z -1
 # output directory
 touch "$tmp/afile"
 expect_error "afile" "${small[@]}" -i "$train_bin" -o "$tmp/afile/sub"

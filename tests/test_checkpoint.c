@@ -212,11 +212,38 @@ static void test_model_errors(void) {
     free(bad);
 }
 
+// The first non-finite value is named by its tensor and its index in it, also in a shard that
+// starts inside a tensor (ZeRO). Offsets from the layout in DESIGN.md.
+static void test_find_nonfinite(void) {
+    size_t n = count_params(&tiny), C = (size_t)tiny.channels, L = (size_t)tiny.num_layers;
+    size_t qkvw = (size_t)tiny.padded_vocab_size * C + (size_t)tiny.max_seq_len * C + 2 * L * C;
+    float* v = xcalloc(n, sizeof(float), "values");
+    int tensor = -1;
+    size_t index = 0;
+    int none = !gpt2_find_nonfinite(&tiny, v, 0, n, &tensor, &index);
+    v[qkvw + 4] = INFINITY;
+    v[n - 1] = NAN;
+    int whole = gpt2_find_nonfinite(&tiny, v, 0, n, &tensor, &index) && tensor == P_QKVW && index == 4;
+    int shard = gpt2_find_nonfinite(&tiny, v + qkvw + 2, qkvw + 2, 10, &tensor, &index) && tensor == P_QKVW && index == 4;
+    int last = gpt2_find_nonfinite(&tiny, v + qkvw + 5, qkvw + 5, n - qkvw - 5, &tensor, &index) &&
+               tensor == P_LNFB && index == C - 1;
+    test_check(none && whole && shard && last, "first non-finite value named by tensor and index",
+               "all finite %s, whole model %s, shard %s, last value %s", none ? "right" : "wrong",
+               whole ? "right" : "wrong", shard ? "right" : "wrong", last ? "right" : "wrong");
+    free(v);
+}
+
 // ---- training state ----------------------------------------------------------------------
 static TrainState make_state(const GPT2Config* cfg, size_t offset, size_t count, uint64_t seed) {
-    TrainState st = {.config = *cfg, .step = 123456789012LL, .sample_rng = 0xF123456789ABCDEFull,
+    TrainState st = {.config = *cfg, .step = 123456789012LL, .updates = 123456789000LL,
+                     .last_applied = 123456789010LL, .sample_rng = 0xF123456789ABCDEFull,
                      .rank = 1, .world = 3, .nparams = count_params(cfg), .opt_offset = offset,
                      .opt_count = count};
+    st.history.count = 100; // part of the window: the rest must be written as zeros
+    for (int i = 0; i < st.history.count; i++) {
+        st.history.loss[i] = 3.0f + 0.01f * (float)i;
+        st.history.norm[i] = 0.5f - 0.001f * (float)i;
+    }
     st.loader = (DataLoaderState){.epoch = 7, .shard_index = 2, .round = 41, .seed = 0x8000000000000001ull,
                                   .shuffle = 1, .B = 4, .T = 64, .rank = 1, .world = 3};
     st.master = xmalloc(count * sizeof(float), "master");
@@ -239,15 +266,29 @@ static void test_state_round_trip(void) {
     train_state_read(p, &got);
     const DataLoaderState *a = &st.loader, *b = &got.loader;
     int fields = same_config(&got.config, &tiny) && got.step == st.step && got.sample_rng == st.sample_rng &&
-                 got.rank == 1 && got.world == 3 && got.nparams == n && got.opt_offset == 100 && got.opt_count == n - 150;
+                 got.rank == 1 && got.world == 3 && got.nparams == n && got.opt_offset == 100 && got.opt_count == n - 150 &&
+                 got.updates == st.updates && got.last_applied == st.last_applied;
+    size_t h = (size_t)st.history.count * sizeof(float);
+    int history = got.history.count == st.history.count && memcmp(got.history.loss, st.history.loss, h) == 0 &&
+                  memcmp(got.history.norm, st.history.norm, h) == 0;
+    // the window's unused part is zero in the file: header (512 bytes), 128 losses, 128 norms
+    size_t raw_bytes;
+    unsigned char* raw = read_all(p, &raw_bytes);
+    for (size_t i = 0; i < 2 * STEP_HISTORY * sizeof(float) && history; i++) {
+        size_t in_window = i % (STEP_HISTORY * sizeof(float));
+        if (in_window >= h && raw[512 + i] != 0) history = 0;
+    }
+    free(raw);
     int loader = a->epoch == b->epoch && a->shard_index == b->shard_index && a->round == b->round &&
                  a->seed == b->seed && a->shuffle == b->shuffle && a->B == b->B && a->T == b->T &&
                  a->rank == b->rank && a->world == b->world;
     size_t k = st.opt_count * sizeof(float);
     int arrays = memcmp(got.master, st.master, k) == 0 && memcmp(got.m, st.m, k) == 0 && memcmp(got.v, st.v, k) == 0;
-    test_check(fields && loader && arrays && bytes == 512 + 3 * (long long)k, "train state round trip bit-identical",
-               "fields %s, loader %s, arrays %s, %lld bytes (want %lld)", fields ? "same" : "differ",
-               loader ? "same" : "differs", arrays ? "same" : "differ", bytes, 512 + 3 * (long long)k);
+    long long want_bytes = 512 + 2 * STEP_HISTORY * 4 + 3 * (long long)k;
+    test_check(fields && loader && arrays && history && bytes == want_bytes, "train state round trip bit-identical",
+               "fields %s, loader %s, history %s, arrays %s, %lld bytes (want %lld)", fields ? "same" : "differ",
+               loader ? "same" : "differs", history ? "same" : "differs", arrays ? "same" : "differ", bytes,
+               want_bytes);
     train_state_free(&got);
     train_state_free(&st);
 }
@@ -266,7 +307,9 @@ static void write_bad_state(const char* good, const char* path, int field, int64
 
 static void test_state_errors(void) {
     // Header indices from the layout documented in checkpoints/train_state.c.
-    enum { VERSION = 1, LAYERS = 5, HEADS = 6, NPARAMS = 21, OPT_OFFSET = 22, OPT_COUNT = 23 };
+    enum { VERSION = 1, LAYERS = 5, HEADS = 6, STEP = 8, NPARAMS = 21, OPT_OFFSET = 22, OPT_COUNT = 23,
+           UPDATES = 24, LAST_APPLIED = 25, HISTORY_COUNT = 26, FIRST_LOSS = 64 };
+    const int64_t nan_loss = 0x7fc00000; // the first history loss NaN, the second 0
     size_t n = count_params(&tiny);
     TrainState st = make_state(&tiny, 0, n, 3);
     char good[512];
@@ -274,7 +317,13 @@ static void test_state_errors(void) {
     train_state_write(good, &st);
     train_state_free(&st);
     struct { const char* name; int field; int64_t value; long long size_change; const char* want; } cases[] = {
-        {"state wrong version", VERSION, 2, 0, "unsupported training state version 2"},
+        {"state wrong version", VERSION, 1, 0, "unsupported training state version 1 (expected 2)"},
+        {"state history beyond its window", HISTORY_COUNT, 129, 0, "more values than its window"},
+        {"state history longer than the updates", UPDATES, 99, 0, "more values than its window or than updates"},
+        {"state negative history", HISTORY_COUNT, -1, 0, "more values than its window"},
+        {"state updates after the last applied step", LAST_APPLIED, 123456788999LL, 0, "more updates than steps"},
+        {"state last applied step after the step", STEP, 123456789009LL, 0, "last applied step is not in 0..step"},
+        {"state non-finite history", FIRST_LOSS, nan_loss, 0, "non-finite value in the step history"},
         {"state truncated", -1, 0, -4, "truncated"},
         {"state trailing bytes", -1, 0, 12, "trailing bytes"},
         {"state optimizer range", OPT_OFFSET, 1, 0, "optimizer range"},
@@ -283,7 +332,7 @@ static void test_state_errors(void) {
         {"state nparams mismatch", NPARAMS, 1000, 0, "does not match the model"},
         {"state impossible config", HEADS, 3, 0, "heads must divide"},
         {"state field out of range", LAYERS, 1LL << 40, 0, "does not fit"},
-        {"state shorter than header", -1, 0, -(long long)(512 + 12 * n) + 10, "too short"},
+        {"state shorter than header", -1, 0, -(long long)(512 + 8 * STEP_HISTORY + 12 * n) + 10, "too short"},
     };
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         char name[64];
@@ -442,16 +491,16 @@ static void test_checkpoint_dir(void) {
     long long l0 = checkpoint_latest_step(dir, 0), l1 = checkpoint_latest_step(dir, 1), l2 = checkpoint_latest_step(dir, 2);
     test_check(l0 == 30 && l1 == 45 && l2 == -1, "latest step per rank", "ranks 0, 1, 2: %lld %lld %lld (want 30 45 -1)", l0, l1, l2);
 
-    checkpoint_prune(dir, 1, 0);
+    checkpoint_prune(dir, 1, 0, 0);
     int kept_all = exists(dir, "state_00000010_00001.bin") && exists(dir, "model_00000010.bin");
-    checkpoint_prune(dir, 1, 2);
+    checkpoint_prune(dir, 1, 2, 0);
     int rank1 = !exists(dir, "state_00000010_00001.bin") && !exists(dir, "state_00000020_00001.bin") &&
                 exists(dir, "state_00000030_00001.bin") && exists(dir, "state_00000045_00001.bin");
     int rank0_untouched = exists(dir, "state_00000010_00000.bin") && exists(dir, "model_00000010.bin");
     test_check(kept_all && rank1 && rank0_untouched, "prune rank 1 keeps its 2 newest",
                "keep 0 %s, rank 1 %s, rank 0 %s", kept_all ? "kept all" : "deleted", rank1 ? "right" : "wrong",
                rank0_untouched ? "untouched" : "touched");
-    checkpoint_prune(dir, 0, 2);
+    checkpoint_prune(dir, 0, 2, 0);
     int states0 = !exists(dir, "state_00000010_00000.bin") && exists(dir, "state_00000020_00000.bin") &&
                   exists(dir, "state_00000030_00000.bin");
     int models = !exists(dir, "model_00000010.bin") && !exists(dir, "model_00000020.bin") &&
@@ -465,16 +514,58 @@ static void test_checkpoint_dir(void) {
                models ? "right" : "wrong", others_kept ? "kept" : "touched", stale_removed ? "removed" : "kept");
 }
 
+// A run that checkpoints every step and whose steps after 3 are all skipped: --keep 1 keeps the
+// newest checkpoint and also step 2's, the newest one that an applied step (3) trained on; stopping
+// for divergence sets aside the checkpoints of step 3 on (they hold step 3's weights), and the
+// newest checkpoint left is step 2's.
+static void test_confirmed_and_set_aside(void) {
+    char* dir = test_tmp_path("diverged");
+    mkdir(dir, 0755);
+    TrainState st = make_state(&tiny, 0, count_params(&tiny), 7);
+    char buf[600];
+    for (long long step = 1; step <= 6; step++) {
+        checkpoint_state_path(buf, sizeof(buf), dir, step, 0);
+        train_state_write(buf, &st);
+        checkpoint_model_path(buf, sizeof(buf), dir, step);
+        write_all(buf, "x", 1);
+        checkpoint_prune(dir, 0, 1, step < 3 ? step : 3);
+    }
+    train_state_free(&st);
+    int kept = exists(dir, "state_00000002_00000.bin") && exists(dir, "model_00000002.bin") &&
+               exists(dir, "state_00000006_00000.bin") && exists(dir, "model_00000006.bin");
+    int pruned = 1;
+    for (int step = 1; step <= 5; step++) {
+        if (step == 2) continue;
+        char name[64];
+        snprintf(name, sizeof(name), "state_%08d_00000.bin", step);
+        pruned &= !exists(dir, name);
+    }
+    test_check(kept && pruned, "keep 1 also keeps the newest confirmed checkpoint",
+               "steps 2 and 6 %s, steps 1, 3, 4, 5 %s", kept ? "kept" : "missing", pruned ? "deleted" : "kept");
+
+    int renamed = checkpoint_set_aside(dir, 0, 3);
+    long long latest = checkpoint_latest_step(dir, 0), latest_model = checkpoint_latest_step(dir, -1);
+    checkpoint_prune(dir, 0, 1, 3);
+    int aside = exists(dir, "state_00000006_00000.bin.diverged") && exists(dir, "model_00000006.bin.diverged") &&
+                !exists(dir, "state_00000006_00000.bin") && exists(dir, "state_00000002_00000.bin");
+    test_check(renamed == 1 && latest == 2 && latest_model == 2 && aside,
+               "set aside from step 3: the newest left is step 2, pruning keeps the set-aside files",
+               "renamed %d (want 1), latest state %lld, model %lld (want 2), files %s", renamed, latest,
+               latest_model, aside ? "right" : "wrong");
+}
+
 int main(void) {
     test_tmpdir_create("test_checkpoint");
     test_model_round_trip();
     test_model_bf16();
     test_model_errors();
+    test_find_nonfinite();
     test_state_round_trip();
     test_state_errors();
     test_kill_during_write();
     test_failed_writes();
     test_checkpoint_dir();
+    test_confirmed_and_set_aside();
     test_tmpdir_remove();
     return test_summary("test_checkpoint");
 }

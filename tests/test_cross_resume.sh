@@ -7,14 +7,14 @@
 # The state holds the fp32 master weights, AdamW's moments and the data position, so each resumed
 # run continues the reference run: its loss and gradient norm of steps 11..20 within 1e-4 relative
 # (the FP32 builds differ only in the order of fp32 sums).
-# Usage: BUILD=dir GPU_ARCH=90 tests/test_cross_resume.sh   (needs GPT_DATA_DIR and a GPU)
+# Usage: BUILD=dir GPU_ARCH=90 tests/test_cross_resume.sh   (needs a GPU; scripts/get_data.sh fetches the data)
 set -eu
+"$(dirname "$0")/../scripts/get_data.sh" # before any cd: a relative GPT_DATA_DIR is the caller's
 . "$(dirname "$0")/log_compare.sh"
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-.}
 ARCH=${GPU_ARCH:-90}
-: "${GPT_DATA_DIR:?set GPT_DATA_DIR to the shared data directory}"
-DATA=$GPT_DATA_DIR/tinyshakespeare
+DATA=data/tinyshakespeare
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 failed=0

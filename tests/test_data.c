@@ -151,7 +151,7 @@ static void test_token_file_errors(void) {
 }
 
 static void test_read_and_write(const char* data_dir) {
-    // The reference validation file, against its raw bytes and the facts in DESIGN.md.
+    // The validation file of tinyshakespeare, against its raw bytes and the facts in DESIGN.md.
     char path[1024];
     snprintf(path, sizeof(path), "%s/tinyshakespeare/tiny_shakespeare_val.bin", data_dir);
     size_t n, nraw;
@@ -373,8 +373,9 @@ static void test_loader_errors(void) {
     test_expect_fatal("loader rank out of range", child_init_loader, &a, "rank 2", NULL);
 }
 
-int main(void) {
-    const char* data_dir = getenv("GPT_DATA_DIR");
+int main(int argc, char** argv) {
+    if (argc != 2)
+        fatal("usage: test_data DATA_DIR (the directory scripts/get_data.sh fills: tinyshakespeare/ and its tokens)");
     test_tmpdir_create("test_data");
     const int write_order[NSHARDS] = {2, 0, 1};
     for (int i = 0; i < NSHARDS; i++) {
@@ -384,8 +385,7 @@ int main(void) {
         write_counting(test_tmp_path(name), shard_first[s], (size_t)shard_sizes[s]);
     }
     test_token_file_errors();
-    if (data_dir) test_read_and_write(data_dir);
-    else test_check(0, "reference data", "GPT_DATA_DIR is not set");
+    test_read_and_write(argv[1]);
     test_file_order();
     test_ranks(0);
     test_ranks(1);

@@ -12,13 +12,13 @@
 # multiple of a tile) below max T 80 (wpe rows that the batch never reaches get no gradient), B 3.
 # Then C 128 with 2 heads (head size 64, where H100/H200 take the wgmma kernels) for the flash BF16
 # build under its default and the sm80 tiles.
-# Usage: BUILD=dir GPU_ARCH=90 tests/test_gpu_grads.sh   (needs GPT_DATA_DIR and a GPU)
+# Usage: BUILD=dir GPU_ARCH=90 tests/test_gpu_grads.sh   (needs a GPU; scripts/get_data.sh fetches the data)
 set -euo pipefail
+"$(dirname "$0")/../scripts/get_data.sh" # before any cd: a relative GPT_DATA_DIR is the caller's
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-.}
 ARCH=${GPU_ARCH:-90}
-: "${GPT_DATA_DIR:?set GPT_DATA_DIR to the shared data directory}"
-TOKENS=$GPT_DATA_DIR/tinyshakespeare/tiny_shakespeare_train.bin
+TOKENS=data/tinyshakespeare/tiny_shakespeare_train.bin
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 failed=0

@@ -5,13 +5,14 @@
 #         1e-4 relative of the CPU's.
 #   BF16: the first step's loss within 1e-2 relative (bf16 activations: a few 2^-8 roundings per
 #         layer), and the loss still falling after 20 steps.
-# Usage: BUILD=dir GPU_ARCH=90 tests/test_gpu_model.sh   (needs GPT_DATA_DIR and a GPU)
+# Usage: BUILD=dir GPU_ARCH=90 tests/test_gpu_model.sh   (needs a GPU; scripts/get_data.sh fetches the data)
 set -eu
+"$(dirname "$0")/../scripts/get_data.sh" # before any cd: a relative GPT_DATA_DIR is the caller's
 . "$(dirname "$0")/log_compare.sh"
 BUILD=${BUILD:-.}
 ARCH=${GPU_ARCH:-90}
-: "${GPT_DATA_DIR:?set GPT_DATA_DIR to the shared data directory}"
-DATA=$GPT_DATA_DIR/tinyshakespeare
+PREPARED=$(dirname "$0")/../data
+DATA=$PREPARED/tinyshakespeare
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 failed=0
@@ -51,6 +52,30 @@ if grep -q "resumed from" "$WORK/bf16-resume.out" &&
    cmp -s "$WORK/bf16-straight/model_00000020.bin" "$WORK/bf16-split/model_00000020.bin"; then
     pass "BF16 resume continues bit for bit: 20 losses, norms and the final model file"
 else
-    fail "BF16 resume differs from 20 straight steps: $(paste -d, "$WORK/bf16-straight/log.csv" "$WORK/bf16-split/log.csv" | awk -F, 'NR > 1 && $2 != $9 { print "step " $1 ": " $2 " vs " $9; exit }')"
+    fail "BF16 resume differs from 20 straight steps: $(paste -d, <(cut -d, -f1,2 "$WORK/bf16-straight/log.csv") <(cut -d, -f2 "$WORK/bf16-split/log.csv") | awk -F, 'NR > 1 && $2 != $3 { print "step " $1 ": " $2 " vs " $3; exit }')"
 fi
+# Generation: greedy tokens against the argmax of an independent forward on the GPU (tests/test_generate.c;
+# a logit within the tolerance of the largest counts as a tie, which another sequence length may order
+# differently), and the FP32 build's greedy and sampled texts equal to the CPU's, from the CPU's model file.
+MODEL=$WORK/cpu/model_00000020.bin
+PROMPT=(-x 0 -e "$MODEL" --vocab "$PREPARED/gpt2" --prompt "ROMEO:" --temperature 0 -g 40)
+"$BUILD/model-cpu/train_gpt_cpu" "${PROMPT[@]}" > "$WORK/greedy-cpu.txt" 2> /dev/null
+for p in FP32 BF16; do
+    tolerance=$([ $p = FP32 ] && echo 1e-4 || echo 5e-2)
+    make --no-print-directory BUILD="$BUILD/model-$p" ATTN=naive PRECISION=$p GPU_ARCH="$ARCH" \
+        "$BUILD/model-$p/tests/test_generate" >/dev/null
+    if r=$("$BUILD/model-$p/tests/test_generate" "$MODEL" "$DATA/tiny_shakespeare_val.bin" --tolerance $tolerance | grep -E '^(PASS|FAIL)'); then
+        echo "$r" | grep -q FAIL && fail "$p greedy generation: $r" || pass "$p greedy generation: $r"
+    else fail "$p test_generate did not run"; fi
+    "$BUILD/model-$p/train_gpt" "${PROMPT[@]}" > "$WORK/greedy-$p.txt" 2> "$WORK/greedy-$p.err"
+    "$BUILD/model-$p/train_gpt" "${PROMPT[@]}" --temperature 1 --seed 5 > "$WORK/sampled-$p.txt" 2> /dev/null
+done
+# The model of 20 steps is greedy for newlines; sampling (the same seed, so the same random numbers)
+# also compares the probabilities of the other tokens.
+"$BUILD/model-cpu/train_gpt_cpu" "${PROMPT[@]}" --temperature 1 --seed 5 > "$WORK/sampled-cpu.txt" 2> /dev/null
+for mode in greedy sampled; do
+    if cmp -s "$WORK/$mode-cpu.txt" "$WORK/$mode-FP32.txt"; then pass "FP32 $mode text equals the CPU's: $(tr '\n' '|' < "$WORK/$mode-cpu.txt")"
+    else fail "FP32 $mode text differs from the CPU's: $(tr '\n' '|' < "$WORK/$mode-FP32.txt") vs $(tr '\n' '|' < "$WORK/$mode-cpu.txt")"; fi
+done
+echo "BF16 greedy text: $(tr '\n' '|' < "$WORK/greedy-BF16.txt"); sampled: $(tr '\n' '|' < "$WORK/sampled-BF16.txt")"
 [ $failed = 0 ] && echo "test_gpu_model: all passed" || { echo "test_gpu_model: FAILED"; exit 1; }

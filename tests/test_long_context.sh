@@ -4,14 +4,14 @@
 # probabilities alone take L x NH x T^2 x 2 bytes = 77 GB); flash also trains at T = 32768. A
 # ballast process (tests/gpu_ballast.cu) holds the rest of the GPU, so a large GPU behaves as a
 # 24 GB one. Both memory plans are printed.
-# Usage: BUILD=dir GPU_ARCH=90 tests/test_long_context.sh   (needs GPT_DATA_DIR and a GPU)
+# Usage: BUILD=dir GPU_ARCH=90 tests/test_long_context.sh   (needs a GPU; scripts/get_data.sh fetches the data)
 set -eu
+"$(dirname "$0")/../scripts/get_data.sh" # before any cd: a relative GPT_DATA_DIR is the caller's
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build/long}
 ARCH=${GPU_ARCH:-90}
 FREE_BYTES=${FREE_BYTES:-24000000000}
-: "${GPT_DATA_DIR:?set GPT_DATA_DIR to the shared data directory}"
-DATA=$GPT_DATA_DIR/tinyshakespeare
+DATA=data/tinyshakespeare
 WORK=$(mktemp -d)
 ballast=
 trap '[ -n "$ballast" ] && kill $ballast 2>/dev/null; rm -rf "$WORK"' EXIT

@@ -9,14 +9,14 @@
 #      bit for bit (losses and the final model file); resuming on 1 GPU is refused clearly.
 #   5. Failure: a rank killed with SIGKILL in the middle of training makes the other one stop with
 #      a message within --nccl-timeout (not a hang); a rank whose partner never starts gives up.
-# Usage: BUILD=dir GPU_ARCH=90 tests/test_multi_gpu.sh   (needs GPT_DATA_DIR and 2 GPUs)
+# Usage: BUILD=dir GPU_ARCH=90 tests/test_multi_gpu.sh   (needs 2 GPUs; scripts/get_data.sh fetches the data)
 set -eu
+"$(dirname "$0")/../scripts/get_data.sh" # before any cd: a relative GPT_DATA_DIR is the caller's
 . "$(dirname "$0")/log_compare.sh"
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build/multi}
 ARCH=${GPU_ARCH:-90}
-: "${GPT_DATA_DIR:?set GPT_DATA_DIR to the shared data directory}"
-DATA=$GPT_DATA_DIR/tinyshakespeare
+DATA=data/tinyshakespeare
 WORK=${WORK:-$(mktemp -d)}
 mkdir -p "$WORK"
 failed=0

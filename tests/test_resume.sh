@@ -6,13 +6,14 @@
 #     resumes.
 set -euo pipefail
 BUILD=${BUILD:-.}
+DATA=$(cd "${1:?usage: tests/test_resume.sh DATA_DIR (the directory scripts/get_data.sh fills)}" && pwd)
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL $*"; exit 1; }
 # exec, so that a run started in the background with ( train ... ) & is the trainer's own pid
 train() { exec "$BUILD/train_gpt_cpu" --layers 2 --channels 64 --heads 4 --max-seq 64 -t 64 -b 4 --seed 3 \
-    -i data/tinyshakespeare/tiny_shakespeare_train.bin -j data/tinyshakespeare/tiny_shakespeare_val.bin \
+    -i "$DATA/tinyshakespeare/tiny_shakespeare_train.bin" -j "$DATA/tinyshakespeare/tiny_shakespeare_val.bin" \
     -s 0 -l 1e-3 "$@"; }
 losses() { awk -F, 'NR > 1 && $2 != "" { print $1, $2 }' "$1/log.csv"; }
 same_run() { # same_run DIR_A DIR_B WHAT

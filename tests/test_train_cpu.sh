@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end tests of train_gpt_cpu on tinyshakespeare (prepared into data/ by scripts/get_data.sh):
+# End-to-end tests of train_gpt_cpu on tinyshakespeare (DATA_DIR, prepared by scripts/get_data.sh):
 #  1. loss-curve parity: the ATTN=naive and ATTN=flash builds, same seed, data and init, a small GPT
 #     (2 layers, 4 heads, C 64, T 64) for 50 steps: every step's loss within 1e-4 relative;
 #  2. learning: 200 steps lower the validation loss well below its starting value;
@@ -7,6 +7,7 @@
 #  4. a model file written at init loads back bit-identical.
 set -euo pipefail
 BUILD=${BUILD:-.}
+DATA=$(cd "${1:?usage: tests/test_train_cpu.sh DATA_DIR (the directory scripts/get_data.sh fills)}" && pwd)
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -16,7 +17,7 @@ for attn in naive flash; do
     make --no-print-directory -s BUILD="$BUILD/variants/$attn" ATTN="$attn" "$BUILD/variants/$attn/train_gpt_cpu"
 done
 small=(--layers 2 --channels 64 --heads 4 --max-seq 64 -t 64 -b 4 --seed 7
-       -i data/tinyshakespeare/tiny_shakespeare_train.bin -j data/tinyshakespeare/tiny_shakespeare_val.bin)
+       -i "$DATA/tinyshakespeare/tiny_shakespeare_train.bin" -j "$DATA/tinyshakespeare/tiny_shakespeare_val.bin")
 
 # 1. parity
 for attn in naive flash; do
@@ -25,9 +26,10 @@ for attn in naive flash; do
     grep -q "generating" "$tmp/$attn.out" && fail "-s 0 sampled"
 done
 echo "PASS -s 0 never samples"
-paste -d, "$tmp/naive/log.csv" "$tmp/flash/log.csv" | awk -F, '
+# step and naive loss, then flash loss
+paste -d, <(cut -d, -f1,2 "$tmp/naive/log.csv") <(cut -d, -f2 "$tmp/flash/log.csv") | awk -F, '
     NR == 1 { next }
-    { step = $1; a = $2; b = $9; if (a == "" || b == "") next
+    { step = $1; a = $2; b = $3; if (a == "" || b == "") next
       rel = (a - b) / a; if (rel < 0) rel = -rel
       printf "step %3d  naive %.7f  flash %.7f  rel diff %.2e\n", step, a, b, rel
       if (rel > worst) worst = rel; n++ }
@@ -41,7 +43,7 @@ echo "PASS plot_loss.py drew both curves into a PNG"
 
 # 2. learning + 3. sampling
 "$BUILD/train_gpt_cpu" "${small[@]}" -x 200 -l 1e-3 -v 200 -m 8 -s 200 -g 24 \
-    --vocab data/gpt2 -o "$tmp/learn" > "$tmp/learn.out"
+    --vocab "$DATA/gpt2" -o "$tmp/learn" > "$tmp/learn.out"
 first=$(awk -F, '$1 == 0 { print $3 }' "$tmp/learn/log.csv")
 last=$(awk -F, '$1 == 200 { print $3 }' "$tmp/learn/log.csv")
 echo "validation loss: $first at step 0 -> $last at step 200"
@@ -55,6 +57,6 @@ echo "PASS sampling printed decoded text: $sample"
 # 4. model file round trip
 "$BUILD/train_gpt_cpu" "${small[@]}" -x 0 -v 0 -s 0 -o "$tmp/init" > /dev/null
 "$BUILD/train_gpt_cpu" -e "$tmp/init/model_00000000.bin" -t 64 -b 4 -x 0 -v 0 -s 0 \
-    -i data/tinyshakespeare/tiny_shakespeare_train.bin -o "$tmp/reload" > /dev/null
+    -i "$DATA/tinyshakespeare/tiny_shakespeare_train.bin" -o "$tmp/reload" > /dev/null
 cmp "$tmp/init/model_00000000.bin" "$tmp/reload/model_00000000.bin" || fail "model file changed on reload"
 echo "PASS model file written at init loads back bit-identical"

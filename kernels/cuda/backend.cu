@@ -56,6 +56,10 @@ void backend_init(int device_index) {
 
 const char* backend_describe(void) { return description; }
 double backend_peak_flops(void) { return peak_flops; }
+int backend_memory(size_t* free_bytes, size_t* total_bytes) {
+    cudaCheck(cudaMemGetInfo(free_bytes, total_bytes));
+    return 1;
+}
 
 void* dev_malloc(size_t bytes, const char* what) {
     void* p = NULL;

@@ -6,8 +6,10 @@
 #   $(BUILD)/tests/test_kernels_gpu    every CUDA kernel against the CPU reference kernels
 #   $(BUILD)/profile_step              per-kernel time split of one training step (scripts/profile_step.sh)
 #   $(BUILD)/tests/dump_grads          the whole model's loss and gradients of one batch
+#   $(BUILD)/tests/test_generate       greedy generation against the argmax of the logits
 #   test-cuda-compile                  compiles every variant for sm 80 86 89 90, warnings fatal
-#   test-gpu                           the GPU tests (needs a GPU)
+#   test-gpu                           the GPU tests (needs a GPU; the divergence guard's also on 2 GPUs
+#                                      when there are 2)
 #   test-multi-gpu                     data parallelism on 2 GPUs against 1 (needs 2 GPUs)
 
 NVCC ?= $(CUDA_HOME)/bin/nvcc
@@ -59,8 +61,11 @@ $(CUDA_OBJ)/%.o: %.c
 $(BUILD)/train_gpt: $(call cuda_obj,train.c $(MODEL_SRC) $(LIB_SRC) $(CUDA_KERNEL_SRC) $(COMM_SRC)) $(CONFIG_STAMP)
 	$(CC) $(filter %.o,$^) $(LDLIBS_NCCL) $(LDLIBS_CUDA) -o $@
 
-# The whole model's loss and gradients of one batch, for tests/test_gpu_grads.sh (linked like train_gpt).
-$(TEST_BIN)/dump_grads: $(call cuda_obj,tests/dump_grads.c $(MODEL_SRC) $(LIB_SRC) $(CUDA_KERNEL_SRC) $(COMM_SRC)) $(CONFIG_STAMP)
+# Whole-model test programs linked like train_gpt: the loss and gradients of one batch for
+# tests/test_gpu_grads.sh, and greedy generation against the argmax of the logits.
+$(TEST_BIN)/dump_grads: $(call cuda_obj,tests/dump_grads.c)
+$(TEST_BIN)/test_generate: $(call cuda_obj,tests/test_generate.c)
+$(TEST_BIN)/dump_grads $(TEST_BIN)/test_generate: $(call cuda_obj,$(MODEL_SRC) $(LIB_SRC) $(CUDA_KERNEL_SRC) $(COMM_SRC) tests/testutil.c) $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(filter %.o,$^) $(LDLIBS_NCCL) $(LDLIBS_CUDA) -o $@
 
@@ -91,7 +96,7 @@ CUDA_CHECK_ARCH = 80 86 89 90
 test-cuda-compile:
 	@for a in naive flash; do for p in BF16 FP32; do \
 	    dir=$(BUILD)/cuda-compile/$$a-$$p; \
-	    tests="$$dir/tests/test_kernels_gpu $$dir/tests/dump_grads"; [ $$a = flash ] && tests="$$tests $$dir/tests/test_attention_gpu"; \
+	    tests="$$dir/tests/test_kernels_gpu $$dir/tests/dump_grads $$dir/tests/test_generate"; [ $$a = flash ] && tests="$$tests $$dir/tests/test_attention_gpu"; \
 	    $(MAKE) -f $(TOP_MAKEFILE) --no-print-directory BUILD=$$dir ATTN=$$a PRECISION=$$p GPU_ARCH="$(CUDA_CHECK_ARCH)" \
 	        CUDA_WERROR=1 $$dir/train_gpt $$dir/profile_step $$tests || exit 1; \
 	    echo "PASS ATTN=$$a PRECISION=$$p compiles for sm $(CUDA_CHECK_ARCH) without warnings"; \
@@ -111,6 +116,7 @@ test-gpu:
 	BUILD=$(BUILD) tests/test_gpu_grads.sh
 	BUILD=$(BUILD) tests/test_cross_resume.sh
 	BUILD=$(BUILD) tests/test_long_context.sh
+	BUILD=$(BUILD) tests/test_gpu_divergence.sh
 
 # On a machine with 2 or more GPUs: data parallelism through NCCL against one GPU.
 test-multi-gpu:

@@ -1,0 +1,41 @@
+// Fitting a run to the memory of a card (-b auto): the micro-batch B and the recompute level whose
+// memory plan (gpt2_memory_plan, the sizes gpt2_build allocates) fits a byte budget. Pure functions
+// of the sizes, so the CPU tests check the choice for any card.
+#pragma once
+#include <stddef.h>
+
+#include "gpt2.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Memory a plan leaves unplanned: what the plan does not count and cannot know. With --memory-limit
+// the CUDA context of the smaller card (300-600 MiB), and in every case the cuBLAS and cuBLASLt
+// workspaces (32 MiB and more), NCCL's buffers on several GPUs (tens to hundreds of MiB), the
+// kernels' small scratch buffers (column-sum partials, encoder buckets) and cudaMalloc's 2 MiB
+// granularity. Measured on the GPU by tests/test_recipe_gpu.sh (README.md, "Reproduce a curve").
+#define FIT_MARGIN_BYTES ((size_t)1 << 30)
+
+typedef struct {
+    int B, recompute;
+    MemoryPlan plan;
+} Fit;
+
+// The largest B that divides seqs_per_gpu (the per-GPU share of the total batch, in sequences of
+// T) and, for that B, the lowest recompute level in recompute_lo..recompute_hi whose plan fits in
+// `memory` bytes less FIT_MARGIN_BYTES. Returns 1 and fills *fit, or 0 when nothing fits (not even
+// B = 1 at recompute_hi).
+int gpt2_fit(const GPT2Config* cfg, int T, int seqs_per_gpu, int world, int zero_stage, int recompute_lo,
+             int recompute_hi, size_t memory, Fit* fit);
+
+// For a run that does not fit even at B = 1: what would, at B = 1 and recompute level recompute_hi,
+// written into buf as a list for a message (the longest T that divides T, the largest smaller GPT-2
+// size at this T, -r 2 when recompute_hi is lower, ZeRO stage 1 on several GPUs), or "nothing shorter
+// or smaller fits either".
+void gpt2_fit_advice(char* buf, size_t n, const GPT2Config* cfg, int T, int world, int zero_stage,
+                     int recompute_hi, size_t memory);
+
+#ifdef __cplusplus
+}
+#endif

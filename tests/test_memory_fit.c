@@ -1,0 +1,194 @@
+// -b auto's choice (model/fit.c) and the memory plan it rests on (gpt2_memory_plan). The plan's
+// sizes are checked against a count of the tensors written out here from DESIGN.md's model (this
+// build: fp32 CPU storage, its attention); the fit over budgets of 1 to 141 GiB, every GPT-2 size
+// and T from 64 to 32768: B divides the per-GPU batch, the plan plus the margin never exceeds the
+// budget, B is the largest that fits and its recompute level the lowest, a larger budget never gives
+// a smaller B, and a run that fits nowhere gets advice that fits.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../model/fit.h"
+#include "testutil.h"
+
+static const size_t GiB = (size_t)1 << 30;
+
+static GPT2Config preset(const char* name, int max_T) {
+    GPT2Config cfg = {.max_seq_len = max_T, .vocab_size = GPT2_VOCAB_SIZE,
+                      .padded_vocab_size = gpt2_padded_vocab(GPT2_VOCAB_SIZE)};
+    gpt2_preset(name, &cfg);
+    return cfg;
+}
+
+// Activation bytes of the CPU build (float everywhere) counted tensor by tensor, before the
+// 256-byte alignment of each of the 27 regions.
+static size_t expected_activations(const GPT2Config* cfg, size_t B, size_t T, int recompute) {
+    size_t C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads, Vp = cfg->padded_vocab_size;
+    size_t BT = B * T, L_ln = recompute >= 2 ? 1 : L, L_gelu = recompute >= 1 ? 1 : L;
+#ifdef ATTN_NAIVE
+    size_t saved = B * NH * T * T, scratch = B * NH * T * T; // probabilities; dP
+#else
+    size_t saved = 2 * B * NH * T, scratch = B * NH * T;     // m and l; D
+#endif
+    size_t per_layer_kept = BT * C * (3 + 1 + 1 + 4 + 1) + 4 * BT + saved; // qkv atty res2 fch res3, stats
+    size_t floats = L * per_layer_kept + 2 * L_ln * BT * C + L_gelu * BT * 4 * C
+                  + BT * C + BT * C + 2 * BT + BT * Vp + BT       // encoded, lnf, its stats, logits, losses
+                  + BT * C * (1 + 1 + 3 + 4) + scratch + 2 * BT + Vp; // backward buffers, inputs, targets, row
+    return floats * sizeof(float);
+}
+
+static void test_plan_sizes(void) {
+    GPT2Config d12 = preset("d12", 1024);
+    const size_t n = 124475904; // GPT-2 124M with the vocabulary padded to 50304 (llm.c's count)
+    MemoryPlan p = gpt2_memory_plan(&d12, 4, 1024, 0, 0, 1);
+    test_check(p.parameters == n * 4 && p.gradients == n * 4, "plan: d12 parameters and gradients",
+               "%zu and %zu bytes, want %zu", p.parameters, p.gradients, n * 4);
+    test_check(p.optimizer == 2 * n * 4 && p.staging == n * 4, "plan: d12 AdamW m, v and the fp32 staging",
+               "optimizer %zu, staging %zu bytes", p.optimizer, p.staging);
+    int bad = 0;
+    for (int r = 0; r <= 2; r++) {
+        int shapes[][2] = {{1, 64}, {4, 1024}, {3, 67}};
+        for (int s = 0; s < 3; s++) {
+            MemoryPlan q = gpt2_memory_plan(&d12, shapes[s][0], shapes[s][1], r, 0, 1);
+            size_t want = expected_activations(&d12, shapes[s][0], shapes[s][1], r);
+            if (q.activations < want || q.activations > want + 27 * 256) {
+                printf("  B %d T %d -r %d: %zu bytes of activations, counted %zu\n", shapes[s][0],
+                       shapes[s][1], r, q.activations, want);
+                bad++;
+            }
+            if (q.total != q.parameters + q.gradients + q.optimizer + q.activations + q.staging) bad++;
+        }
+    }
+    test_check(bad == 0, "plan: activations of every recompute level match the tensor count", "%d wrong", bad);
+    // ZeRO stage 1 on 8 GPUs: each rank keeps 1/8 of the optimizer state, shards padded to 64.
+    MemoryPlan z = gpt2_memory_plan(&d12, 4, 1024, 0, 1, 8);
+    size_t shard = (n + 7) / 8;
+    shard = (shard + 63) / 64 * 64;
+    test_check(z.optimizer == 2 * shard * 4 && z.parameters == 8 * shard * 4, "plan: ZeRO 1 shard of 8 ranks",
+               "optimizer %zu bytes, want %zu", z.optimizer, 2 * shard * 4);
+}
+
+static void test_fit_grid(void) {
+    static const int Ts[] = {64, 256, 1024, 4096, 16384, 32768};
+    static const int worlds[][2] = {{1, 0}, {8, 1}}; // GPUs, ZeRO stage
+    const long long total_batch = 524288; // tokens per step, llm.c's GPT-2 124M batch
+    int cases = 0, fitted = 0, not_dividing = 0, over = 0, not_largest = 0, not_lowest = 0, shrank = 0;
+    int inconsistent = 0, falsely_empty = 0;
+    for (int m = 0; m < GPT2_NUM_PRESETS; m++) {
+        for (size_t t = 0; t < sizeof Ts / sizeof Ts[0]; t++) {
+            int T = Ts[t];
+            GPT2Config cfg = preset(gpt2_preset_names[m], T > 1024 ? T : 1024);
+            for (int w = 0; w < 2; w++) {
+                int world = worlds[w][0], zero = worlds[w][1];
+                int seqs = (int)(total_batch / ((long long)T * world));
+                int previous_B = 0;
+                for (int gib = 1; gib <= 141; gib++) {
+                    size_t budget = (size_t)gib * GiB;
+                    Fit fit;
+                    int ok = gpt2_fit(&cfg, T, seqs, world, zero, 0, 2, budget, &fit);
+                    cases++;
+                    MemoryPlan p;
+                    if (!ok) {
+                        p = gpt2_memory_plan(&cfg, 1, T, 2, zero, world);
+                        if (p.total + FIT_MARGIN_BYTES <= budget) falsely_empty++;
+                        if (previous_B > 0) shrank++;
+                        continue;
+                    }
+                    fitted++;
+                    if (seqs % fit.B != 0) not_dividing++;
+                    if (fit.plan.total + FIT_MARGIN_BYTES > budget) over++;
+                    p = gpt2_memory_plan(&cfg, fit.B, T, fit.recompute, zero, world);
+                    if (memcmp(&p, &fit.plan, sizeof p) != 0) inconsistent++;
+                    for (int larger = fit.B + 1; larger <= seqs; larger++) { // the next divisor
+                        if (seqs % larger != 0) continue;
+                        p = gpt2_memory_plan(&cfg, larger, T, 2, zero, world);
+                        if (p.total + FIT_MARGIN_BYTES <= budget) not_largest++;
+                        break;
+                    }
+                    if (fit.recompute > 0) {
+                        p = gpt2_memory_plan(&cfg, fit.B, T, fit.recompute - 1, zero, world);
+                        if (p.total + FIT_MARGIN_BYTES <= budget) not_lowest++;
+                    }
+                    if (fit.B < previous_B) shrank++;
+                    previous_B = fit.B;
+                }
+            }
+        }
+    }
+    printf("  %d cases (4 sizes x 6 T x 2 GPU counts x 141 budgets), %d fit\n", cases, fitted);
+    test_check(fitted > cases / 2 && fitted < cases, "fit: some cases fit and some do not",
+               "%d of %d fit", fitted, cases);
+    test_check(not_dividing == 0, "fit: B always divides the per-GPU batch", "%d do not", not_dividing);
+    test_check(over == 0 && inconsistent == 0, "fit: the plan plus the margin never exceeds the budget",
+               "%d over, %d plans differ from gpt2_memory_plan", over, inconsistent);
+    test_check(not_largest == 0 && falsely_empty == 0, "fit: B is the largest divisor that fits",
+               "%d larger divisors fit, %d empty fits where B 1 -r 2 fits", not_largest, falsely_empty);
+    test_check(not_lowest == 0, "fit: the recompute level is the lowest that fits", "%d could be lower", not_lowest);
+    test_check(shrank == 0, "fit: a larger budget never gives a smaller B", "%d times it did", shrank);
+}
+
+// Where recompute pays: GPT-2 124M at T 1024 with 64 sequences per step on a 24 GiB card.
+static void test_fit_example(void) {
+    GPT2Config d12 = preset("d12", 1024);
+    Fit small, big, fixed;
+    int a = gpt2_fit(&d12, 1024, 64, 1, 0, 0, 2, 8 * GiB, &small);
+    int b = gpt2_fit(&d12, 1024, 64, 1, 0, 0, 2, 141 * GiB, &big);
+    int c = gpt2_fit(&d12, 1024, 64, 1, 0, 1, 1, 8 * GiB, &fixed);
+    test_check(a && b && big.B == 64 && big.recompute == 0 && small.B < 64,
+               "fit: d12 T 1024: all 64 sequences at -r 0 on 141 GiB, fewer on 8 GiB",
+               "8 GiB: B %d -r %d; 141 GiB: B %d -r %d", small.B, small.recompute, big.B, big.recompute);
+    test_check(c && fixed.recompute == 1 && fixed.B >= small.B, "fit: an explicit -r is kept",
+               "B %d -r %d", fixed.B, fixed.recompute);
+    printf("  d12 T 1024, 64 sequences: 8 GiB -> B %d -r %d (%.2f GiB planned); 141 GiB -> B %d -r %d\n",
+           small.B, small.recompute, small.plan.total / (double)GiB, big.B, big.recompute);
+}
+
+// The CPU build's plans are fp32 (20 bytes per parameter before activations), so the budgets below
+// are chosen for them.
+static void test_advice(void) {
+    char advice[512];
+    Fit fit;
+    // GPT-2 124M at T 32768 in 8 GiB: the longest T that divides 32768 and fits, and not twice it.
+    GPT2Config d12 = preset("d12", 32768);
+    size_t budget = 8 * GiB;
+    int ok = gpt2_fit(&d12, 32768, 16, 1, 0, 0, 2, budget, &fit);
+    gpt2_fit_advice(advice, sizeof advice, &d12, 32768, 1, 0, 2, budget);
+    printf("  d12 T 32768 in 8 GiB: %s\n", advice);
+    const char* t = strstr(advice, "-t ");
+    int shorter = t ? atoi(t + 3) : 0;
+    int fits = 0, longer_fits = 1;
+    if (shorter > 0 && shorter < 32768 && 32768 % shorter == 0) {
+        fits = gpt2_memory_plan(&d12, 1, shorter, 2, 0, 1).total + FIT_MARGIN_BYTES <= budget;
+        longer_fits = gpt2_memory_plan(&d12, 1, 2 * shorter, 2, 0, 1).total + FIT_MARGIN_BYTES <= budget;
+    }
+    test_check(!ok && fits && !longer_fits, "advice: the longest shorter T that fits", "'%s'", advice);
+
+    // GPT-2 350M in 6 GiB: no T fits (its fixed state alone is 7 GB), GPT-2 124M does.
+    GPT2Config d24 = preset("d24", 1024);
+    gpt2_fit_advice(advice, sizeof advice, &d24, 1024, 1, 0, 2, 6 * GiB);
+    printf("  d24 T 1024 in 6 GiB: %s\n", advice);
+    d12 = preset("d12", 1024);
+    fits = gpt2_memory_plan(&d12, 1, 1024, 2, 0, 1).total + FIT_MARGIN_BYTES <= 6 * GiB;
+    test_check(fits && strstr(advice, "GPT-2 d12 at -t 1024") && !strstr(advice, "-t 512"),
+               "advice: a smaller GPT-2 that fits at this T", "'%s'", advice);
+
+    GPT2Config d48 = preset("d48", 1024);
+    gpt2_fit_advice(advice, sizeof advice, &d48, 1024, 1, 0, 2, GiB);
+    test_check(strstr(advice, "nothing") != NULL, "advice: 1 GiB holds nothing", "'%s'", advice);
+
+    // GPT-2 774M on 8 GPUs of 14 GiB: only with the optimizer state sharded.
+    GPT2Config d36 = preset("d36", 1024);
+    gpt2_fit_advice(advice, sizeof advice, &d36, 1024, 8, 0, 2, 14 * GiB);
+    printf("  d36 T 1024 on 8 GPUs of 14 GiB: %s\n", advice);
+    fits = gpt2_memory_plan(&d36, 1, 1024, 2, 1, 8).total + FIT_MARGIN_BYTES <= 14 * GiB;
+    test_check(fits && !gpt2_fit(&d36, 1024, 64, 8, 0, 0, 2, 14 * GiB, &fit) && strstr(advice, "-z 1"),
+               "advice: ZeRO stage 1 on 8 GPUs", "'%s'", advice);
+}
+
+int main(void) {
+    test_plan_sizes();
+    test_fit_grid();
+    test_fit_example();
+    test_advice();
+    return test_summary("memory_fit");
+}
