@@ -710,7 +710,7 @@ static int generate_from_prompt(const Options* o, const DistEnv* env) {
     comm_init(0, 1, o->out_dir, o->nccl_timeout);
     GPT2 model;
     int T = n_prompt + o->gen_tokens < cfg.max_seq_len ? n_prompt + o->gen_tokens : cfg.max_seq_len;
-    gpt2_build(&model, &cfg, 1, T, 0, 0);
+    gpt2_build_forward_only(&model, &cfg, 1, T);
     gpt2_set_weights(&model, weights);
     free(weights);
     printf("%s | %s attention | model %s: L %d, C %d, NH %d, max T %d | prompt %d tokens\n",

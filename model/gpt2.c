@@ -92,7 +92,8 @@ static void point_parameters(ParameterTensors* p, floatX* base, const size_t* si
     }
 }
 
-void gpt2_build(GPT2* model, const GPT2Config* cfg, int B, int T, int recompute, int zero_stage) {
+// gpt2_build and gpt2_build_forward_only: the same model, with or without what training needs.
+static void build(GPT2* model, const GPT2Config* cfg, int B, int T, int recompute, int zero_stage, int training) {
     memset(model, 0, sizeof(*model));
     const char* problem = gpt2_config_problem(cfg);
     if (problem) fatal("impossible model configuration: %s", problem);
@@ -119,27 +120,42 @@ void gpt2_build(GPT2* model, const GPT2Config* cfg, int B, int T, int recompute,
     // With ZeRO the master shard is a whole shard long, so that it can be all-gathered.
     size_t opt_alloc = zero_stage == 1 ? model->shard : n;
 
+    model->training = training;
     model->plan = gpt2_memory_plan(cfg, B, T, recompute, zero_stage, model->world);
+    if (!training) { // the training plan less what only training holds
+        model->plan.total -= model->plan.gradients + model->plan.optimizer;
+        model->plan.gradients = model->plan.optimizer = 0;
+    }
     if (model->rank == 0) gpt2_print_memory_plan(model);
 
     floatX* params = dev_malloc(padded * sizeof(floatX), "parameters");
-    floatX* grads = dev_malloc(padded * sizeof(floatX), "gradients");
     point_parameters(&model->params, params, model->param_sizes);
-    point_parameters(&model->grads, grads, model->param_sizes);
     dev_memset_zero(params, padded * sizeof(floatX));
-    dev_memset_zero(grads, padded * sizeof(floatX));
-    if (sizeof(floatX) != sizeof(float)) {
-        model->master = dev_malloc(opt_alloc * sizeof(float), "master weights");
-        dev_memset_zero(model->master, opt_alloc * sizeof(float));
+    if (training) {
+        floatX* grads = dev_malloc(padded * sizeof(floatX), "gradients");
+        point_parameters(&model->grads, grads, model->param_sizes);
+        dev_memset_zero(grads, padded * sizeof(floatX));
+        if (sizeof(floatX) != sizeof(float)) {
+            model->master = dev_malloc(opt_alloc * sizeof(float), "master weights");
+            dev_memset_zero(model->master, opt_alloc * sizeof(float));
+        }
+        model->adam_m = dev_malloc(opt_alloc * sizeof(float), "AdamW first moment");
+        model->adam_v = dev_malloc(opt_alloc * sizeof(float), "AdamW second moment");
+        dev_memset_zero(model->adam_m, opt_alloc * sizeof(float));
+        dev_memset_zero(model->adam_v, opt_alloc * sizeof(float));
     }
-    model->adam_m = dev_malloc(opt_alloc * sizeof(float), "AdamW first moment");
-    model->adam_v = dev_malloc(opt_alloc * sizeof(float), "AdamW second moment");
-    dev_memset_zero(model->adam_m, opt_alloc * sizeof(float));
-    dev_memset_zero(model->adam_v, opt_alloc * sizeof(float));
 
     Carver carver = {dev_malloc(model->plan.activations, "activations"), 0};
     carve_activations(&model->acts, cfg, B, T, recompute, &carver);
     model->host_losses = xmalloc((size_t)B * T * sizeof(float), "losses");
+}
+
+void gpt2_build(GPT2* model, const GPT2Config* cfg, int B, int T, int recompute, int zero_stage) {
+    build(model, cfg, B, T, recompute, zero_stage, 1);
+}
+
+void gpt2_build_forward_only(GPT2* model, const GPT2Config* cfg, int B, int T) {
+    build(model, cfg, B, T, 0, 0, 0);
 }
 
 void gpt2_free(GPT2* model) {
@@ -160,10 +176,14 @@ void gpt2_print_memory_plan(const GPT2* model) {
     printf("memory plan (B %d, T %d, recompute %d, %s attention):\n", model->B, model->T,
            model->recompute, attention_name());
     printf("  parameters   %10.1f MiB  (%zu x %zu bytes)\n", p->parameters / MiB, model->num_parameters, sizeof(floatX));
-    printf("  gradients    %10.1f MiB\n", p->gradients / MiB);
-    printf("  optimizer    %10.1f MiB  (AdamW m, v%s, fp32; %s)\n", p->optimizer / MiB,
-           has_master ? ", master weights" : "",
-           model->zero_stage == 1 ? "ZeRO 1: this rank's shard" : "all parameters");
+    if (model->training) {
+        printf("  gradients    %10.1f MiB\n", p->gradients / MiB);
+        printf("  optimizer    %10.1f MiB  (AdamW m, v%s, fp32; %s)\n", p->optimizer / MiB,
+               has_master ? ", master weights" : "",
+               model->zero_stage == 1 ? "ZeRO 1: this rank's shard" : "all parameters");
+    } else {
+        printf("  gradients and optimizer: none (forward only)\n");
+    }
     printf("  activations  %10.1f MiB  (of which attention state %.1f MiB)\n", p->activations / MiB,
            p->attention_state / MiB);
     printf("  staging      %10.1f MiB  (fp32 weights while they are loaded or gathered)\n", p->staging / MiB);

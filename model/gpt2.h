@@ -83,6 +83,7 @@ typedef struct {
     int B, T, recompute; // the largest batch the activations were allocated for
     int fwd_B, fwd_T;    // shape of the last forward, which the backward differentiates
     Activations acts;
+    int training;        // 0: built by gpt2_build_forward_only (no gradients, no optimizer state)
     MemoryPlan plan;
     float* host_losses;  // (B, T)
 } GPT2;
@@ -91,6 +92,11 @@ typedef struct {
 // rank of comm_world() (call comm_init first when there are several) with ZeRO stage 0 or 1. The
 // weights are not initialised: call gpt2_init_random or gpt2_set_weights.
 void gpt2_build(GPT2* model, const GPT2Config* cfg, int B, int T, int recompute, int zero_stage);
+// The same model for the forward only (generation, evaluation): parameters and activations, without
+// gradients and optimizer state (2 bytes per parameter in the BF16 build instead of 16, 4 in FP32
+// instead of 16, besides the fp32 staging while the weights load), so a card that cannot train a
+// model can still run it. One process, no recompute; backward and update must not be called.
+void gpt2_build_forward_only(GPT2* model, const GPT2Config* cfg, int B, int T);
 void gpt2_free(GPT2* model);
 // Prints where the memory goes (parameters, gradients, optimizer, activations by kind).
 void gpt2_print_memory_plan(const GPT2* model);

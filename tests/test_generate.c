@@ -42,7 +42,7 @@ static int is_argmax(const float* logits, int V, int got, double tolerance, doub
 
 static GPT2 build(const GPT2Config* cfg, const float* weights, int T) {
     GPT2 model;
-    gpt2_build(&model, cfg, 1, T, 0, 0);
+    gpt2_build_forward_only(&model, cfg, 1, T);
     gpt2_set_weights(&model, weights);
     return model;
 }
