@@ -69,6 +69,19 @@ mkdir -p "$tmp/corrupt"
 state=$(ls "$tmp/corrupt"/state_*.bin)
 head -c 100 "$state" > "$state.cut" && mv "$state.cut" "$state"
 expect_error "$(basename "$state")" "${small[@]}" -i "$train_bin" -o "$tmp/corrupt" -y 1
+# generation from a prompt
+gen=(-x 0 --vocab "$DATA/gpt2")
+printf 'Hi' > "$tmp/prompt.txt"
+: > "$tmp/empty.txt"
+expect_error "prompt is empty" "${gen[@]}" -e "$model" --prompt ""
+expect_error "empty.txt is empty" "${gen[@]}" -e "$model" --prompt-file "$tmp/empty.txt"
+expect_error "missing.txt" "${gen[@]}" -e "$model" --prompt-file "$tmp/missing.txt"
+expect_error "no_such_model.bin" "${gen[@]}" -e "$tmp/no_such_model.bin" --prompt "Hi"
+expect_error "has none" "${gen[@]}" -o "$tmp/empty_dir" --prompt "Hi"
+expect_error "maximum sequence length of 32" "${gen[@]}" -e "$model" --prompt "$(printf 'word %.0s' $(seq 40))"
+expect_error "use -x 0" -x 5 --vocab "$DATA/gpt2" -e "$model" --prompt "Hi"
+expect_error "not both" "${gen[@]}" -e "$model" --prompt "Hi" --prompt-file "$tmp/prompt.txt"
+expect_error "encoder.json" -x 0 -e "$model" --prompt "Hi" --vocab "$tmp"
 # several processes of the CPU build, which runs one
 RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 GPT_RUN_ID=t expect_error "one process only" "${small[@]}" -i "$train_bin" -o "$tmp/o"
 
