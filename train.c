@@ -671,7 +671,8 @@ static char* read_prompt(const Options* o, size_t* len) {
 static int generate_from_prompt(const Options* o, const DistEnv* env) {
     if (o->prompt && o->prompt_file) fatal("give either --prompt or --prompt-file, not both");
     if (o->max_steps > 0) fatal("--prompt generates text without training: use -x 0");
-    if (env->world > 1) fatal("--prompt runs in one process: start it without a launcher (WORLD_SIZE is %d)", env->world);
+    if (env->world > 1)
+        fatal("--prompt runs in one process: start it without a launcher (WORLD_SIZE is %d)", env->world);
     size_t text_len;
     char* text = read_prompt(o, &text_len);
 
@@ -680,7 +681,9 @@ static int generate_from_prompt(const Options* o, const DistEnv* env) {
     GPT2Config probe;
     if (gpt2_preset(o->model, &probe)) { // no model file given: the newest one in -o
         long long step = checkpoint_latest_step(o->out_dir, -1);
-        if (step < 0) fatal("--prompt needs a trained model: give -e FILE, or -o DIR holding a model file (%s has none)", o->out_dir);
+        if (step < 0)
+            fatal("--prompt needs a trained model: give -e FILE, or -o DIR holding a model file (%s has none)",
+                  o->out_dir);
         checkpoint_model_path(path, sizeof path, o->out_dir, step);
         from_file.model = path;
     }
@@ -705,7 +708,8 @@ static int generate_from_prompt(const Options* o, const DistEnv* env) {
     // Setup messages (memory plan, backend) go to stderr.
     fflush(stdout);
     int saved_stdout = dup(STDOUT_FILENO);
-    if (saved_stdout < 0 || dup2(STDERR_FILENO, STDOUT_FILENO) < 0) fatal("cannot redirect stdout: %s", strerror(errno));
+    if (saved_stdout < 0 || dup2(STDERR_FILENO, STDOUT_FILENO) < 0)
+        fatal("cannot redirect stdout: %s", strerror(errno));
     backend_init(env->local_rank);
     comm_init(0, 1, o->out_dir, o->nccl_timeout);
     GPT2 model;
