@@ -40,7 +40,7 @@ OBJ = $(BUILD)/obj
 CONFIG_STAMP = $(OBJ)/config-$(ATTN)-$(PRECISION)-nccl$(NCCL).stamp
 
 COMMON_SRC = common/util.c common/config_file.c model/config.c
-DATA_SRC = data/tokenfile.c data/dataloader.c data/tokenizer.c
+DATA_SRC = data/tokenfile.c data/dataloader.c data/tokenizer.c data/jsonl.c
 CKPT_SRC = $(wildcard checkpoints/*.c)
 MODEL_SRC = model/gpt2.c model/generate.c model/fit.c
 CPU_KERNEL_SRC = $(wildcard kernels/cpu/*.c)
@@ -73,13 +73,14 @@ $(BUILD)/prepare_data: $(call cpu_obj,data/prepare_data.c $(LIB_SRC))
 # ---- tests -------------------------------------------------------------------------------
 # Each test links only the parts it tests, so parts can be built and tested on their own.
 TEST_BIN = $(BUILD)/tests
-CPU_TESTS = test_kernels_cpu test_attention_cpu test_tokenizer test_data test_checkpoint test_dist test_memory_fit
+CPU_TESTS = test_kernels_cpu test_attention_cpu test_tokenizer test_jsonl test_data test_checkpoint test_dist test_memory_fit
 TEST_BASE = tests/testutil.c $(COMMON_SRC)
 LAYER_SRC = $(filter-out kernels/cpu/attention%,$(CPU_KERNEL_SRC))
 ATTN_SRC = $(filter kernels/cpu/attention%,$(CPU_KERNEL_SRC))
 test_kernels_cpu_SRC = $(LAYER_SRC)
 test_attention_cpu_SRC = $(ATTN_SRC)
-test_tokenizer_SRC = data/tokenizer.c
+test_tokenizer_SRC = data/tokenizer.c data/jsonl.c
+test_jsonl_SRC = data/jsonl.c
 test_data_SRC = data/tokenfile.c data/dataloader.c checkpoints/atomic_file.c
 test_checkpoint_SRC = data/tokenfile.c data/dataloader.c $(CKPT_SRC)
 test_dist_SRC = common/dist.c checkpoints/atomic_file.c
@@ -104,13 +105,14 @@ $(BUILD)/san/train_gpt_cpu $(BUILD)/san/prepare_data: $(wildcard *.c */*.c */*/*
 	@mkdir -p $(BUILD)/san
 	clang -std=gnu11 $(WARN) -I. -I$(STB_INCLUDE) -I$(CUDA_HOME)/include $(ATTN_DEF) $(SAN_FLAGS) -fopenmp \
 	    train.c $(MODEL_SRC) $(CPU_KERNEL_SRC) $(LIB_SRC) $(LDLIBS_CPU) -o $(BUILD)/san/train_gpt_cpu
-	clang -std=gnu11 $(WARN) -I. -I$(STB_INCLUDE) $(SAN_FLAGS) \
+	clang -std=gnu11 $(WARN) -I. -I$(STB_INCLUDE) $(SAN_FLAGS) -fopenmp \
 	    data/prepare_data.c $(LIB_SRC) $(LDLIBS_CPU) -o $(BUILD)/san/prepare_data
 
-FUZZERS = fuzz_tokenfile fuzz_modelfile fuzz_tokenizer
+FUZZERS = fuzz_tokenfile fuzz_modelfile fuzz_tokenizer fuzz_jsonl
 fuzz_tokenfile_SRC = data/tokenfile.c checkpoints/atomic_file.c
 fuzz_modelfile_SRC = data/tokenfile.c data/dataloader.c $(CKPT_SRC)
-fuzz_tokenizer_SRC = data/tokenizer.c
+fuzz_tokenizer_SRC = data/tokenizer.c data/jsonl.c
+fuzz_jsonl_SRC = data/jsonl.c
 $(BUILD)/fuzz/%: tests/%.c $$($$*_SRC) $(COMMON_SRC) $(wildcard */*.h)
 	@mkdir -p $(BUILD)/fuzz
 	clang -std=gnu11 $(WARN) -I. -I$(STB_INCLUDE) -fsanitize=fuzzer,address,undefined -g -O1 \

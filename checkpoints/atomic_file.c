@@ -12,9 +12,8 @@
 
 // Removes the temporary file and exits; the previous file at the final path is left untouched.
 static void __attribute__((noreturn)) abandon(AtomicFile* af, const char* what, int error) {
-    if (af->f) fclose(af->f);
-    af->f = NULL;
-    unlink(af->tmp_path);
+    atomic_discard(af);
+    unlink(af->tmp_path); // also when the file was already closed (a failed close)
     fatal("cannot write %s: %s: %s", af->final_path, what, strerror(error));
 }
 
@@ -35,6 +34,17 @@ void atomic_open(AtomicFile* af, const char* path) {
 
 void atomic_write(AtomicFile* af, const void* src, size_t bytes) {
     if (fwrite(src, 1, bytes, af->f) != bytes) abandon(af, "write failed", errno);
+}
+
+void atomic_discard(AtomicFile* af) {
+    if (!af->f) return; // committed, or already removed
+    fclose(af->f);
+    af->f = NULL;
+    unlink(af->tmp_path);
+}
+
+void atomic_seek(AtomicFile* af, long long offset) {
+    if (fseeko(af->f, (off_t)offset, SEEK_SET) != 0) abandon(af, "seek failed", errno);
 }
 
 void atomic_commit(AtomicFile* af) {

@@ -25,9 +25,15 @@ typedef struct {
 void atomic_open(AtomicFile* af, const char* path);
 // Writes bytes; on failure removes the temporary file and exits naming the path.
 void atomic_write(AtomicFile* af, const void* src, size_t bytes);
+// Moves the write position to offset bytes from the start (to fill in a header written last); on
+// failure removes the temporary file and exits naming the path.
+void atomic_seek(AtomicFile* af, long long offset);
 // fflush + fsync + close + rename (+ fsync of the directory); on failure removes the temporary file
 // and exits naming the path.
 void atomic_commit(AtomicFile* af);
+// Closes and removes the temporary file, leaving the final path untouched: for a write given up
+// because of a problem elsewhere. Harmless after a commit or a failure (nothing left to remove).
+void atomic_discard(AtomicFile* af);
 
 // ---- model file --------------------------------------------------------------------------
 // Header of 256 int32: [0] 20240326, [1] 3 (fp32) or 5 (bf16), [2] maxT, [3] V, [4] L, [5] NH,

@@ -1,8 +1,14 @@
-// prepare_data: encodes text files with GPT-2's tokenizer into llm.c token files, split into a
-// validation part (the first N tokens) and a training part. See usage() for the options.
-#define _GNU_SOURCE // memmem
+// prepare_data: encodes text files, JSONL files or standard input with GPT-2's tokenizer into llm.c
+// token files: a validation part (the first N tokens) and a training part, or llm.c-named shards.
+// See usage() for the options.
+//
+// Real corpora are far larger than memory, so the input is streamed: documents are read into a
+// batch, the batch is encoded on every core (each thread with its own tokenizer cache), and its
+// tokens are appended in input order to the output files, which are written atomically.
+#define _GNU_SOURCE // memmem, getline
 #include <errno.h>
 #include <getopt.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,57 +17,77 @@
 #include <stb_ds.h>
 
 #include "common/util.h"
+#include "data/jsonl.h"
 #include "data/tokenfile.h"
 #include "data/tokenizer.h"
 
+// Empties an stb_ds array and keeps its memory (arrsetlen(a, 0) trips gcc's -Wtype-limits).
+#define arrclear(a) ((a) ? (void)(stbds_header(a)->length = 0) : (void)0)
+
 #define END_OF_TEXT 50256 // GPT-2's <|endoftext|>, which starts every document
+
+// A batch is encoded when it holds this much text or this many documents: large enough to keep
+// every core busy with documents of a few KB, small enough to stay a small part of memory.
+#define BATCH_BYTES ((size_t)16 << 20)
+#define BATCH_DOCUMENTS 65536
+#define SKIPPED_LINES_SHOWN 10 // --skip-bad-lines names this many skipped lines, then only counts
 
 static void usage(FILE* out) {
     fprintf(out,
-            "usage: prepare_data --vocab DIR -o PREFIX [--sections] [--val-tokens N] FILE...\n"
-            "Encodes the FILEs with GPT-2's BPE into PREFIX_train.bin and PREFIX_val.bin (llm.c token files).\n"
+            "usage: prepare_data --vocab DIR -o PREFIX [options] FILE...\n"
+            "Encodes the FILEs (\"-\" is standard input) with GPT-2's BPE into llm.c token files:\n"
+            "PREFIX_train.bin (and PREFIX_val.bin with --val-tokens), or shards with --shard-tokens.\n"
             "  --vocab DIR          directory holding encoder.json and vocab.bpe (required)\n"
-            "  -o, --output PREFIX  where to write PREFIX_train.bin and PREFIX_val.bin (required)\n"
-            "  --sections           split each file on blank lines (\"\\n\\n\"): each section is a document,\n"
-            "                       and every section but a file's last keeps its \"\\n\\n\"\n"
-            "                       (default: each file is one document)\n"
+            "  -o, --output PREFIX  the output files' path and name up to \"_train.bin\" (required)\n"
+            "  --format FORMAT      text: each input is one document; jsonl: one JSON object per line,\n"
+            "                       each a document (default: jsonl for names ending in .jsonl, else text)\n"
+            "  --text-field NAME    the JSONL field holding the text (default \"text\")\n"
+            "  --skip-bad-lines     skip a malformed JSONL line (counted in the summary) instead of\n"
+            "                       stopping with its file, line and problem\n"
+            "  --sections           split each text input on blank lines (\"\\n\\n\"): each section is a\n"
+            "                       document, and every section but an input's last keeps its \"\\n\\n\"\n"
             "  --val-tokens N       the first N tokens go to PREFIX_val.bin, the rest to PREFIX_train.bin\n"
             "                       (default 0: no validation file)\n"
+            "  --shard-tokens N     write shards of exactly N tokens (the last may be shorter), named as\n"
+            "                       llm.c's fineweb.py does: PREFIX_val_000000.bin (the first shard is\n"
+            "                       validation), PREFIX_train_000001.bin, ...\n"
             "  -h, --help           show this help\n"
-            "Every document is prefixed by <|endoftext|> (id 50256).\n");
+            "Every document is prefixed by <|endoftext|> (id 50256). Documents are encoded on every core\n"
+            "(OMP_NUM_THREADS to choose); the output is the same for any number of threads.\n"
+            "Example: zcat docs.jsonl.gz | prepare_data --vocab data/gpt2 --format jsonl \\\n"
+            "             --shard-tokens 100000000 -o fineweb/fineweb -\n");
 }
 
-static char* read_whole_file(const char* path, size_t* len) {
-    *len = (size_t)file_size(path);
-    char* text = xmalloc(*len, path);
-    FILE* f = xfopen(path, "rb");
-    xfread(text, 1, *len, f, path);
-    fclose(f);
-    return text;
-}
+enum { FORMAT_AUTO, FORMAT_TEXT, FORMAT_JSONL };
 
-// Appends <|endoftext|> and the tokens of one document to *tokens (an stb_ds array).
-static void encode_document(const Tokenizer* tok, const char* text, size_t len, uint16_t** tokens) {
-    size_t count;
-    int* ids = tokenizer_encode(tok, text, len, &count);
-    arrput(*tokens, END_OF_TEXT);
-    uint16_t* dst = arraddnptr(*tokens, count);
-    for (size_t i = 0; i < count; i++) dst[i] = (uint16_t)ids[i]; // ids < vocab size <= 65536
-    free(ids);
-}
+typedef struct {
+    int format;
+    int sections;
+} InputOptions;
 
-// tinyshakespeare's recipe: the text split on "\n\n" as Python's str.split does; every section but
-// the last gets its "\n\n" back before encoding.
-static void encode_sections(const Tokenizer* tok, const char* text, size_t len, uint16_t** tokens) {
-    size_t start = 0;
-    for (;;) {
-        const char* sep = memmem(text + start, len - start, "\n\n", 2);
-        if (!sep) break;
-        size_t end = (size_t)(sep - text) + 2;
-        encode_document(tok, text + start, end - start, tokens);
-        start = end;
-    }
-    encode_document(tok, text + start, len - start, tokens);
+// ---- output -------------------------------------------------------------------------------------
+
+// Where the tokens go, in input order. Unsharded: the first val_tokens to `val`, the rest to
+// `train`, both committed only at the end (so that a run that fails leaves no output). Sharded:
+// `shard` fills up to shard_tokens and is committed, then the next one starts.
+typedef struct {
+    const char* prefix;
+    long long val_tokens;
+    long long shard_tokens; // 0: not sharded
+    TokenFileWriter* val;
+    TokenFileWriter* train;
+    TokenFileWriter* shard;
+    int shard_index;
+    size_t total;
+} Output;
+
+// Static for remove_unfinished_outputs, which runs at exit: fatal() exits from anywhere.
+static Output out;
+
+static void remove_unfinished_outputs(void) {
+    TokenFileWriter** open[] = {&out.val, &out.train, &out.shard};
+    for (size_t i = 0; i < sizeof(open) / sizeof(open[0]); i++)
+        if (*open[i]) tokenfile_discard(*open[i]), *open[i] = NULL;
 }
 
 static char* output_path(const char* prefix, const char* suffix) {
@@ -71,31 +97,262 @@ static char* output_path(const char* prefix, const char* suffix) {
     return path;
 }
 
+static char* shard_path(int index) {
+    char suffix[32];
+    snprintf(suffix, sizeof(suffix), "_%s_%06d.bin", index == 0 ? "val" : "train", index);
+    return output_path(out.prefix, suffix);
+}
+
+static void output_start(void) {
+    atexit(remove_unfinished_outputs);
+    if (out.shard_tokens > 0) return; // shards start when their first token arrives
+    char* path = output_path(out.prefix, "_train.bin");
+    out.train = tokenfile_begin(path);
+    free(path);
+    if (out.val_tokens > 0) {
+        path = output_path(out.prefix, "_val.bin");
+        out.val = tokenfile_begin(path);
+        free(path);
+    }
+}
+
+// Commits the shard being filled and names it (as progress: a corpus takes a while).
+static void finish_shard(void) {
+    size_t n = tokenfile_count(out.shard);
+    tokenfile_finish(out.shard);
+    out.shard = NULL;
+    char* path = shard_path(out.shard_index++);
+    printf("wrote %s (%zu tokens)\n", path, n);
+    fflush(stdout);
+    free(path);
+}
+
+static void output_put(const uint16_t* tokens, size_t n) {
+    out.total += n;
+    while (n > 0) {
+        TokenFileWriter* w;
+        size_t room;
+        if (out.shard_tokens > 0) {
+            if (!out.shard) {
+                char* path = shard_path(out.shard_index);
+                out.shard = tokenfile_begin(path);
+                free(path);
+            }
+            w = out.shard;
+            room = (size_t)out.shard_tokens - tokenfile_count(w);
+        } else if (out.val && tokenfile_count(out.val) < (size_t)out.val_tokens) {
+            w = out.val;
+            room = (size_t)out.val_tokens - tokenfile_count(w);
+        } else {
+            w = out.train;
+            room = n;
+        }
+        size_t take = n < room ? n : room;
+        tokenfile_append(w, tokens, take);
+        tokens += take, n -= take;
+        if (w == out.shard && tokenfile_count(w) == (size_t)out.shard_tokens) finish_shard();
+    }
+}
+
+static void output_finish(void) {
+    if (out.shard_tokens > 0) {
+        if (out.shard) finish_shard(); // the last shard, shorter than the others
+        return;
+    }
+    if ((unsigned long long)out.val_tokens >= out.total)
+        fatal("--val-tokens %lld leaves no training tokens: the input gives only %zu tokens",
+              out.val_tokens, out.total);
+    char* val_path = output_path(out.prefix, "_val.bin");
+    char* train_path = output_path(out.prefix, "_train.bin");
+    if (out.val) {
+        tokenfile_finish(out.val);
+        out.val = NULL;
+        printf("wrote %s\n", val_path);
+    }
+    tokenfile_finish(out.train);
+    out.train = NULL;
+    printf("wrote %s\n", train_path);
+    free(train_path);
+    free(val_path);
+}
+
+// ---- encoding -----------------------------------------------------------------------------------
+
+// Items read but not yet encoded, back to back in `bytes`, item i ending at end[i]: a plain-text
+// document (line[i] 0), or a JSONL line (line[i] its number in input source[i]) whose text field is
+// decoded in parallel too, so that one thread reading stays a small part of the work.
+typedef struct {
+    char* bytes;          // stb_ds arrays, one entry per item but bytes
+    size_t* end;
+    long long* line;
+    const char** source;
+    const Tokenizer* tok;
+    const char* text_field;
+    int skip_bad_lines;
+    TokenizerCache** caches; // one per thread
+    uint16_t* tokens;        // stb_ds: the batch's tokens in input order, reused
+    long long documents;     // encoded so far
+    long long skipped;       // JSONL lines skipped (--skip-bad-lines)
+    size_t bytes_read;       // so far
+} Encoder;
+
+// Encodes item i with the calling thread's cache. For a JSONL line that is refused, returns NULL
+// with the problem in *error (malloc'd).
+static int* encode_item(const Encoder* e, TokenizerCache* cache, size_t i, size_t* count, char** error) {
+    size_t start = i == 0 ? 0 : e->end[i - 1], len = e->end[i] - start;
+    const char* item = e->bytes + start;
+    if (e->line[i] == 0) return tokenizer_encode_cached(e->tok, cache, item, len, count);
+    char* text = xmalloc(len + 1, "decoded JSONL text"); // room enough: decoding never lengthens
+    char err[256];
+    size_t text_len;
+    int* ids = NULL;
+    if (jsonl_string_field(item, len, e->text_field, text, &text_len, err, sizeof(err)) == 0)
+        ids = tokenizer_encode_cached(e->tok, cache, text, text_len, count);
+    else
+        *error = strcpy(xmalloc(strlen(err) + 1, "message"), err);
+    free(text);
+    return ids;
+}
+
+// Encodes the batch, items in parallel, and appends its tokens in input order; a refused JSONL line
+// stops the run (or is skipped) when its turn comes, so the first bad line is the one named.
+static void encode_batch(Encoder* e) {
+    size_t n = arrlenu(e->end);
+    if (n == 0) return;
+    int** ids = xmalloc(n * sizeof(int*), "batch tokens");
+    size_t* counts = xmalloc(n * sizeof(size_t), "batch token counts");
+    char** errors = xcalloc(n, sizeof(char*), "batch errors");
+#pragma omp parallel
+    {
+        TokenizerCache* cache = e->caches[omp_get_thread_num()];
+        // Dynamic: documents differ in length by orders of magnitude.
+#pragma omp for schedule(dynamic, 1)
+        for (size_t i = 0; i < n; i++) ids[i] = encode_item(e, cache, i, &counts[i], &errors[i]);
+    }
+    arrclear(e->tokens);
+    for (size_t i = 0; i < n; i++) {
+        if (errors[i]) {
+            if (!e->skip_bad_lines)
+                fatal("%s line %lld: %s (--skip-bad-lines skips such lines)", e->source[i], e->line[i],
+                      errors[i]);
+            if (++e->skipped <= SKIPPED_LINES_SHOWN)
+                fprintf(stderr, "skipped %s line %lld: %s\n", e->source[i], e->line[i], errors[i]);
+            free(errors[i]);
+            continue;
+        }
+        arrput(e->tokens, END_OF_TEXT);
+        uint16_t* dst = arraddnptr(e->tokens, counts[i]);
+        for (size_t j = 0; j < counts[i]; j++) dst[j] = (uint16_t)ids[i][j]; // ids < vocab size <= 65536
+        free(ids[i]);
+        e->documents++;
+    }
+    output_put(e->tokens, arrlenu(e->tokens));
+    e->bytes_read += arrlenu(e->bytes);
+    arrclear(e->bytes);
+    arrclear(e->end);
+    arrclear(e->line);
+    arrclear(e->source);
+    free(errors);
+    free(counts);
+    free(ids);
+}
+
+// Appends an item (see Encoder); encodes the batch once it is full.
+static void add_item(Encoder* e, const char* bytes, size_t len, const char* source, long long line) {
+    memcpy(arraddnptr(e->bytes, len), bytes, len);
+    arrput(e->end, arrlenu(e->bytes));
+    arrput(e->line, line);
+    arrput(e->source, source);
+    if (arrlenu(e->bytes) >= BATCH_BYTES || arrlen(e->end) >= BATCH_DOCUMENTS) encode_batch(e);
+}
+
+// ---- inputs -------------------------------------------------------------------------------------
+
+static void check_read(FILE* f, const char* name) {
+    if (ferror(f)) fatal("%s: read error: %s", name, strerror(errno));
+}
+
+// A text input: one document, or one per section with --sections (tinyshakespeare's recipe: the
+// text split on "\n\n" as Python's str.split does; every section but the last gets its "\n\n" back).
+static void read_text(Encoder* e, FILE* f, const char* name, int sections) {
+    char* text = NULL; // stb_ds
+    size_t chunk = (size_t)1 << 20, got;
+    do {
+        char* dst = arraddnptr(text, chunk);
+        got = fread(dst, 1, chunk, f);
+        arrsetlen(text, arrlenu(text) - chunk + got);
+    } while (got > 0);
+    check_read(f, name);
+    size_t len = arrlenu(text), start = 0;
+    const char* sep;
+    while (sections && (sep = memmem(text + start, len - start, "\n\n", 2))) {
+        size_t end = (size_t)(sep - text) + 2;
+        add_item(e, text + start, end - start, name, 0);
+        start = end;
+    }
+    add_item(e, text + start, len - start, name, 0);
+    arrfree(text);
+}
+
+// A JSONL input: its lines, without their "\n", are decoded with the batch.
+static void read_jsonl(Encoder* e, FILE* f, const char* name) {
+    char* line = NULL;
+    size_t capacity = 0;
+    ssize_t got;
+    long long line_number = 0;
+    while ((got = getline(&line, &capacity, f)) != -1) {
+        size_t len = (size_t)got;
+        if (len > 0 && line[len - 1] == '\n') len--;
+        add_item(e, line, len, name, ++line_number);
+    }
+    check_read(f, name);
+    free(line);
+}
+
+static int ends_with(const char* s, const char* suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+// Reads one input ("-" is standard input) into the encoder.
+static void read_input(Encoder* e, const char* path, const InputOptions* in) {
+    int is_stdin = strcmp(path, "-") == 0;
+    const char* name = is_stdin ? "standard input" : path;
+    int format = in->format != FORMAT_AUTO ? in->format : ends_with(path, ".jsonl") ? FORMAT_JSONL : FORMAT_TEXT;
+    FILE* f = is_stdin ? stdin : xfopen(path, "rb");
+    if (format == FORMAT_JSONL) read_jsonl(e, f, name);
+    else read_text(e, f, name, in->sections);
+    if (!is_stdin) fclose(f);
+}
+
 int main(int argc, char** argv) {
     const char* vocab_dir = NULL;
-    const char* prefix = NULL;
-    int sections = 0;
-    long long val_tokens = 0;
+    InputOptions in = {FORMAT_AUTO, 0};
+    const char* text_field = "text";
+    int skip_bad_lines = 0;
     static const struct option options[] = {
-        {"vocab", required_argument, NULL, 'V'},   {"output", required_argument, NULL, 'o'},
-        {"sections", no_argument, NULL, 'S'},      {"val-tokens", required_argument, NULL, 'N'},
-        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+        {"vocab", required_argument, NULL, 'V'},      {"output", required_argument, NULL, 'o'},
+        {"sections", no_argument, NULL, 'S'},         {"val-tokens", required_argument, NULL, 'N'},
+        {"format", required_argument, NULL, 'F'},     {"text-field", required_argument, NULL, 'T'},
+        {"skip-bad-lines", no_argument, NULL, 'K'},   {"shard-tokens", required_argument, NULL, 'D'},
+        {"help", no_argument, NULL, 'h'},             {NULL, 0, NULL, 0},
     };
     opterr = 0; // report bad options ourselves, in one message
     int c;
     while ((c = getopt_long(argc, argv, ":o:h", options, NULL)) != -1) {
         switch (c) {
         case 'V': vocab_dir = optarg; break;
-        case 'o': prefix = optarg; break;
-        case 'S': sections = 1; break;
-        case 'N': {
-            char* end;
-            errno = 0;
-            val_tokens = strtoll(optarg, &end, 10);
-            if (errno || end == optarg || *end != '\0' || val_tokens < 0)
-                fatal("--val-tokens needs a non-negative integer, got '%s'", optarg);
+        case 'o': out.prefix = optarg; break;
+        case 'S': in.sections = 1; break;
+        case 'N': out.val_tokens = parse_int_option(optarg, "--val-tokens", 0, INT32_MAX); break;
+        case 'D': out.shard_tokens = parse_int_option(optarg, "--shard-tokens", 1, INT32_MAX); break;
+        case 'T': text_field = optarg; break;
+        case 'K': skip_bad_lines = 1; break;
+        case 'F':
+            if (strcmp(optarg, "text") == 0) in.format = FORMAT_TEXT;
+            else if (strcmp(optarg, "jsonl") == 0) in.format = FORMAT_JSONL;
+            else fatal("--format must be text or jsonl, not '%s'", optarg);
             break;
-        }
         case 'h': usage(stdout); return 0;
         case ':': fatal("option %s needs a value (see --help)", argv[optind - 1]);
         default:
@@ -104,8 +361,13 @@ int main(int argc, char** argv) {
         }
     }
     if (!vocab_dir) fatal("missing --vocab DIR (the directory with encoder.json and vocab.bpe; see --help)");
-    if (!prefix) fatal("missing -o PREFIX (see --help)");
+    if (!out.prefix) fatal("missing -o PREFIX (see --help)");
     if (optind >= argc) fatal("no input FILE given (see --help)");
+    if (out.shard_tokens > 0 && out.val_tokens > 0)
+        fatal("--val-tokens and --shard-tokens exclude each other: with shards the first shard is validation");
+    int stdin_inputs = 0;
+    for (int i = optind; i < argc; i++) stdin_inputs += strcmp(argv[i], "-") == 0;
+    if (stdin_inputs > 1) fatal("standard input (\"-\") is given %d times; it can be read only once", stdin_inputs);
 
     double t0 = wall_seconds();
     Tokenizer* tok = tokenizer_load(vocab_dir);
@@ -116,34 +378,33 @@ int main(int argc, char** argv) {
     if (tokenizer_vocab_size(tok) > 65536)
         fatal("%s: %d tokens do not fit the token file's 16-bit ids", vocab_dir, tokenizer_vocab_size(tok));
 
-    uint16_t* tokens = NULL;
-    size_t total_bytes = 0;
-    for (int i = optind; i < argc; i++) {
-        size_t len;
-        char* text = read_whole_file(argv[i], &len);
-        if (sections) encode_sections(tok, text, len, &tokens);
-        else encode_document(tok, text, len, &tokens);
-        total_bytes += len;
-        free(text);
-    }
-    size_t ntokens = arrlenu(tokens);
-    if ((unsigned long long)val_tokens >= ntokens)
-        fatal("--val-tokens %lld leaves no training tokens: the input gives only %zu tokens", val_tokens,
-              ntokens);
+    int threads = omp_get_max_threads();
+    Encoder e = {.tok = tok, .text_field = text_field, .skip_bad_lines = skip_bad_lines,
+                 .caches = xmalloc((size_t)threads * sizeof(TokenizerCache*), "caches")};
+    for (int t = 0; t < threads; t++) e.caches[t] = tokenizer_cache_new();
+    output_start();
+    for (int i = optind; i < argc; i++) read_input(&e, argv[i], &in);
+    encode_batch(&e);
+    if (out.total == 0) fatal("the input holds no documents: nothing to write");
+    output_finish();
 
-    char* val_path = output_path(prefix, "_val.bin");
-    char* train_path = output_path(prefix, "_train.bin");
-    if (val_tokens > 0) tokenfile_write(val_path, tokens, (size_t)val_tokens);
-    tokenfile_write(train_path, tokens + val_tokens, ntokens - (size_t)val_tokens);
-    printf("prepare_data: %d file(s), %zu bytes -> %zu tokens (%lld val, %zu train) in %.2f s\n",
-           argc - optind, total_bytes, ntokens, val_tokens, ntokens - (size_t)val_tokens,
-           wall_seconds() - t0);
-    if (val_tokens > 0) printf("wrote %s\n", val_path);
-    printf("wrote %s\n", train_path);
+    double seconds = wall_seconds() - t0;
+    size_t val = out.shard_tokens > 0 ? 0 : (size_t)out.val_tokens;
+    printf("prepare_data: %d input(s), %lld documents, %zu bytes -> %zu tokens", argc - optind,
+           e.documents, e.bytes_read, out.total);
+    if (out.shard_tokens > 0) printf(" in %d shard(s)", out.shard_index);
+    else printf(" (%zu val, %zu train)", val, out.total - val);
+    printf(" in %.2f s (%.0f tokens/s on %d thread(s))", seconds, out.total / seconds, threads);
+    if (e.skipped) printf("; skipped %lld bad line(s)", e.skipped);
+    printf("\n");
 
-    free(train_path);
-    free(val_path);
-    arrfree(tokens);
+    for (int t = 0; t < threads; t++) tokenizer_cache_free(e.caches[t]);
+    free(e.caches);
+    arrfree(e.bytes);
+    arrfree(e.end);
+    arrfree(e.line);
+    arrfree(e.source);
+    arrfree(e.tokens);
     tokenizer_free(tok);
     return 0;
 }

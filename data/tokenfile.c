@@ -1,6 +1,7 @@
 #include "tokenfile.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../checkpoints/checkpoint.h"
@@ -72,14 +73,47 @@ uint16_t* tokenfile_read(const char* path, int vocab_size, size_t* ntokens) {
     return tokens;
 }
 
-void tokenfile_write(const char* path, const uint16_t* tokens, size_t ntokens) {
-    if (ntokens > INT32_MAX)
-        fatal("%s: %zu tokens do not fit in one token file (at most %d); split them into shards",
-              path, ntokens, INT32_MAX);
-    int32_t header[TOKENFILE_HEADER_INTS] = {TOKENFILE_MAGIC, TOKENFILE_VERSION, (int32_t)ntokens};
+struct TokenFileWriter {
     AtomicFile af;
-    atomic_open(&af, path);
-    atomic_write(&af, header, sizeof(header));
-    atomic_write(&af, tokens, ntokens * sizeof(uint16_t));
-    atomic_commit(&af);
+    size_t ntokens;
+};
+
+TokenFileWriter* tokenfile_begin(const char* path) {
+    TokenFileWriter* w = xcalloc(1, sizeof(TokenFileWriter), path);
+    atomic_open(&w->af, path);
+    int32_t placeholder[TOKENFILE_HEADER_INTS] = {0}; // overwritten by tokenfile_finish
+    atomic_write(&w->af, placeholder, sizeof(placeholder));
+    return w;
+}
+
+void tokenfile_append(TokenFileWriter* w, const uint16_t* tokens, size_t n) {
+    if (n > (size_t)INT32_MAX - w->ntokens) {
+        const char* path = w->af.final_path;
+        atomic_discard(&w->af);
+        fatal("%s: more than %d tokens do not fit in one token file; split them into shards", path,
+              INT32_MAX);
+    }
+    atomic_write(&w->af, tokens, n * sizeof(uint16_t));
+    w->ntokens += n;
+}
+
+size_t tokenfile_count(const TokenFileWriter* w) { return w->ntokens; }
+
+void tokenfile_finish(TokenFileWriter* w) {
+    int32_t header[TOKENFILE_HEADER_INTS] = {TOKENFILE_MAGIC, TOKENFILE_VERSION, (int32_t)w->ntokens};
+    atomic_seek(&w->af, 0);
+    atomic_write(&w->af, header, sizeof(header));
+    atomic_commit(&w->af);
+    free(w);
+}
+
+void tokenfile_discard(TokenFileWriter* w) {
+    atomic_discard(&w->af);
+    free(w);
+}
+
+void tokenfile_write(const char* path, const uint16_t* tokens, size_t ntokens) {
+    TokenFileWriter* w = tokenfile_begin(path);
+    tokenfile_append(w, tokens, ntokens);
+    tokenfile_finish(w);
 }

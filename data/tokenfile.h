@@ -29,6 +29,16 @@ uint16_t* tokenfile_read(const char* path, int vocab_size, size_t* ntokens);
 // Exits naming the path if it cannot, leaving any previous file at path untouched.
 void tokenfile_write(const char* path, const uint16_t* tokens, size_t ntokens);
 
+// The same, written piece by piece, so that a file larger than memory can be written: the tokens
+// go to the temporary file as they are appended and the header is filled in by tokenfile_finish.
+// Appending beyond the format's limit of 2^31 - 1 tokens exits naming the path.
+typedef struct TokenFileWriter TokenFileWriter;
+TokenFileWriter* tokenfile_begin(const char* path);
+void tokenfile_append(TokenFileWriter* w, const uint16_t* tokens, size_t n);
+size_t tokenfile_count(const TokenFileWriter* w); // tokens appended so far
+void tokenfile_finish(TokenFileWriter* w);         // header, commit (rename), free
+void tokenfile_discard(TokenFileWriter* w);        // removes the temporary file, frees
+
 #ifdef __cplusplus
 }
 #endif

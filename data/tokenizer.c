@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "common/util.h"
+#include "data/jsonl.h" // utf8_encode
 #include "data/unicode_tables.h"
 
 // Empties an stb_ds array and keeps its memory (arrsetlen(a, 0) trips gcc's -Wtype-limits).
@@ -31,13 +32,13 @@ typedef struct { char* key; int value; } VocabEntry; // mapped token string -> i
 typedef struct { int rank; int merged; } Merge;
 typedef struct { uint64_t key; Merge value; } MergeEntry; // (left id << 32 | right id) -> merge
 
-typedef struct { size_t start; size_t count; } CachedPiece; // a run of PieceCache.tokens
+typedef struct { size_t start; size_t count; } CachedPiece; // a run of TokenizerCache.tokens
 typedef struct { char* key; CachedPiece value; } CacheEntry; // mapped piece string -> its tokens
-typedef struct {
+struct TokenizerCache {
     CacheEntry* map;
     int* tokens;  // stb_ds array holding the tokens of every cached piece
     size_t bytes; // size of the keys and tokens held, compared with PIECE_CACHE_LIMIT_BYTES
-} PieceCache;
+};
 
 struct Tokenizer {
     int vocab_size;
@@ -45,10 +46,8 @@ struct Tokenizer {
     size_t* token_offset;  // token id is token_bytes[token_offset[id] .. token_offset[id + 1])
     int byte_token[256];   // id of the token that is this single byte
     char byte_key[256][3]; // NUL-terminated UTF-8 of the code point that spells this byte
-    MergeEntry* merges;
-    // Encoding memoises pieces here. It is the one thing encoding changes, so a Tokenizer must not
-    // encode on two threads at once.
-    PieceCache* cache;
+    MergeEntry* merges; // read only after loading: encoding looks up with hmgeti_ts
+    TokenizerCache* cache; // tokenizer_encode's cache; threads bring their own
 };
 
 // ---- loading ----------------------------------------------------------------------------------
@@ -62,30 +61,6 @@ static uint32_t byte_to_code_point(int b) {
     uint32_t cp = 256;
     for (int i = 0; i < b; i++) cp += !byte_is_printable(i);
     return cp;
-}
-
-// Writes the UTF-8 encoding of cp to out; returns its length.
-static int utf8_encode(uint32_t cp, char out[4]) {
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (char)(0xC0 | (cp >> 6));
-        out[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (char)(0xE0 | (cp >> 12));
-        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (char)(0xF0 | (cp >> 18));
-    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    out[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
 }
 
 static char* read_whole_file(const char* path, size_t* len) {
@@ -341,8 +316,7 @@ Tokenizer* tokenizer_load(const char* dir) {
     load_merges(tok, vocab, path);
     shfree(vocab);
     free(path);
-    tok->cache = xcalloc(1, sizeof(PieceCache), "piece cache");
-    sh_new_strdup(tok->cache->map);
+    tok->cache = tokenizer_cache_new();
     return tok;
 }
 
@@ -351,10 +325,21 @@ void tokenizer_free(Tokenizer* tok) {
     free(tok->token_bytes);
     free(tok->token_offset);
     hmfree(tok->merges);
-    shfree(tok->cache->map);
-    arrfree(tok->cache->tokens);
-    free(tok->cache);
+    tokenizer_cache_free(tok->cache);
     free(tok);
+}
+
+TokenizerCache* tokenizer_cache_new(void) {
+    TokenizerCache* cache = xcalloc(1, sizeof(TokenizerCache), "piece cache");
+    sh_new_strdup(cache->map);
+    return cache;
+}
+
+void tokenizer_cache_free(TokenizerCache* cache) {
+    if (!cache) return;
+    shfree(cache->map);
+    arrfree(cache->tokens);
+    free(cache);
 }
 
 int tokenizer_vocab_size(const Tokenizer* tok) { return tok->vocab_size; }
@@ -458,10 +443,12 @@ static size_t piece_end(const unsigned char* s, size_t n, size_t i) {
 // Rank of merging the adjacent tokens (left, right), with the merged token in *merged; INT_MAX (and
 // -1) if vocab.bpe has no such merge.
 static int merge_rank(const Tokenizer* tok, int left, int right, int* merged) {
-    MergeEntry* merges = tok->merges; // stb_ds lookups write the map pointer back
+    // hmgeti would write its result into the map's header, shared by every thread; the _ts form
+    // keeps it in a local. The macro also writes the map pointer back, hence the local copy.
+    MergeEntry* merges = tok->merges;
     *merged = -1;
     if (!merges) return INT_MAX;
-    ptrdiff_t i = hmgeti(merges, (uint64_t)(uint32_t)left << 32 | (uint32_t)right);
+    ptrdiff_t temp, i = hmgeti_ts(merges, (uint64_t)(uint32_t)left << 32 | (uint32_t)right, temp);
     if (i < 0) return INT_MAX;
     *merged = merges[i].value.merged;
     return merges[i].value.rank;
@@ -552,8 +539,8 @@ static void bpe_piece(const Tokenizer* tok, const unsigned char* piece, size_t n
 }
 
 // Appends the tokens of one piece to *out, from the cache when the piece was seen before.
-static void encode_piece(const Tokenizer* tok, const unsigned char* piece, size_t n, int** out,
-                         BpeScratch* s) {
+static void encode_piece(const Tokenizer* tok, TokenizerCache* cache, const unsigned char* piece,
+                         size_t n, int** out, BpeScratch* s) {
     arrclear(s->key);
     for (size_t j = 0; j < n; j++) {
         const char* k = tok->byte_key[piece[j]];
@@ -561,7 +548,6 @@ static void encode_piece(const Tokenizer* tok, const unsigned char* piece, size_
         if (k[1]) arrput(s->key, k[1]);
     }
     arrput(s->key, '\0');
-    PieceCache* cache = tok->cache;
     ptrdiff_t hit = shgeti(cache->map, s->key);
     if (hit >= 0) {
         CachedPiece p = cache->map[hit].value;
@@ -586,12 +572,17 @@ static void encode_piece(const Tokenizer* tok, const unsigned char* piece, size_
 }
 
 int* tokenizer_encode(const Tokenizer* tok, const char* text, size_t len, size_t* ntokens) {
+    return tokenizer_encode_cached(tok, tok->cache, text, len, ntokens);
+}
+
+int* tokenizer_encode_cached(const Tokenizer* tok, TokenizerCache* cache, const char* text,
+                             size_t len, size_t* ntokens) {
     const unsigned char* s = (const unsigned char*)text;
     BpeScratch scratch = {0};
     int* tokens = NULL;
     for (size_t start = 0; start < len;) {
         size_t end = piece_end(s, len, start);
-        encode_piece(tok, s + start, end - start, &tokens, &scratch);
+        encode_piece(tok, cache, s + start, end - start, &tokens, &scratch);
         start = end;
     }
     *ntokens = arrlenu(tokens);

@@ -105,6 +105,17 @@ elif ! python3 -c 'import matplotlib' 2> /dev/null; then
     fi
 fi
 
+# scripts/fineweb_to_jsonl.py reads parquet files with pyarrow (tests/test_fineweb_parquet.sh).
+# Debian 12 has no pyarrow package, so with Debian's python3 it is optional and that test skips.
+if command -v python3 > /dev/null && ! python3 -c 'import pyarrow.parquet' 2> /dev/null; then
+    if [ "$(python3 -c 'import sys; print(sys.prefix)')" != /usr ]; then
+        lack pyarrow "$(command -v python3) cannot import it" pip pyarrow
+    elif [ "$check_only" = 0 ]; then
+        echo "setup.sh: optional pyarrow (scripts/fineweb_to_jsonl.py) has no Debian package:" \
+            "pip install it in a virtual environment to read FineWeb's parquet files" >&2
+    fi
+fi
+
 if [ -z "${GPT_DATA_DIR:-}" ] && ! command -v curl > /dev/null && ! command -v wget > /dev/null; then
     while read -r _ name; do
         if [ ! -e "data/$name" ]; then

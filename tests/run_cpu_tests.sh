@@ -29,6 +29,7 @@ run() { # run NAME COMMAND...
 run kernels_cpu "$BUILD/tests/test_kernels_cpu"
 run attention_cpu "$BUILD/tests/test_attention_cpu"
 run tokenizer "$BUILD/tests/test_tokenizer" "$DATA"
+run jsonl "$BUILD/tests/test_jsonl"
 run data "$BUILD/tests/test_data" "$DATA"
 run checkpoint "$BUILD/tests/test_checkpoint"
 run dist "$BUILD/tests/test_dist"
@@ -37,6 +38,8 @@ run launch tests/test_launch.sh
 run setup tests/test_setup.sh
 run get_data tests/test_get_data.sh "$DATA"
 run prepare_data tests/test_prepare_data.sh "$DATA"
+run prepare_jsonl tests/test_prepare_jsonl.sh "$DATA"
+run fineweb_parquet tests/test_fineweb_parquet.sh "$DATA"
 run train_cpu tests/test_train_cpu.sh "$DATA"
 run generate tests/test_generate.sh "$DATA"
 run resume tests/test_resume.sh "$DATA"
@@ -45,7 +48,7 @@ run config tests/test_config.sh "$DATA"
 run recipe_cpu tests/test_recipe_cpu.sh "$DATA"
 run bad_input tests/test_bad_input.sh "$DATA"
 export FUZZ_VOCAB_DIR=$DATA/gpt2 # for fuzz_tokenizer
-for f in fuzz_tokenfile fuzz_modelfile fuzz_tokenizer; do
+for f in fuzz_tokenfile fuzz_modelfile fuzz_tokenizer fuzz_jsonl; do
     run "$f" tests/run_fuzzer.sh "$BUILD/fuzz/$f" "$FUZZ_SECONDS"
 done
 run cuda_compile make --no-print-directory BUILD="$BUILD" test-cuda-compile

@@ -1,0 +1,26 @@
+// One line of a JSONL file: a strict JSON decoder that takes the string value of one top-level field
+// of an object (the document's text) and checks the whole line, skipping the other fields whatever
+// their values (strings, numbers, objects, arrays, true, false, null).
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Decodes the string value of the top-level field `field` of the JSON object in line[0..len) into
+// out, which needs room for len bytes (decoding never makes a string longer), as UTF-8: escapes are
+// decoded, \u surrogate pairs combined, other bytes copied as they are. White space (including a
+// CR of a CRLF line end) may surround the object. Returns 0 with *out_len set, or -1 with a message
+// "column N: problem" in err (for a malformed line, a missing or non-string field, a field given
+// twice, an invalid escape, a lone surrogate). Never exits: the fuzz harness calls it.
+int jsonl_string_field(const char* line, size_t len, const char* field, char* out, size_t* out_len,
+                       char* err, size_t errlen);
+
+// Writes the UTF-8 encoding of the code point cp (at most U+10FFFF) to out; returns its length.
+int utf8_encode(uint32_t cp, char out[4]);
+
+#ifdef __cplusplus
+}
+#endif
