@@ -73,7 +73,7 @@ MemoryPlan gpt2_memory_plan(const GPT2Config* cfg, int B, int T, int recompute, 
     int has_master = sizeof(floatX) != sizeof(float);
     MemoryPlan p;
     p.parameters = padded * sizeof(floatX);
-    p.gradients = padded * sizeof(floatX);
+    p.gradients = padded * sizeof(float);
     p.optimizer = (2 + (size_t)has_master) * opt_alloc * sizeof(float);
     Activations unused;
     Carver sizing = {NULL, 0};
@@ -132,9 +132,8 @@ static void build(GPT2* model, const GPT2Config* cfg, int B, int T, int recomput
     point_parameters(&model->params, params, model->param_sizes);
     dev_memset_zero(params, padded * sizeof(floatX));
     if (training) {
-        floatX* grads = dev_malloc(padded * sizeof(floatX), "gradients");
-        point_parameters(&model->grads, grads, model->param_sizes);
-        dev_memset_zero(grads, padded * sizeof(floatX));
+        model->grads = dev_malloc(padded * sizeof(float), "gradients");
+        dev_memset_zero(model->grads, padded * sizeof(float));
         if (sizeof(floatX) != sizeof(float)) {
             model->master = dev_malloc(opt_alloc * sizeof(float), "master weights");
             dev_memset_zero(model->master, opt_alloc * sizeof(float));
@@ -160,7 +159,7 @@ void gpt2_build_forward_only(GPT2* model, const GPT2Config* cfg, int B, int T) {
 
 void gpt2_free(GPT2* model) {
     dev_free(model->params.t[0]);
-    dev_free(model->grads.t[0]);
+    dev_free(model->grads);
     dev_free(model->master);
     dev_free(model->adam_m);
     dev_free(model->adam_v);
@@ -292,7 +291,7 @@ void gpt2_get_optimizer_state(const GPT2* model, float* weights, float* m, float
 
 // ---- forward and backward ----------------------------------------------------------------
 
-// Pointers to layer l's weights (or gradients).
+// Pointers to layer l's weights.
 typedef struct {
     floatX *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 } LayerWeights;
@@ -361,7 +360,10 @@ float gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, in
         matmul_forward(a->dbuf_c, s.atty, w.attprojw, w.attprojb, N, C, C);
         residual_forward(s.residual2, s.input, a->dbuf_c, (size_t)N * C);
         layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.residual2, w.ln2w, w.ln2b, N, C);
-        matmul_forward_gelu(s.fch_gelu, s.fch, s.ln2, w.fcw, w.fcb, N, C, 4 * C);
+        // not fused into the matmul: recompute (-r >= 1) rebuilds fch_gelu with this same kernel,
+        // so every recompute level trains bit for bit alike
+        matmul_forward(s.fch, s.ln2, w.fcw, w.fcb, N, C, 4 * C);
+        gelu_forward(s.fch_gelu, s.fch, (size_t)N * 4 * C);
         matmul_forward(a->dbuf_c, s.fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);
         residual_forward(s.residual3, s.residual2, a->dbuf_c, (size_t)N * C);
     }
@@ -379,7 +381,12 @@ float gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, in
 }
 
 void gpt2_zero_grad(GPT2* model) {
-    dev_memset_zero(model->grads.t[0], model->num_parameters * sizeof(floatX));
+    dev_memset_zero(model->grads, model->num_parameters * sizeof(float));
+}
+
+// The gradient of a parameter: at the same offset in the gradients as the parameter in the parameters.
+static float* grad_of(const GPT2* model, const floatX* param) {
+    return model->grads + (param - model->params.t[0]);
 }
 
 void gpt2_backward(GPT2* model) {
@@ -388,48 +395,49 @@ void gpt2_backward(GPT2* model) {
     int C = cfg->channels, NH = cfg->num_heads, L = cfg->num_layers, Vp = cfg->padded_vocab_size;
     Activations* a = &model->acts;
     ParameterTensors* p = &model->params;
-    ParameterTensors* g = &model->grads;
 
     // The classifier left dloss * dL/dlogits in the logits buffer. The head is tied to wte.
-    matmul_backward(a->dbuf_c, g->t[P_WTE], NULL, a->logits, a->lnf, p->t[P_WTE], N, C, Vp);
+    matmul_backward(a->dbuf_c, grad_of(model, p->t[P_WTE]), NULL, a->logits, a->lnf, p->t[P_WTE], N, C, Vp);
     dev_memset_zero(a->dresidual, (size_t)N * C * sizeof(floatX));
     floatX* final_residual = layer_acts(model, L - 1, B, T).residual3;
-    layernorm_backward(a->dresidual, g->t[P_LNFW], g->t[P_LNFB], a->dbuf_c, final_residual,
-                       p->t[P_LNFW], a->lnf_mean, a->lnf_rstd, N, C);
+    layernorm_backward(a->dresidual, grad_of(model, p->t[P_LNFW]), grad_of(model, p->t[P_LNFB]), a->dbuf_c,
+                       final_residual, p->t[P_LNFW], a->lnf_mean, a->lnf_rstd, N, C);
 
     // dresidual holds the gradient of the residual stream; going down through a block, each
     // branch's layernorm_backward adds its contribution to it (the residual add's backward is the
     // identity).
     for (int l = L - 1; l >= 0; l--) {
         LayerWeights w = layer_weights(p, cfg, l);
-        LayerWeights dw = layer_weights(g, cfg, l);
         LayerActs s = layer_acts(model, l, B, T);
         if (model->recompute >= 1) gelu_forward(s.fch_gelu, s.fch, (size_t)N * 4 * C);
         if (model->recompute >= 2)
             layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.residual2, w.ln2w, w.ln2b, N, C);
         // MLP branch
-        matmul_backward_gelu(a->dbuf_4c, dw.fcprojw, dw.fcprojb, a->dresidual, s.fch_gelu, w.fcprojw, s.fch, N,
-                             4 * C, C);
-        matmul_backward(a->dbuf_c, dw.fcw, dw.fcb, a->dbuf_4c, s.ln2, w.fcw, N, C, 4 * C);
-        layernorm_backward(a->dresidual, dw.ln2w, dw.ln2b, a->dbuf_c, s.residual2, w.ln2w,
-                           s.ln2_mean, s.ln2_rstd, N, C);
+        matmul_backward_gelu(a->dbuf_4c, grad_of(model, w.fcprojw), grad_of(model, w.fcprojb), a->dresidual,
+                             s.fch_gelu, w.fcprojw, s.fch, N, 4 * C, C);
+        matmul_backward(a->dbuf_c, grad_of(model, w.fcw), grad_of(model, w.fcb), a->dbuf_4c, s.ln2, w.fcw,
+                        N, C, 4 * C);
+        layernorm_backward(a->dresidual, grad_of(model, w.ln2w), grad_of(model, w.ln2b), a->dbuf_c,
+                           s.residual2, w.ln2w, s.ln2_mean, s.ln2_rstd, N, C);
         // attention branch
         if (model->recompute >= 2)
             layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, s.input, w.ln1w, w.ln1b, N, C);
-        matmul_backward(a->dbuf_c, dw.attprojw, dw.attprojb, a->dresidual, s.atty, w.attprojw, N, C, C);
+        matmul_backward(a->dbuf_c, grad_of(model, w.attprojw), grad_of(model, w.attprojb), a->dresidual,
+                        s.atty, w.attprojw, N, C, C);
         attention_backward(a->dbuf_3c, a->att_scratch, a->dbuf_c, s.qkv, s.atty, s.att_saved, B, T, C, NH);
-        matmul_backward(a->dbuf_c, dw.qkvw, dw.qkvb, a->dbuf_3c, s.ln1, w.qkvw, N, C, 3 * C);
-        layernorm_backward(a->dresidual, dw.ln1w, dw.ln1b, a->dbuf_c, s.input, w.ln1w,
-                           s.ln1_mean, s.ln1_rstd, N, C);
+        matmul_backward(a->dbuf_c, grad_of(model, w.qkvw), grad_of(model, w.qkvb), a->dbuf_3c, s.ln1, w.qkvw,
+                        N, C, 3 * C);
+        layernorm_backward(a->dresidual, grad_of(model, w.ln1w), grad_of(model, w.ln1b), a->dbuf_c, s.input,
+                           w.ln1w, s.ln1_mean, s.ln1_rstd, N, C);
     }
-    encoder_backward(g->t[P_WTE], g->t[P_WPE], a->dresidual, a->inputs, B, T, C);
+    encoder_backward(grad_of(model, p->t[P_WTE]), grad_of(model, p->t[P_WPE]), a->dresidual, a->inputs, B, T, C);
 }
 
 float gpt2_reduce_gradients(GPT2* model, double* loss) {
-    floatX* grads = model->grads.t[0];
+    float* grads = model->grads;
     size_t shard = model->shard;
-    if (model->zero_stage == 1) comm_reduce_scatter_sum(grads, shard, COMM_FLOATX);
-    else comm_allreduce_sum(grads, model->num_parameters, COMM_FLOATX);
+    if (model->zero_stage == 1) comm_reduce_scatter_sum(grads, shard, COMM_FLOAT);
+    else comm_allreduce_sum(grads, model->num_parameters, COMM_FLOAT);
     // The norm adds up the ranks' shards in both stages, so ZeRO changes no arithmetic.
     double sums[2] = {grad_norm_squared(grads + model->rank * shard, shard), *loss};
     comm_allreduce_host(sums, 2, COMM_SUM);
@@ -440,7 +448,7 @@ float gpt2_reduce_gradients(GPT2* model, double* loss) {
 void gpt2_update(GPT2* model, float norm, float lr, float beta1, float beta2, float eps,
                  float weight_decay, float grad_clip, int t, unsigned long long seed) {
     floatX* params = model->params.t[0];
-    floatX* grads = model->grads.t[0];
+    float* grads = model->grads;
     float grad_scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
     size_t lo = model->opt_offset, offset = 0, a, b;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; offset += model->param_sizes[i], i++) {
@@ -456,15 +464,8 @@ void gpt2_update(GPT2* model, float norm, float lr, float beta1, float beta2, fl
 }
 
 void gpt2_inject_nan_gradient(GPT2* model) {
-    const uint32_t nan_bits = 0x7fc00000u; // fp32's quiet NaN; its top half is bf16's
-    floatX nan;
-    if (sizeof(floatX) == sizeof(float)) {
-        memcpy(&nan, &nan_bits, sizeof(nan));
-    } else {
-        uint16_t top = (uint16_t)(nan_bits >> 16);
-        memcpy(&nan, &top, sizeof(nan));
-    }
-    dev_upload(model->grads.t[0], &nan, sizeof(nan));
+    const float nan = NAN;
+    dev_upload(model->grads, &nan, sizeof(nan));
 }
 
 void gpt2_logits_row(GPT2* model, int b, int t, int T, float* host_out) {

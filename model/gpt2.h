@@ -70,7 +70,8 @@ typedef struct {
     GPT2Config config;
     size_t param_sizes[NUM_PARAMETER_TENSORS];
     size_t num_parameters;
-    ParameterTensors params, grads;
+    ParameterTensors params;
+    float* grads; // the parameters' gradients, fp32 in every build, each at its parameter's offset
     // Data parallelism over comm_world() ranks: parameters and gradients are padded to world * shard
     // elements, and rank r owns the shard [r * shard, (r + 1) * shard). This rank keeps master
     // weights and AdamW moments for parameters [opt_offset, opt_offset + opt_count): all of them
@@ -93,7 +94,7 @@ typedef struct {
 // weights are not initialised: call gpt2_init_random or gpt2_set_weights.
 void gpt2_build(GPT2* model, const GPT2Config* cfg, int B, int T, int recompute, int zero_stage);
 // The same model for the forward only (generation, evaluation): parameters and activations, without
-// gradients and optimizer state (2 bytes per parameter in the BF16 build instead of 16, 4 in FP32
+// gradients and optimizer state (2 bytes per parameter in the BF16 build instead of 18, 4 in FP32
 // instead of 16, besides the fp32 staging while the weights load), so a card that cannot train a
 // model can still run it. One process, no recompute; backward and update must not be called.
 void gpt2_build_forward_only(GPT2* model, const GPT2Config* cfg, int B, int T);

@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
     size_t sizes[NUM_PARAMETER_TENSORS];
     const size_t n = gpt2_parameter_sizes(&cfg, sizes);
     floatX* params = (floatX*)dev_malloc(n * sizeof(floatX), "parameters");
-    floatX* grads = (floatX*)dev_malloc(n * sizeof(floatX), "gradients");
+    float* grads = (float*)dev_malloc(n * sizeof(float), "gradients");
     float* master = sizeof(floatX) != sizeof(float) ? (float*)dev_malloc(n * sizeof(float), "master weights") : NULL;
     float* adam_m = (float*)dev_malloc(n * sizeof(float), "AdamW first moment");
     float* adam_v = (float*)dev_malloc(n * sizeof(float), "AdamW second moment");
@@ -147,7 +147,8 @@ int main(int argc, char** argv) {
     init_normal(fp32_weights, n, 0.0f, 0.02f, 1337, 0);
     if (master) floatX_from_float(params, master, n);
     // Tensor i of the parameters (p) and gradients (g); a per-layer tensor's start is layer 0's.
-    floatX *p[NUM_PARAMETER_TENSORS], *g[NUM_PARAMETER_TENSORS];
+    floatX* p[NUM_PARAMETER_TENSORS];
+    float* g[NUM_PARAMETER_TENSORS];
     for (size_t i = 0, offset = 0; i < NUM_PARAMETER_TENSORS; offset += sizes[i++]) {
         p[i] = params + offset;
         g[i] = grads + offset;
@@ -221,7 +222,7 @@ int main(int argc, char** argv) {
     const double att_fwd_flops = 4.0 * B * NH * (double)T * T * HS / 2;
 
     // ---- gpt2_zero_grad
-    time_call("zero_grad (memset)", 1, 0, n * X, [&] { dev_memset_zero(grads, n * X); });
+    time_call("zero_grad (memset)", 1, 0, n * 4.0, [&] { dev_memset_zero(grads, n * sizeof(float)); });
 
     // ---- gpt2_forward
     const int forward_start = num_rows;
@@ -241,8 +242,9 @@ int main(int argc, char** argv) {
               [&] { residual_forward(residual2, encoded, dbuf_c, NC); });
     time_call("layernorm_forward ln2", L, 0, ln_fwd_bytes,
               [&] { layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, p[P_LN2W], p[P_LN2B], N, C); });
-    time_call("matmul_forward_gelu fc", L, mm * 4 * C, 0,
-              [&] { matmul_forward_gelu(fch_gelu, fch, ln2, p[P_FCW], p[P_FCB], N, C, 4 * C); });
+    time_call("matmul_forward fc", L, mm * 4 * C, 0,
+              [&] { matmul_forward(fch, ln2, p[P_FCW], p[P_FCB], N, C, 4 * C); });
+    time_call("gelu_forward", L, 0, 2.0 * NC * 4 * X, [&] { gelu_forward(fch_gelu, fch, NC * 4); });
     time_call("matmul_forward fcproj", L, mm * 4 * C, 0,
               [&] { matmul_forward(dbuf_c, fch_gelu, p[P_FCPROJW], p[P_FCPROJB], N, 4 * C, C); });
     time_call("residual_forward mlp", L, 0, residual_bytes,
@@ -297,10 +299,10 @@ int main(int argc, char** argv) {
     // the 2-D weights, step 1)
     const int update_start = num_rows;
     float norm = 0.0f;
-    time_call("grad_norm_squared", 1, 0, n * X, [&] { norm = sqrtf(grad_norm_squared(grads, n)); });
+    time_call("grad_norm_squared", 1, 0, n * 4.0, [&] { norm = sqrtf(grad_norm_squared(grads, n)); });
     const float grad_scale = norm > 1.0f ? 1.0f / norm : 1.0f;
     // reads grad, m, v and the fp32 weights; writes m, v, the parameters and the master weights
-    time_call("adamw_update (16 tensors)", 1, 0, n * (X + 8.0 + (master ? 4 : X) + 8.0 + X + (master ? 4 : 0)), [&] {
+    time_call("adamw_update (16 tensors)", 1, 0, n * (4.0 + 8.0 + (master ? 4 : X) + 8.0 + X + (master ? 4 : 0)), [&] {
         size_t offset = 0;
         for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
             int decay = i == P_WTE || i == P_WPE || i == P_QKVW || i == P_ATTPROJW || i == P_FCW || i == P_FCPROJW;

@@ -6,7 +6,7 @@
 
 // floatX is float here, so the weights need no fp32 master copy and no stochastic rounding: the
 // seed and index0 are unused. A master copy, if one is given, is kept equal to param.
-void adamw_update(floatX* param, float* master, const floatX* grad, float* m, float* v, size_t n,
+void adamw_update(floatX* param, float* master, const float* grad, float* m, float* v, size_t n,
                   size_t index0, float lr, float beta1, float beta2, float eps, float weight_decay,
                   float grad_scale, int t, unsigned long long seed) {
     (void)seed;
@@ -38,7 +38,7 @@ void round_master_weights(floatX* param, const float* master, size_t n, size_t i
 // the number of threads.
 #define NORM_CHUNKS 64
 
-float grad_norm_squared(const floatX* grad, size_t n) {
+float grad_norm_squared(const float* grad, size_t n) {
     double chunk_sums[NORM_CHUNKS];
     #pragma omp parallel for schedule(static)
     for (int chunk = 0; chunk < NORM_CHUNKS; chunk++) {

@@ -17,7 +17,7 @@ void encoder_forward(floatX* out, const int* inp, const floatX* wte, const float
 // Several positions may hold the same token, so threads split the channels, not the positions:
 // each block of channels belongs to one thread, which adds the positions in order (b, t); this makes
 // the sums race-free and independent of the number of threads.
-void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp,
+void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const int* inp,
                       int B, int T, int C) {
     // Blocks of 16 channels: one cache line, so threads never write to the same line (C is a
     // multiple of 16 in every GPT-2 size).

@@ -27,13 +27,7 @@ void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n
 }
 
 // The CPU has no pass to save: the matmul and the GELU in turn.
-void matmul_forward_gelu(floatX* out, floatX* pre, const floatX* inp, const floatX* weight,
-                         const floatX* bias, int N, int C, int OC) {
-    matmul_forward(pre, inp, weight, bias, N, C, OC);
-    gelu_forward(out, pre, (size_t)N * OC);
-}
-
-void matmul_backward_gelu(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
+void matmul_backward_gelu(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
                           const floatX* inp, const floatX* weight, const floatX* pre, int N, int C, int OC) {
     matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
     gelu_backward(dinp, pre, dinp, (size_t)N * C);

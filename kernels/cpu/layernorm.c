@@ -25,7 +25,7 @@ void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
 
 // With norm = (x - mean) * rstd and dnorm = dout * weight:
 // dx = rstd * (dnorm - mean_c(dnorm) - norm * mean_c(dnorm * norm)).
-void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
+void layernorm_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
                         const floatX* inp, const floatX* weight, const float* mean,
                         const float* rstd, int N, int C) {
     #pragma omp parallel for

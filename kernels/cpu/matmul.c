@@ -161,7 +161,7 @@ static void matmul_backward_dbias(float* dbias, const float* dout, int N, int OC
     }
 }
 
-void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
+void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
                      const floatX* inp, const floatX* weight, int N, int C, int OC) {
     matmul_backward_dinp(dinp, dout, weight, N, C, OC);
     matmul_backward_dweight(dweight, dout, inp, N, C, OC);

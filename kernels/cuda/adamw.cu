@@ -30,12 +30,12 @@ __device__ inline floatX param_from_master(float w, size_t index, int t, unsigne
 #endif
 }
 
-__global__ void adamw_kernel(floatX* param, float* master, const floatX* grad, float* m, float* v,
+__global__ void adamw_kernel(floatX* param, float* master, const float* grad, float* m, float* v,
                              size_t n, size_t index0, float lr, float beta1, float beta2, float eps,
                              float weight_decay, float grad_scale, float bias_correction1,
                              float bias_correction2, int t, unsigned long long seed) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float g = (float)grad[i] * grad_scale;
+        float g = grad[i] * grad_scale;
         float mi = beta1 * m[i] + (1.0f - beta1) * g;
         float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
         m[i] = mi;
@@ -61,7 +61,7 @@ void round_master_weights(floatX* param, const float* master, size_t n, size_t i
     launchCheck();
 }
 
-void adamw_update(floatX* param, float* master, const floatX* grad, float* m, float* v, size_t n,
+void adamw_update(floatX* param, float* master, const float* grad, float* m, float* v, size_t n,
                   size_t index0, float lr, float beta1, float beta2, float eps, float weight_decay,
                   float grad_scale, int t, unsigned long long seed) {
 #if defined(PRECISION_BF16)
@@ -82,10 +82,10 @@ void adamw_update(floatX* param, float* master, const floatX* grad, float* m, fl
 #define NORM_BLOCKS 1024
 #define NORM_THREADS 512
 
-__global__ void sum_squares_kernel(float* partials, const floatX* grad, size_t n) {
+__global__ void sum_squares_kernel(float* partials, const float* grad, size_t n) {
     float sum = 0.0f;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float g = (float)grad[i];
+        float g = grad[i];
         sum += g * g;
     }
     sum = block_sum(sum);
@@ -99,7 +99,7 @@ __global__ void sum_partials_kernel(float* result, const float* partials) {
     if (threadIdx.x == 0) *result = sum;
 }
 
-float grad_norm_squared(const floatX* grad, size_t n) {
+float grad_norm_squared(const float* grad, size_t n) {
     static float* partials; // NORM_BLOCKS partial sums, then the result
     if (!partials) partials = (float*)dev_malloc((NORM_BLOCKS + 1) * sizeof(float), "grad norm partials");
     sum_squares_kernel<<<NORM_BLOCKS, NORM_THREADS>>>(partials, grad, n);

@@ -147,12 +147,12 @@ void init_normal(float* dst, size_t n, float mean, float std, unsigned long long
 }
 
 // Second pass of column_sums_accumulate (common.cuh): partial sums added in row-chunk order.
-__global__ void add_column_partials_kernel(floatX* dst, const float* partials, int chunks, int C) {
+__global__ void add_column_partials_kernel(float* dst, const float* partials, int chunks, int C) {
     int col = blockIdx.x * blockDim.x + threadIdx.x;
     if (col >= C) return;
     float sum = 0.0f;
     for (int k = 0; k < chunks; k++) sum += partials[(size_t)k * C + col];
-    dst[col] = (floatX)((float)dst[col] + sum);
+    dst[col] += sum;
 }
 
 float* column_partials_buffer(size_t count) {

@@ -169,9 +169,9 @@ __global__ void column_partial_sums_kernel(float* partials, int N, int C, Value 
         }
     }
 }
-__global__ void add_column_partials_kernel(floatX* dst, const float* partials, int chunks, int C);
+__global__ void add_column_partials_kernel(float* dst, const float* partials, int chunks, int C);
 float* column_partials_buffer(size_t count);
-template <class Value> void column_sums_accumulate(floatX* dst, int N, int C, Value value) {
+template <class Value> void column_sums_accumulate(float* dst, int N, int C, Value value) {
     int chunks = (int)ceil_div(N, COLSUM_ROWS);
     float* partials = column_partials_buffer((size_t)chunks * C);
     column_partial_sums_kernel<<<dim3(ceil_div(C, COLSUM_COLS), chunks), dim3(32, 8)>>>(partials, N, C, value);

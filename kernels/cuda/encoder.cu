@@ -24,7 +24,7 @@ void encoder_forward(floatX* out, const int* inp, const floatX* wte, const float
 
 // blockIdx.x is a distinct token; rows[bucket_start[y] .. bucket_start[y+1]) are its positions in
 // increasing order.
-__global__ void encoder_backward_wte_kernel(floatX* dwte, const floatX* dout, const int* tokens,
+__global__ void encoder_backward_wte_kernel(float* dwte, const floatX* dout, const int* tokens,
                                             const int* bucket_start, const int* rows, int C) {
     int c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= C) return;
@@ -32,19 +32,18 @@ __global__ void encoder_backward_wte_kernel(floatX* dwte, const floatX* dout, co
     float sum = 0.0f;
     for (int k = bucket_start[bucket]; k < bucket_start[bucket + 1]; k++)
         sum += (float)dout[(size_t)rows[k] * C + c];
-    floatX* dst = dwte + (size_t)tokens[bucket] * C + c;
-    *dst = (floatX)((float)*dst + sum);
+    dwte[(size_t)tokens[bucket] * C + c] += sum;
 }
 
-__global__ void encoder_backward_wpe_kernel(floatX* dwpe, const floatX* dout, int B, int T, int C) {
+__global__ void encoder_backward_wpe_kernel(float* dwpe, const floatX* dout, int B, int T, int C) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)T * C) return;
     float sum = 0.0f;
     for (int b = 0; b < B; b++) sum += (float)dout[(size_t)b * T * C + i];
-    dwpe[i] = (floatX)((float)dwpe[i] + sum);
+    dwpe[i] += sum;
 }
 
-void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp,
+void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const int* inp,
                       int B, int T, int C) {
     int N = B * T;
     // Host copy of the tokens, then a counting sort of the positions by token (stable, so each

@@ -86,7 +86,7 @@ struct DoutTimesNorm {
     }
 };
 
-void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
+void layernorm_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
                         const floatX* inp, const floatX* weight, const float* mean,
                         const float* rstd, int N, int C) {
     const int warps = 8;

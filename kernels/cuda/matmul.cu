@@ -1,29 +1,29 @@
 // Linear layers through cuBLASLt, fp32 accumulation (never TF32: CUBLAS_COMPUTE_32F), floatX
-// inputs and outputs. cuBLAS is column-major: a row-major (rows, cols) matrix is a column-major
+// inputs and outputs, fp32 weight gradients. cuBLAS is column-major: a row-major (rows, cols) matrix is a column-major
 // (cols, rows) one, so every product below is written for the transposed matrices.
 #include "kernels/cuda/common.cuh"
 
-// What the epilogue does after the product (and the bias): nothing; GELU_FORWARD: D = gelu(x) and
-// the aux matrix (same shape as D, ld ldd) = x; GELU_BACKWARD: D = x * gelu'(aux), with cuBLASLt's
-// own GELU (see gelu_epilogue for how close it is to gelu_forward's).
-enum Epilogue { PLAIN, GELU_FORWARD, GELU_BACKWARD };
+// What the epilogue does after the product (and the bias): nothing, or GELU_BACKWARD: D = x *
+// gelu'(aux), the aux matrix having D's shape and ld ldd, with cuBLASLt's own GELU (see
+// gelu_epilogue for how close it is to gelu_backward's).
+enum Epilogue { PLAIN, GELU_BACKWARD };
 
 // D (m, n, column-major, ld ldd) = op(A) (m, k) @ op(B) (k, n) [+ bias (m)] [+ D if accumulate],
-// then the epilogue with `aux`.
-static void matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, const floatX* bias,
+// then the epilogue with `aux`. D is floatX, or float where d_type is CUDA_R_32F (weight gradients).
+static void matmul_cublaslt(void* d, const floatX* a, const floatX* b, const floatX* bias,
                             int m, int n, int k, bool transpose_a, bool transpose_b,
                             int lda, int ldb, int ldd, bool accumulate,
-                            Epilogue epilogue = PLAIN, const floatX* aux = NULL) {
+                            Epilogue epilogue = PLAIN, const floatX* aux = NULL,
+                            cudaDataType_t d_type = CUDA_FLOATX) {
     cublasLtMatmulDesc_t desc;
     cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
-    cublasLtEpilogue_t mode = epilogue == GELU_FORWARD    ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
-                              : epilogue == GELU_BACKWARD ? CUBLASLT_EPILOGUE_DGELU
-                              : bias                      ? CUBLASLT_EPILOGUE_BIAS
-                                                          : CUBLASLT_EPILOGUE_DEFAULT;
+    cublasLtEpilogue_t mode = epilogue == GELU_BACKWARD ? CUBLASLT_EPILOGUE_DGELU
+                              : bias                    ? CUBLASLT_EPILOGUE_BIAS
+                                                        : CUBLASLT_EPILOGUE_DEFAULT;
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &mode, sizeof mode));
     if (bias) {
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
@@ -41,7 +41,7 @@ static void matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, const f
                                            transpose_a ? m : k, lda));
     cublasCheck(cublasLtMatrixLayoutCreate(&layout_b, CUDA_FLOATX, transpose_b ? n : k,
                                            transpose_b ? k : n, ldb));
-    cublasCheck(cublasLtMatrixLayoutCreate(&layout_d, CUDA_FLOATX, m, n, ldd));
+    cublasCheck(cublasLtMatrixLayoutCreate(&layout_d, d_type, m, n, ldd));
     cublasLtMatmulPreference_t preference;
     cublasCheck(cublasLtMatmulPreferenceCreate(&preference));
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(preference,
@@ -74,22 +74,22 @@ void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const 
 
 // dinp = dout @ weight (then the epilogue on it, with aux `pre`); dweight += dout^T @ inp; dbias +=
 // column sums of dout.
-static void linear_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
+static void linear_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout, const floatX* inp,
                             const floatX* weight, int N, int C, int OC, Epilogue dinp_epilogue, const floatX* pre) {
     // dinp^T (C, N) = weight (column-major (C, OC)) @ dout^T (OC, N).
     matmul_cublaslt(dinp, weight, dout, NULL, C, N, OC, false, false, C, OC, C, false, dinp_epilogue, pre);
     // dweight^T (C, OC) += inp^T (C, N) @ dout (column-major (OC, N))^T.
-    matmul_cublaslt(dweight, inp, dout, NULL, C, OC, N, false, true, C, OC, C, true);
+    matmul_cublaslt(dweight, inp, dout, NULL, C, OC, N, false, true, C, OC, C, true, PLAIN, NULL, CUDA_R_32F);
     if (dbias) column_sums_accumulate(dbias, N, OC, MatrixColumns{dout, OC});
 }
 
-void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
+void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
                      const floatX* inp, const floatX* weight, int N, int C, int OC) {
     linear_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, PLAIN, NULL);
 }
 
-// Whether the GELU goes into cuBLASLt's epilogue for activations `width` wide; if not, the matmul
-// and the GELU kernel run in turn. The epilogue's GELU agrees with gelu_forward/gelu_backward (the
+// Whether the GELU's backward goes into cuBLASLt's epilogue for activations `width` wide; if not,
+// the matmul and gelu_backward run in turn. The epilogue's GELU agrees with gelu_backward (the
 // tanh form) only to a few 1e-3 (measured in an FP32 build: 3.7e-3 relative on one gradient
 // element): well inside bf16's rounding, but the FP32 build must match the CPU to 1e-5. cuBLASLt
 // also wants the aux matrix's leading dimension a multiple of 8 (any model with an even channel
@@ -103,17 +103,7 @@ static bool gelu_epilogue(int width) {
 #endif
 }
 
-void matmul_forward_gelu(floatX* out, floatX* pre, const floatX* inp, const floatX* weight,
-                         const floatX* bias, int N, int C, int OC) {
-    if (!gelu_epilogue(OC)) {
-        matmul_forward(pre, inp, weight, bias, N, C, OC);
-        gelu_forward(out, pre, (size_t)N * OC);
-        return;
-    }
-    matmul_cublaslt(out, weight, inp, bias, OC, N, C, true, false, C, C, OC, false, GELU_FORWARD, pre);
-}
-
-void matmul_backward_gelu(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
+void matmul_backward_gelu(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
                           const floatX* inp, const floatX* weight, const floatX* pre, int N, int C, int OC) {
     if (!gelu_epilogue(C)) {
         matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
