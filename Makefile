@@ -44,7 +44,7 @@ DATA_SRC = data/tokenfile.c data/dataloader.c data/tokenizer.c data/jsonl.c
 CKPT_SRC = $(wildcard checkpoints/*.c)
 MODEL_SRC = model/gpt2.c model/generate.c model/fit.c
 CPU_KERNEL_SRC = $(wildcard kernels/cpu/*.c)
-LIB_SRC = $(COMMON_SRC) common/dist.c $(DATA_SRC) $(CKPT_SRC)
+LIB_SRC = $(COMMON_SRC) common/dist.c common/rendezvous.c $(DATA_SRC) $(CKPT_SRC)
 
 # CPU objects live in a directory per attention variant so variants never overwrite each other.
 CPU_OBJ = $(OBJ)/cpu-$(ATTN)
@@ -83,7 +83,7 @@ test_tokenizer_SRC = data/tokenizer.c data/jsonl.c
 test_jsonl_SRC = data/jsonl.c
 test_data_SRC = data/tokenfile.c data/dataloader.c checkpoints/atomic_file.c
 test_checkpoint_SRC = data/tokenfile.c data/dataloader.c $(CKPT_SRC)
-test_dist_SRC = common/dist.c checkpoints/atomic_file.c
+test_dist_SRC = common/dist.c common/rendezvous.c checkpoints/atomic_file.c
 test_memory_fit_SRC = $(MODEL_SRC) $(CPU_KERNEL_SRC)
 
 # Whole-model test programs linked like train_gpt_cpu: one forward + backward dumped for

@@ -14,6 +14,7 @@
 #include "checkpoints/checkpoint.h"
 #include "common/config_file.h"
 #include "common/dist.h"
+#include "common/rendezvous.h"
 #include "common/util.h"
 #include "data/dataloader.h"
 #include "data/tokenizer.h"
@@ -142,9 +143,11 @@ static void print_usage(void) {
            "                            -b auto, else 0)\n"
            "      --memory-limit GIB    plan -b auto for a card of GIB GiB (default: the free memory;\n"
            "                            on the CPU the host's available memory), less a %.1f GiB margin\n"
-           "several GPUs (one process per GPU; rank from RANK/WORLD_SIZE/LOCAL_RANK, mpirun or srun)\n"
+           "several GPUs (one process per GPU; rank from RANK/WORLD_SIZE/LOCAL_RANK, mpirun or srun;\n"
+           "the ranks meet over TCP at MASTER_ADDR:MASTER_PORT when both are set, else through a file)\n"
            "  -z, --zero 0|1            ZeRO stage: 1 shards AdamW state and master weights (default %d)\n"
-           "      --nccl-dir DIR        directory shared by all ranks for the NCCL id (default: -o)\n"
+           "      --nccl-dir DIR        meet through a file in DIR, which all ranks see, even when\n"
+           "                            MASTER_ADDR is set (default without MASTER_ADDR: -o)\n"
            "      --nccl-timeout S      give up when the ranks do not meet within S seconds (default %g)\n"
            "testing (fault injection for the tests of the divergence guard, never needed to train)\n"
            "      --inject-nan-loss STEPS  make the loss of these steps (e.g. 5,9-12) NaN on the last rank\n"
@@ -711,7 +714,7 @@ static int generate_from_prompt(const Options* o, const DistEnv* env) {
     if (saved_stdout < 0 || dup2(STDERR_FILENO, STDOUT_FILENO) < 0)
         fatal("cannot redirect stdout: %s", strerror(errno));
     backend_init(env->local_rank);
-    comm_init(0, 1, o->out_dir, o->nccl_timeout);
+    comm_init(0, 1, NULL, o->nccl_timeout);
     GPT2 model;
     int T = n_prompt + o->gen_tokens < cfg.max_seq_len ? n_prompt + o->gen_tokens : cfg.max_seq_len;
     gpt2_build_forward_only(&model, &cfg, 1, T);
@@ -781,7 +784,13 @@ int main(int argc, char** argv) {
     ensure_dir(o.out_dir);
 
     backend_init(env.local_rank);
-    comm_init(rank, world, o.nccl_dir ? o.nccl_dir : o.out_dir, o.nccl_timeout);
+    Rendezvous rdv = {0};
+    if (world > 1) { // printed before the wait, so that a wrong choice shows at once
+        rdv = rendezvous_choose(o.nccl_dir, o.out_dir);
+        char how[512];
+        printf("rendezvous: %s\n", rendezvous_describe(&rdv, how, sizeof how));
+    }
+    comm_init(rank, world, &rdv, o.nccl_timeout);
     size_t free_before, total_memory;
     backend_memory(&free_before, &total_memory);
     int B = o.B, recompute = o.recompute;

@@ -19,12 +19,16 @@ typedef struct {
     const char* rank_var;
     const char* world_var;
     const char* local_var;
+    const char* local_size_var; // ranks on this node, where the launcher says it reliably
 } RankVariables;
 
+// Slurm has no such count: SLURM_NTASKS_PER_NODE repeats the --ntasks-per-node request (unset
+// without it, and not the tasks a node really got), so SLURM_LOCALID is checked against the world.
 static const RankVariables families[] = {
-    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
-    {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
-    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+    {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL},
 };
 
 // Digits only: no sign, no spaces, no suffix, at most INT_MAX.
@@ -53,6 +57,16 @@ DistEnv dist_env_detect(void) {
         if (env.world < 1) fatal("%s=%d: the number of processes must be at least 1", f->world_var, env.world);
         if (env.rank >= env.world)
             fatal("%s=%d must be less than %s=%d", f->rank_var, env.rank, f->world_var, env.world);
+        // The local rank picks this node's GPU: below the node's rank count where it is known.
+        const char* local_size = f->local_size_var ? getenv(f->local_size_var) : NULL;
+        if (local_size) {
+            int n = parse_count(f->local_size_var, local_size);
+            if (n < 1) fatal("%s=%d: a node runs at least 1 rank", f->local_size_var, n);
+            if (n > env.world)
+                fatal("%s=%d is more than %s=%d", f->local_size_var, n, f->world_var, env.world);
+            if (env.local_rank >= n)
+                fatal("%s=%d must be less than %s=%d", f->local_var, env.local_rank, f->local_size_var, n);
+        }
         if (env.local_rank >= env.world)
             fatal("%s=%d must be less than %s=%d", f->local_var, env.local_rank, f->world_var, env.world);
         return env;
@@ -62,30 +76,29 @@ DistEnv dist_env_detect(void) {
 
 // ---- run tag -----------------------------------------------------------------------------
 
-const char* dist_run_tag(void) {
-    static char tag[200];
+// The launch's id and the variable it came from, or NULL when no launcher names the run.
+static const char* run_id(const char** from, char* slurm, size_t size) {
     const char* id = getenv("GPT_RUN_ID");
-    const char* from = "GPT_RUN_ID";
     const char* torch = getenv("TORCHELASTIC_RUN_ID");
     const char* job = getenv("SLURM_JOB_ID");
     const char* step = getenv("SLURM_STEP_ID");
-    char slurm[sizeof(tag)];
+    *from = "GPT_RUN_ID";
     if (!id && torch && strcmp(torch, "none") != 0) { // torchrun's default id is the same for every run
         id = torch;
-        from = "TORCHELASTIC_RUN_ID";
+        *from = "TORCHELASTIC_RUN_ID";
     }
     if (!id && job && step) {
-        snprintf(slurm, sizeof(slurm), "%s.%s", job, step);
+        snprintf(slurm, size, "%s.%s", job, step);
         id = slurm;
-        from = "SLURM_JOB_ID.SLURM_STEP_ID";
+        *from = "SLURM_JOB_ID.SLURM_STEP_ID";
     }
-    if (!id && (id = getenv("OMPI_MCA_ess_base_jobid"))) from = "OMPI_MCA_ess_base_jobid";
-    if (!id) {
-        if (dist_env_detect().world > 1)
-            fatal("several ranks but no run id to tell this run's NCCL id file from older ones: "
-                  "export GPT_RUN_ID with a value unique to this launch and the same on every rank");
-        id = "single";
-    }
+    if (!id && (id = getenv("OMPI_MCA_ess_base_jobid"))) *from = "OMPI_MCA_ess_base_jobid";
+    return id;
+}
+
+// The tag of a run id: checked, and characters other than [A-Za-z0-9._-] made '_'.
+static const char* tag_of(const char* id, const char* from) {
+    static char tag[200];
     if (id[0] == 0 || strlen(id) >= sizeof(tag))
         fatal("%s='%s': a run id must have 1 to %zu characters", from, id, sizeof(tag) - 1);
     // The tag becomes part of a file name: keep it to characters that are safe there.
@@ -97,6 +110,26 @@ const char* dist_run_tag(void) {
         if (c == 0) break;
     }
     return tag;
+}
+
+const char* dist_run_tag(void) {
+    const char* from;
+    char slurm[200];
+    const char* id = run_id(&from, slurm, sizeof slurm);
+    if (!id) {
+        if (dist_env_detect().world > 1)
+            fatal("several ranks but no run id to tell this run's NCCL id file from older ones: "
+                  "export GPT_RUN_ID with a value unique to this launch and the same on every rank");
+        id = "single";
+    }
+    return tag_of(id, from);
+}
+
+const char* dist_run_tag_if_any(void) {
+    const char* from;
+    char slurm[200];
+    const char* id = run_id(&from, slurm, sizeof slurm);
+    return id ? tag_of(id, from) : "";
 }
 
 // ---- NCCL id rendezvous ------------------------------------------------------------------

@@ -1,6 +1,7 @@
 // Data parallelism across processes, the parts that need no GPU: which rank this process is, and
 // the hand-over of the NCCL unique id from rank 0 to the others through a file in a directory that
-// all ranks share. One process per GPU; each rank uses GPU local_rank. Nothing here needs MPI.
+// all ranks share (the TCP hand-over is in common/rendezvous.h, which chooses between the two). One
+// process per GPU; each rank uses GPU local_rank. Nothing here needs MPI.
 #pragma once
 #include <stddef.h>
 
@@ -20,7 +21,9 @@ typedef struct {
 //   OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE / OMPI_COMM_WORLD_LOCAL_RANK (mpirun)
 //   SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID                              (srun)
 // None set: rank 0 of 1. A family set only in part, a value that is not a non-negative integer,
-// world < 1, rank >= world or local_rank >= world exits naming the variables and their values.
+// world < 1, rank >= world or local_rank >= world exits naming the variables and their values; so
+// does a local rank beyond the node's count of ranks where the launcher gives it (LOCAL_WORLD_SIZE,
+// OMPI_COMM_WORLD_LOCAL_SIZE; both optional), or such a count above the world.
 DistEnv dist_env_detect(void);
 
 // A name for this launch, the same on every rank and different for every launch, so that an id
@@ -29,6 +32,8 @@ DistEnv dist_env_detect(void);
 // OMPI_MCA_ess_base_jobid; else "single" for a run of one process, and an error asking for
 // GPT_RUN_ID when there are several. Characters other than [A-Za-z0-9._-] become '_'.
 const char* dist_run_tag(void);
+// The same tag where a launcher names the run, else "" (the TCP rendezvous needs no run id).
+const char* dist_run_tag_if_any(void);
 
 // Rank 0: writes the n-byte id to DIR/nccl_id_<run_tag>.bin atomically (temporary file, fsync,
 // rename), so a reader never sees part of it.

@@ -145,9 +145,11 @@ void round_master_weights(floatX* param, const float* master, size_t n, size_t i
 // aborts the communicator and exits with a message.
 typedef enum { COMM_FLOATX, COMM_FLOAT } CommType;
 typedef enum { COMM_SUM, COMM_MIN, COMM_MAX } CommOp;
-// Joins the `world` ranks: rank 0 writes the NCCL id to a file in id_dir (shared by all ranks),
-// the others wait for it (common/dist.h). Waits at most timeout_seconds for anything.
-void comm_init(int rank, int world, const char* id_dir, double timeout_seconds);
+// Joins the `world` ranks: rank 0 creates the NCCL id and hands it to the others through the
+// rendezvous rdv (common/rendezvous.h: TCP or a shared file; not used, and may be NULL, when world
+// is 1). Waits at most timeout_seconds for anything.
+struct Rendezvous;
+void comm_init(int rank, int world, const struct Rendezvous* rdv, double timeout_seconds);
 void comm_free(void);
 int comm_rank(void);  // 0 before comm_init
 int comm_world(void); // 1 before comm_init

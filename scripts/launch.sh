@@ -8,12 +8,18 @@
 # ranks. When a rank fails, the others get SIGTERM, then SIGKILL after LAUNCH_GRACE_SECONDS
 # (default 30), and the launcher exits with the failed rank's status.
 #
-# Several nodes with Slurm: no launcher is needed; srun starts one task per GPU and train_gpt reads
-# SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID itself. The output directory (or --nccl-dir) must be
-# on a file system that all nodes share, since rank 0 hands the NCCL id over through a file there:
+# The ranks meet through a file in the output directory (or --nccl-dir), unless MASTER_ADDR and
+# MASTER_PORT are set in the environment: then over TCP (README: Several machines).
+#
+# Several nodes: not this script (its ranks are those of one machine). With Slurm no launcher is
+# needed; srun starts one task per GPU and train_gpt reads SLURM_PROCID / SLURM_NTASKS /
+# SLURM_LOCALID itself. With MASTER_ADDR (rank 0's node) and MASTER_PORT exported the ranks meet
+# over TCP, and the output directory may be each node's own; without them it must be on a file
+# system that all nodes share, since rank 0 then hands the NCCL id over through a file there:
 #     #SBATCH --nodes=4 --ntasks-per-node=8 --gpus-per-node=8
-#     srun --ntasks-per-node=8 ./train_gpt -i "data/fineweb_train_*.bin" -j data/fineweb_val_000000.bin \
-#          -o /shared/runs/gpt2_d12
+#     export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+#     export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
+#     srun ./train_gpt -i "data/fineweb_train_*.bin" -j data/fineweb_val_000000.bin -o runs/gpt2_d12
 set -u
 
 usage() {

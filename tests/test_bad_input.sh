@@ -99,3 +99,6 @@ grep -q "cannot write" "$tmp/out" || { echo "FAIL no clear message on a full dis
 ls "$tmp/full" | grep -q tmp && { echo "FAIL temporary file left behind: $(ls "$tmp/full")"; exit 1; }
 echo "PASS full disk: $(grep -m1 error "$tmp/out"); previous checkpoint intact"
 echo "PASS $count bad inputs rejected cleanly"
+# the TCP rendezvous's variables, checked before anything waits on them
+RANK=1 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=99999 expect_error "MASTER_PORT=99999 is not a port" "${small[@]}" -i "$train_bin" -o "$tmp/o"
+RANK=1 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 expect_error "MASTER_PORT is not" "${small[@]}" -i "$train_bin" -o "$tmp/o"

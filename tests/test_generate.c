@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
     if (ntokens < PROMPT) fatal("%s: fewer than %d tokens", argv[2], PROMPT);
     if (cfg.max_seq_len < PROMPT + NEW) fatal("%s: the model's maximum T is below %d", argv[1], PROMPT + NEW);
     backend_init(0);
-    comm_init(0, 1, ".", 10.0);
+    comm_init(0, 1, NULL, 10.0);
     int V = cfg.vocab_size, total = PROMPT + NEW;
     float* logits = xmalloc((size_t)V * sizeof(float), "logits");
     int* tokens = xmalloc((size_t)total * sizeof(int), "tokens");

@@ -3,8 +3,8 @@
 #include "common/util.h"
 #include "kernels/kernels.h"
 
-void comm_init(int rank, int world, const char* id_dir, double timeout_seconds) {
-    (void)id_dir;
+void comm_init(int rank, int world, const struct Rendezvous* rdv, double timeout_seconds) {
+    (void)rdv;
     (void)timeout_seconds;
     if (world != 1)
         fatal("rank %d of %d: this build runs one process only (the CPU build, or train_gpt made with "

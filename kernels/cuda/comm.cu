@@ -8,7 +8,7 @@
 #include <nccl.h>
 #include <unistd.h>
 
-#include "common/dist.h"
+#include "common/rendezvous.h"
 #include "kernels/cuda/common.cuh"
 
 static int comm_rank_ = 0, comm_world_ = 1;
@@ -87,25 +87,20 @@ static void comm_finish(const char* what) {
     cudaCheck(err);
 }
 
-void comm_init(int rank, int world, const char* id_dir, double timeout_seconds) {
+void comm_init(int rank, int world, const Rendezvous* rdv, double timeout_seconds) {
     comm_rank_ = rank;
     comm_world_ = world;
     comm_timeout = timeout_seconds;
     if (world == 1) return;
-    const char* tag = dist_run_tag();
     ncclUniqueId id;
-    if (rank == 0) {
-        ncclCheck(ncclGetUniqueId(&id), "creating the NCCL id");
-        dist_publish_id(id_dir, tag, &id, sizeof id);
-    } else {
-        dist_wait_id(id_dir, tag, &id, sizeof id, timeout_seconds);
-    }
+    if (rank == 0) ncclCheck(ncclGetUniqueId(&id), "creating the NCCL id");
+    rendezvous_share(rdv, rank, world, &id, sizeof id, timeout_seconds);
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     ncclCheck(ncclCommInitRankConfig(&comm, world, id, rank, &config), "joining the other ranks");
     comm_settle("joining the other ranks (is every rank started?)");
-    // Every rank has joined, so every rank has read the id file.
-    if (rank == 0) dist_cleanup_id(id_dir, tag);
+    // Every rank has joined, so every rank has read the id.
+    rendezvous_done(rdv, rank);
     cudaCheck(cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking));
     cudaCheck(cudaEventCreateWithFlags(&work_queued, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&comm_done, cudaEventDisableTiming));

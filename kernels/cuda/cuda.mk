@@ -11,6 +11,7 @@
 #   test-gpu                           the GPU tests (needs a GPU; the divergence guard's also on 2 GPUs
 #                                      when there are 2)
 #   test-multi-gpu                     data parallelism on 2 GPUs against 1 (needs 2 GPUs)
+#   test-two-nodes                     2 GPUs as two nodes: TCP rendezvous, NCCL over sockets
 
 NVCC ?= $(CUDA_HOME)/bin/nvcc
 # The makefile that make was started with (the Makefile, which includes this file) for sub-makes.
@@ -47,7 +48,7 @@ COMM_SRC = kernels/cpu/comm.c
 LDLIBS_NCCL =
 endif
 
-.PHONY: train_gpt test-cuda-compile test-gpu test-multi-gpu
+.PHONY: train_gpt test-cuda-compile test-gpu test-multi-gpu test-two-nodes
 train_gpt: $(BUILD)/train_gpt
 
 $(CUDA_OBJ)/%.o: %.cu
@@ -121,3 +122,8 @@ test-gpu:
 # On a machine with 2 or more GPUs: data parallelism through NCCL against one GPU.
 test-multi-gpu:
 	BUILD=$(BUILD)/multi tests/test_multi_gpu.sh
+
+# On a machine with 2 GPUs: each GPU a node of its own, the ranks meeting over TCP and NCCL on its
+# socket transport (the binaries of test-multi-gpu).
+test-two-nodes:
+	BUILD=$(BUILD)/multi tests/test_two_nodes.sh
