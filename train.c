@@ -17,10 +17,12 @@
 #include "common/rendezvous.h"
 #include "common/util.h"
 #include "data/dataloader.h"
+#include "data/hellaswag.h"
 #include "data/tokenizer.h"
 #include "model/fit.h"
 #include "model/generate.h"
 #include "model/gpt2.h"
+#include "model/hellaswag_eval.h"
 
 // ---- options -----------------------------------------------------------------------------
 
@@ -46,6 +48,9 @@ typedef struct {
     const char* inject_nan_loss; // --inject-nan-loss, --inject-nan-grad: step lists (tests only)
     const char* inject_nan_grad;
     int val_every, val_batches; // -v, -m
+    const char* hellaswag;      // --hellaswag: llm.c's evaluation file (NULL: none)
+    int hellaswag_limit;        // --hellaswag-limit (0: every example)
+    const char* hellaswag_dump; // --hellaswag-dump: every ending's score to this file
     int sample_every, gen_tokens; // -s, -g
     float temperature;          // --temperature (0: greedy)
     int top_k;                  // --top-k
@@ -121,6 +126,13 @@ static void print_usage(void) {
            "  -v, --val-every N         validation loss every N steps, 0 = never (default %d)\n"
            "  -m, --val-batches N       validation batches of -d/(T*GPUs) sequences per GPU, at most\n"
            "                            the whole validation file (default %d)\n"
+           "      --hellaswag FILE      HellaSwag accuracy (llm.c's acc_norm) at the start, every -v steps\n"
+           "                            and after the last step, from llm.c's evaluation file (prepare_data\n"
+           "                            --hellaswag); an example longer than -t is refused, as llm.c does\n"
+           "      --hellaswag-limit N   evaluate the first N examples only, 0 = all (default 0)\n"
+           "      --hellaswag-dump FILE write every evaluated ending's score (its mean loss) to FILE as\n"
+           "                            CSV (step,example,label,prediction,loss0..loss3); with several\n"
+           "                            GPUs each rank writes its examples to FILE.rankN\n"
            "  -s, --sample-every N      sample every N steps, 0 = never (default %d)\n"
            "  -g, --gen-tokens N        tokens to sample (default %d)\n"
            "      --temperature F       sampling temperature, 0 = greedy (default %g)\n"
@@ -173,7 +185,8 @@ static float parse_float(const char* s, const char* option, double lo, double hi
 enum { OPT_LAYERS = 1000, OPT_CHANNELS, OPT_HEADS, OPT_MAX_SEQ, OPT_SEED, OPT_VOCAB, OPT_KEEP,
        OPT_TEMPERATURE, OPT_TOP_K, OPT_TOP_P, OPT_PROMPT, OPT_PROMPT_FILE, OPT_SHUFFLE, OPT_GRAD_CLIP,
        OPT_NCCL_DIR, OPT_NCCL_TIMEOUT, OPT_MAX_LOSS, OPT_SKIP_LOSS_Z, OPT_SKIP_NORM_Z, OPT_MAX_SKIPS,
-       OPT_INJECT_NAN_LOSS, OPT_INJECT_NAN_GRAD, OPT_MEMORY_LIMIT };
+       OPT_INJECT_NAN_LOSS, OPT_INJECT_NAN_GRAD, OPT_MEMORY_LIMIT, OPT_HELLASWAG, OPT_HELLASWAG_LIMIT,
+       OPT_HELLASWAG_DUMP };
 
 // Whether step is in a list of steps and ranges such as "5,9-12"; exits naming the option when the
 // list is malformed (parse_options checks each list once, with step 0).
@@ -216,6 +229,8 @@ static Options parse_options(int argc, char** argv) {
         {"max-loss", 1, 0, OPT_MAX_LOSS}, {"skip-loss-z", 1, 0, OPT_SKIP_LOSS_Z},
         {"skip-norm-z", 1, 0, OPT_SKIP_NORM_Z}, {"max-skips", 1, 0, OPT_MAX_SKIPS},
         {"inject-nan-loss", 1, 0, OPT_INJECT_NAN_LOSS}, {"inject-nan-grad", 1, 0, OPT_INJECT_NAN_GRAD},
+        {"hellaswag", 1, 0, OPT_HELLASWAG}, {"hellaswag-limit", 1, 0, OPT_HELLASWAG_LIMIT},
+        {"hellaswag-dump", 1, 0, OPT_HELLASWAG_DUMP},
         {0, 0, 0, 0}};
     const long long BIG = 1LL << 40;
     static const char shorts[] = ":i:j:e:o:b:t:d:x:l:u:q:k:c:v:m:s:g:n:y:r:z:hf:";
@@ -277,6 +292,9 @@ static Options parse_options(int argc, char** argv) {
         case OPT_NCCL_DIR: o.nccl_dir = optarg; break;
         case OPT_NCCL_TIMEOUT: o.nccl_timeout = parse_float(optarg, name, 1.0, 1e6); break;
         case OPT_MEMORY_LIMIT: o.memory_limit = parse_float(optarg, name, 0.01, 1e6); break;
+        case OPT_HELLASWAG: o.hellaswag = optarg; break;
+        case OPT_HELLASWAG_LIMIT: o.hellaswag_limit = (int)parse_int_option(optarg, name, 0, HELLASWAG_MAX_EXAMPLES); break;
+        case OPT_HELLASWAG_DUMP: o.hellaswag_dump = optarg; break;
         case 'h': print_usage(); exit(0);
         case ':': fatal("option %s needs a value (see --help)", argv[optind - 1]);
         default: fatal("unknown option %s (see --help)", argv[optind - 1]);
@@ -394,6 +412,80 @@ static float validation_loss(GPT2* model, DataLoader* val, int seqs, int B) {
     free(targets);
     comm_allreduce_host(&sum, 1, COMM_SUM);
     return (float)(sum / seqs / comm_world());
+}
+
+// --hellaswag: the examples evaluated and where their scores go.
+typedef struct {
+    HellaSwagFile file;
+    int n;          // the first n examples are evaluated
+    double* scores; // every ending's score, 4 per example (this rank's examples filled)
+    FILE* dump;     // --hellaswag-dump, or NULL
+    char dump_path[4200];
+} HellaSwag;
+
+// Reads --hellaswag (every rank the whole file) and refuses an example evaluated whose context and
+// ending do not fit -t: llm.c's EvalLoader refuses such an example too (an assert) rather than cut
+// it, since a cut context or ending would give another score.
+static void hellaswag_open(HellaSwag* hs, const Options* o, int vocab_size, int rank, int world) {
+    hellaswag_read(o->hellaswag, vocab_size, &hs->file);
+    hs->n = o->hellaswag_limit > 0 && o->hellaswag_limit < hs->file.count ? o->hellaswag_limit : hs->file.count;
+    for (int i = 0; i < hs->n; i++) {
+        const HellaSwagExample* ex = &hs->file.examples[i];
+        int j = 0; // the longest ending
+        for (int k = 1; k < HELLASWAG_ENDINGS; k++) if (ex->ending_len[k] > ex->ending_len[j]) j = k;
+        if (hellaswag_row_positions(ex, j) > o->T) {
+            char limit[64] = "";
+            if (i > 0) snprintf(limit, sizeof limit, ", or --hellaswag-limit %d (the examples before it)", i);
+            fatal("%s: example %d needs %d positions (its context of %d tokens and ending %d of %d, but the "
+                  "ending's last token), more than -t %d; llm.c refuses such an example too: give a longer -t%s",
+                  o->hellaswag, i, hellaswag_row_positions(ex, j), ex->context_len, j, ex->ending_len[j], o->T, limit);
+        }
+    }
+    hs->scores = xcalloc((size_t)hs->n * HELLASWAG_ENDINGS, sizeof(double), "HellaSwag scores");
+    hs->dump = NULL;
+    if (o->hellaswag_dump) {
+        if (world > 1) snprintf(hs->dump_path, sizeof hs->dump_path, "%s.rank%d", o->hellaswag_dump, rank);
+        else snprintf(hs->dump_path, sizeof hs->dump_path, "%s", o->hellaswag_dump);
+        hs->dump = fopen(hs->dump_path, "w");
+        if (!hs->dump) fatal("cannot write %s (--hellaswag-dump): %s", hs->dump_path, strerror(errno));
+        fprintf(hs->dump, "step,example,label,prediction,loss0,loss1,loss2,loss3\n");
+    }
+    printf("hellaswag: %d of the %d examples of %s\n", hs->n, hs->file.count, o->hellaswag);
+}
+
+static void hellaswag_close(HellaSwag* hs) {
+    if (hs->dump && fclose(hs->dump) != 0) fatal("cannot write %s: %s", hs->dump_path, strerror(errno));
+    free(hs->scores);
+    hellaswag_free(&hs->file);
+}
+
+// The evaluations of a step: the validation loss (val not NULL) and the HellaSwag accuracy (hs not
+// NULL), printed on one line and returned as log.csv's fields.
+static void evaluate(GPT2* model, DataLoader* val, int val_seqs, int B, HellaSwag* hs, long long step,
+                     char* val_field, char* hs_field, size_t field_size) {
+    char line[256];
+    int at = snprintf(line, sizeof line, "step %lld:", step);
+    if (val) {
+        float vl = validation_loss(model, val, val_seqs, B);
+        at += snprintf(line + at, sizeof line - (size_t)at, " val loss %.6f", vl);
+        snprintf(val_field, field_size, "%.9g", vl);
+    }
+    if (hs) {
+        int correct = hellaswag_evaluate(model, hs->file.examples, hs->n, hs->scores);
+        double accuracy = (double)correct / hs->n;
+        at += snprintf(line + at, sizeof line - (size_t)at, "%s hellaswag %.4f (%d/%d)", val ? " |" : "", accuracy,
+                       correct, hs->n);
+        snprintf(hs_field, field_size, "%.6f", accuracy);
+        int first, end;
+        hellaswag_rank_examples(hs->n, comm_rank(), comm_world(), &first, &end);
+        for (int i = first; hs->dump && i < end; i++) {
+            const double* s = &hs->scores[(size_t)i * HELLASWAG_ENDINGS];
+            fprintf(hs->dump, "%lld,%d,%d,%d,%.9g,%.9g,%.9g,%.9g\n", step, i, hs->file.examples[i].label,
+                    hellaswag_prediction(s), s[0], s[1], s[2], s[3]);
+        }
+        if (hs->dump && fflush(hs->dump) != 0) fatal("cannot write %s: %s", hs->dump_path, strerror(errno));
+    }
+    if (val || hs) printf("%s\n", line);
 }
 
 // ---- fitting the run to the memory ----------------------------------------------------------
@@ -615,7 +707,7 @@ static void ensure_dir(const char* dir) {
 static FILE* open_log(const char* dir, long long resume_step) {
     char path[4096], line[1024];
     snprintf(path, sizeof path, "%s/log.csv", dir);
-    const char* header = "step,train_loss,val_loss,lr,grad_norm,ms,tok_per_s,skipped\n";
+    const char* header = "step,train_loss,val_loss,lr,grad_norm,ms,tok_per_s,skipped,hellaswag\n";
     char* kept = NULL;
     size_t kept_len = 0;
     if (resume_step >= 0) {
@@ -779,6 +871,10 @@ int main(int argc, char** argv) {
     if (do_val) dataloader_init(&val, o.val_pattern, 1, o.T, rank, world, 0, 0, cfg.vocab_size);
     long long val_seqs = (long long)o.val_batches * seqs;
     if (do_val && val_seqs > dataloader_batches_per_epoch(&val)) val_seqs = dataloader_batches_per_epoch(&val);
+    if (o.hellaswag_dump && !o.hellaswag) fatal("--hellaswag-dump needs --hellaswag FILE");
+    HellaSwag hellaswag;
+    if (o.hellaswag) hellaswag_open(&hellaswag, &o, cfg.vocab_size, rank, world);
+    HellaSwag* hs = o.hellaswag ? &hellaswag : NULL;
     int max_steps = o.max_steps;
     if (max_steps < 0) max_steps = (int)dataloader_batches_per_epoch(&train);
     ensure_dir(o.out_dir);
@@ -881,10 +977,10 @@ int main(int argc, char** argv) {
     double flops_per_token = 6.0 * (double)model.num_parameters + 6.0 * cfg.num_layers * cfg.channels * (double)o.T;
     double train_seconds = 0.0;
     int timed_steps = 0;
-    if (start_step == 0 && do_val) {
-        float vl = validation_loss(&model, &val, (int)val_seqs, B);
-        printf("step %d: val loss %.6f\n", 0, vl);
-        if (log) fprintf(log, "0,,%.9g,,,,,\n", vl), fflush(log);
+    if (start_step == 0 && (do_val || hs)) {
+        char val_field[32] = "", hs_field[32] = "";
+        evaluate(&model, do_val ? &val : NULL, (int)val_seqs, B, hs, 0, val_field, hs_field, sizeof val_field);
+        if (log) fprintf(log, "0,,%s,,,,,,%s\n", val_field, hs_field), fflush(log);
     }
     long long step = start_step;
     int stop = 0; // the largest signal any rank has received; all ranks stop after the same step
@@ -942,15 +1038,12 @@ int main(int argc, char** argv) {
                step, max_steps, loss, norm, lr, 1e3 * seconds, total_batch / seconds, mfu, eta, zs,
                skipped ? " | SKIPPED: " : "", skipped ? why : "");
 
-        char val_field[32] = "";
-        if (do_val && (step % o.val_every == 0 || step == max_steps)) {
-            float vl = validation_loss(&model, &val, (int)val_seqs, B);
-            printf("step %lld: val loss %.6f\n", step, vl);
-            snprintf(val_field, sizeof val_field, "%.9g", vl);
-        }
+        char val_field[32] = "", hs_field[32] = "";
+        if (step == max_steps || (o.val_every > 0 && step % o.val_every == 0))
+            evaluate(&model, do_val ? &val : NULL, (int)val_seqs, B, hs, step, val_field, hs_field, sizeof val_field);
         if (log) {
-            fprintf(log, "%lld,%.9g,%s,%.7g,%.7g,%.3f,%.1f,%d\n", step, loss, val_field, lr, norm,
-                    1e3 * seconds, total_batch / seconds, skipped);
+            fprintf(log, "%lld,%.9g,%s,%.7g,%.7g,%.3f,%.1f,%d,%s\n", step, loss, val_field, lr, norm,
+                    1e3 * seconds, total_batch / seconds, skipped, hs_field);
             if (fflush(log) != 0) fatal("cannot write %s: %s", log_path, strerror(errno));
         }
         if (o.max_skips > 0 && step - guard.last_applied >= o.max_skips) stop_diverged(&o, &guard, step, rank);
@@ -967,6 +1060,7 @@ int main(int argc, char** argv) {
     if (sig) printf("stopped by signal %d after step %lld; resume with -y 1\n", sig, step);
     if (tok) tokenizer_free(tok);
     if (do_val) dataloader_free(&val);
+    if (hs) hellaswag_close(hs);
     dataloader_free(&train);
     gpt2_free(&model);
     comm_free();

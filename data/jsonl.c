@@ -2,6 +2,7 @@
 // function returns 0, or -1 after writing the first problem into the parser's message.
 #include "data/jsonl.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -75,9 +76,10 @@ static int hex4(Parser* p, uint32_t* v) {
     return 0;
 }
 
-// Reads the string at p->pos (its opening quote). Decoded into out when out is not NULL (*n bytes);
-// otherwise only checked.
-static int string(Parser* p, char* out, size_t* n) {
+// Reads the string at p->pos (its opening quote). Decoded into out when out is not NULL, which keeps
+// its first `cap` bytes (a field name is compared on as many bytes as the name sought has); *n: the
+// decoded length. Otherwise only checked.
+static int string(Parser* p, char* out, size_t cap, size_t* n) {
     size_t at = 0;
     if (peek(p) != '"') return fail(p, "expected a string");
     p->pos++;
@@ -123,7 +125,7 @@ static int string(Parser* p, char* out, size_t* n) {
                 return fail(p, e < 0 ? "unterminated string" : "invalid escape \\%c", e);
             }
         }
-        if (out) memcpy(out + at, utf8, (size_t)bytes);
+        if (out && at < cap) memcpy(out + at, utf8, at + (size_t)bytes <= cap ? (size_t)bytes : cap - at);
         at += (size_t)bytes;
     }
     if (n) *n = at;
@@ -166,7 +168,7 @@ static int container(Parser* p, int close, int depth) {
     for (;;) {
         skip_space(p);
         if (close == '}') {
-            if (string(p, NULL, NULL)) return -1;
+            if (string(p, NULL, 0, NULL)) return -1;
             skip_space(p);
             if (peek(p) != ':') return fail(p, "expected ':' after a field name");
             p->pos++;
@@ -193,7 +195,7 @@ static int literal(Parser* p, const char* word) {
 static int value(Parser* p, int depth) {
     skip_space(p);
     int c = peek(p);
-    if (c == '"') return string(p, NULL, NULL);
+    if (c == '"') return string(p, NULL, 0, NULL);
     if (c == '{' || c == '[') {
         p->pos++;
         return container(p, c == '{' ? '}' : ']', depth + 1);
@@ -205,56 +207,120 @@ static int value(Parser* p, int depth) {
     return fail(p, c < 0 ? "missing value at the end of the line" : "invalid value");
 }
 
+// What a value starting with c is, for messages; NULL where no value starts with c.
 static const char* kind_of_value(int c) {
-    return c == '{' ? "an object" : c == '[' ? "an array" : c == 't' || c == 'f' ? "a boolean"
-         : c == 'n' ? "null" : "a number";
+    return c == '"' ? "a string" : c == '{' ? "an object" : c == '[' ? "an array"
+         : c == 't' || c == 'f' ? "a boolean" : c == 'n' ? "null"
+         : c == '-' || (c >= '0' && c <= '9') ? "a number" : NULL;
+}
+
+// The kinds of value the public functions take: the characters such a value starts with, and its
+// name in messages.
+enum { WANT_STRING, WANT_ARRAY, WANT_INTEGER };
+static const char* const want_first[] = {"\"", "[", "-0123456789"};
+static const char* const want_name[] = {"a string", "an array of strings", "an integer"};
+
+// Checks the whole line as one JSON object and finds its top-level field `field`: returns 0 with
+// p->pos at the field's value, or -1 (a malformed line, no such field, the field twice, or a value of
+// another kind than `want`, said where it is met). Field names are decoded into scratch, which needs
+// room for strlen(field) bytes.
+static int find_field(Parser* p, const char* field, int want, char* scratch) {
+    size_t field_len = strlen(field), found = 0, name_len;
+    int have = 0;
+    skip_space(p);
+    if (peek(p) != '{') return fail(p, p->pos == p->len ? "empty line (expected a JSON object)" : "expected a JSON object '{'");
+    p->pos++;
+    skip_space(p);
+    if (peek(p) == '}') {
+        p->pos++;
+    } else {
+        for (;;) {
+            skip_space(p);
+            if (string(p, scratch, field_len, &name_len)) return -1;
+            int is_field = name_len == field_len && memcmp(scratch, field, field_len) == 0;
+            skip_space(p);
+            if (peek(p) != ':') return fail(p, "expected ':' after a field name");
+            p->pos++;
+            skip_space(p);
+            if (is_field) {
+                if (have) return fail(p, "field \"%s\" appears twice", field);
+                const char* kind = kind_of_value(peek(p));
+                if (kind && !strchr(want_first[want], peek(p)))
+                    return fail(p, "field \"%s\" is %s, not %s", field, kind, want_name[want]);
+                have = 1;
+                found = p->pos;
+            }
+            if (value(p, 1)) return -1;
+            skip_space(p);
+            int c = peek(p);
+            p->pos++;
+            if (c == '}') break;
+            if (c != ',') {
+                p->pos--;
+                return fail(p, "expected ',' or '}'");
+            }
+        }
+    }
+    skip_space(p);
+    if (p->pos != p->len) return fail(p, "text after the closing '}'");
+    if (!have) {
+        p->pos = 0;
+        return fail(p, "no field \"%s\"", field);
+    }
+    p->pos = found;
+    return 0;
 }
 
 int jsonl_string_field(const char* line, size_t len, const char* field, char* out, size_t* out_len,
                        char* err, size_t errlen) {
     Parser p = {(const unsigned char*)line, len, 0, err, errlen};
-    size_t field_len = strlen(field), found = 0, name_len;
-    int have = 0;
+    if (find_field(&p, field, WANT_STRING, out)) return -1;
+    return string(&p, out, len, out_len);
+}
+
+// The line is valid JSON by now (find_field checked it): the array's elements need only their kind
+// checked.
+int jsonl_string_array_field(const char* line, size_t len, const char* field, char* out, size_t* lens,
+                             int max_count, int* count, char* err, size_t errlen) {
+    Parser p = {(const unsigned char*)line, len, 0, err, errlen};
+    if (find_field(&p, field, WANT_ARRAY, out)) return -1;
+    size_t used = 0;
+    *count = 0;
+    p.pos++; // '['
     skip_space(&p);
-    if (peek(&p) != '{') return fail(&p, p.pos == len ? "empty line (expected a JSON object)" : "expected a JSON object '{'");
-    p.pos++;
-    skip_space(&p);
-    if (peek(&p) == '}') {
-        p.pos++;
-    } else {
-        for (;;) {
-            skip_space(&p);
-            // Field names are decoded into out as scratch: the text is decoded last, from `found`.
-            if (string(&p, out, &name_len)) return -1;
-            int is_field = name_len == field_len && memcmp(out, field, field_len) == 0;
-            skip_space(&p);
-            if (peek(&p) != ':') return fail(&p, "expected ':' after a field name");
-            p.pos++;
-            skip_space(&p);
-            if (is_field) {
-                if (have) return fail(&p, "field \"%s\" appears twice", field);
-                if (peek(&p) != '"' && peek(&p) >= 0)
-                    return fail(&p, "field \"%s\" is %s, not a string", field, kind_of_value(peek(&p)));
-                have = 1;
-                found = p.pos;
-            }
-            if (value(&p, 1)) return -1;
-            skip_space(&p);
-            int c = peek(&p);
-            p.pos++;
-            if (c == '}') break;
-            if (c != ',') {
-                p.pos--;
-                return fail(&p, "expected ',' or '}'");
-            }
+    if (peek(&p) == ']') return 0;
+    for (;;) {
+        skip_space(&p);
+        if (peek(&p) != '"')
+            return fail(&p, "element %d of field \"%s\" is %s, not a string", *count + 1, field, kind_of_value(peek(&p)));
+        if (*count == max_count) return fail(&p, "field \"%s\" has more than %d elements", field, max_count);
+        if (string(&p, out + used, len - used, &lens[*count])) return -1;
+        used += lens[(*count)++];
+        skip_space(&p);
+        if (peek(&p) == ']') return 0;
+        p.pos++; // ','
+    }
+}
+
+int jsonl_integer_field(const char* line, size_t len, const char* field, char* scratch, long long* value,
+                        char* err, size_t errlen) {
+    Parser p = {(const unsigned char*)line, len, 0, err, errlen};
+    if (find_field(&p, field, WANT_INTEGER, scratch)) return -1;
+    size_t start = p.pos;
+    int negative = peek(&p) == '-';
+    p.pos += (size_t)negative;
+    long long v = 0;
+    for (int c; (c = peek(&p)) >= '0' && c <= '9'; p.pos++) {
+        if (v > (LLONG_MAX - (c - '0')) / 10) {
+            p.pos = start;
+            return fail(&p, "field \"%s\" is too large", field);
         }
+        v = v * 10 + (c - '0');
     }
-    skip_space(&p);
-    if (p.pos != len) return fail(&p, "text after the closing '}'");
-    if (!have) {
-        p.pos = 0;
-        return fail(&p, "no field \"%s\"", field);
+    if (peek(&p) == '.' || peek(&p) == 'e' || peek(&p) == 'E') {
+        p.pos = start;
+        return fail(&p, "field \"%s\" is a number with a fraction or exponent, not an integer", field);
     }
-    p.pos = found;
-    return string(&p, out, out_len);
+    *value = negative ? -v : v;
+    return 0;
 }

@@ -1,6 +1,6 @@
 // prepare_data: encodes text files, JSONL files or standard input with GPT-2's tokenizer into llm.c
-// token files: a validation part (the first N tokens) and a training part, or llm.c-named shards.
-// See usage() for the options.
+// token files: a validation part (the first N tokens) and a training part, or llm.c-named shards;
+// or HellaSwag's JSONL into llm.c's evaluation file (--hellaswag). See usage() for the options.
 //
 // Real corpora are far larger than memory, so the input is streamed: documents are read into a
 // batch, the batch is encoded on every core (each thread with its own tokenizer cache), and its
@@ -17,6 +17,7 @@
 #include <stb_ds.h>
 
 #include "common/util.h"
+#include "data/hellaswag.h"
 #include "data/jsonl.h"
 #include "data/tokenfile.h"
 #include "data/tokenizer.h"
@@ -35,6 +36,7 @@
 static void usage(FILE* out) {
     fprintf(out,
             "usage: prepare_data --vocab DIR -o PREFIX [options] FILE...\n"
+            "       prepare_data --vocab DIR --hellaswag hellaswag_val.jsonl -o FILE\n"
             "Encodes the FILEs (\"-\" is standard input) with GPT-2's BPE into llm.c token files:\n"
             "PREFIX_train.bin (and PREFIX_val.bin with --val-tokens), or shards with --shard-tokens.\n"
             "  --vocab DIR          directory holding encoder.json and vocab.bpe (required)\n"
@@ -51,6 +53,10 @@ static void usage(FILE* out) {
             "  --shard-tokens N     write shards of exactly N tokens (the last may be shorter), named as\n"
             "                       llm.c's fineweb.py does: PREFIX_val_000000.bin (the first shard is\n"
             "                       validation), PREFIX_train_000001.bin, ...\n"
+            "  --hellaswag JSONL    instead: HellaSwag's JSONL (\"-\" is standard input; its fields \"ctx\",\n"
+            "                       \"endings\" and \"label\") into llm.c's evaluation file, written to\n"
+            "                       exactly -o FILE, for train_gpt --hellaswag FILE (as llm.c's\n"
+            "                       dev/data/hellaswag.py: the context, and each ending after a space)\n"
             "  -h, --help           show this help\n"
             "Every document is prefixed by <|endoftext|> (id 50256). Documents are encoded on every core\n"
             "(OMP_NUM_THREADS to choose); the output is the same for any number of threads.\n"
@@ -325,21 +331,111 @@ static void read_input(Encoder* e, const char* path, const InputOptions* in) {
     if (!is_stdin) fclose(f);
 }
 
+// ---- HellaSwag ----------------------------------------------------------------------------------
+
+// --hellaswag: llm.c's evaluation file from HellaSwag's JSONL (hellaswag_val.jsonl of
+// github.com/rowanz/hellaswag: per line the context "ctx", the 4 "endings" and the "label" of the
+// right one, among other fields). Tokens as llm.c's dev/data/hellaswag.py makes them: the context as
+// it is (no <|endoftext|> before it), each ending with a space before it. A line that llm.c's format
+// cannot hold is refused naming the file, the line and the problem.
+static void write_hellaswag(const Tokenizer* tok, const char* input, const char* path) {
+    int is_stdin = strcmp(input, "-") == 0;
+    const char* name = is_stdin ? "standard input" : input;
+    FILE* f = is_stdin ? stdin : xfopen(input, "rb");
+    HellaSwagExample* examples = NULL; // stb_ds; each example's tokens are one allocation
+    char* line = NULL;
+    size_t capacity = 0;
+    ssize_t got;
+    long long line_number = 0;
+    int longest_row = 0, longest_row_line = 0;
+    while ((got = getline(&line, &capacity, f)) != -1) {
+        size_t len = (size_t)got;
+        if (len > 0 && line[len - 1] == '\n') len--;
+        line_number++;
+        if (arrlen(examples) == HELLASWAG_MAX_EXAMPLES)
+            fatal("%s line %lld: more than %d examples, the most llm.c's format numbers (16-bit indices)", name,
+                  line_number, HELLASWAG_MAX_EXAMPLES);
+        // Decoding never lengthens a string: the context and the endings fit len bytes each. The
+        // endings' buffer keeps a byte before each for the space.
+        char* context = xmalloc(len + 1, "HellaSwag context");
+        char* endings = xmalloc(len + 2, "HellaSwag endings");
+        char scratch[8], err[256];
+        size_t context_len, ending_len[HELLASWAG_ENDINGS];
+        int count;
+        long long label;
+        if (jsonl_string_field(line, len, "ctx", context, &context_len, err, sizeof err) ||
+            jsonl_string_array_field(line, len, "endings", endings + 1, ending_len, HELLASWAG_ENDINGS, &count,
+                                     err, sizeof err) ||
+            jsonl_integer_field(line, len, "label", scratch, &label, err, sizeof err))
+            fatal("%s line %lld: %s", name, line_number, err);
+        if (count != HELLASWAG_ENDINGS)
+            fatal("%s line %lld: %d endings, but llm.c's format holds %d", name, line_number, count, HELLASWAG_ENDINGS);
+        if (label < 0 || label >= HELLASWAG_ENDINGS)
+            fatal("%s line %lld: label %lld is not 0..%d", name, line_number, label, HELLASWAG_ENDINGS - 1);
+        size_t n[1 + HELLASWAG_ENDINGS];
+        int* ids[1 + HELLASWAG_ENDINGS];
+        ids[0] = tokenizer_encode(tok, context, context_len, &n[0]);
+        if (n[0] == 0)
+            fatal("%s line %lld: the context is empty: nothing would predict the endings' first tokens", name,
+                  line_number);
+        char* ending = endings;
+        for (int j = 0; j < HELLASWAG_ENDINGS; j++) {
+            ending[0] = ' '; // over the previous ending's last byte, which is encoded by now
+            ids[1 + j] = tokenizer_encode(tok, ending, 1 + ending_len[j], &n[1 + j]);
+            ending += ending_len[j];
+        }
+        size_t total = 0;
+        for (int k = 0; k <= HELLASWAG_ENDINGS; k++) total += n[k];
+        uint16_t* tokens = xmalloc(total * sizeof(uint16_t), "HellaSwag tokens");
+        HellaSwagExample ex = {.label = (int)label};
+        uint16_t* dst = tokens;
+        for (int k = 0; k <= HELLASWAG_ENDINGS; k++) {
+            for (size_t t = 0; t < n[k]; t++) dst[t] = (uint16_t)ids[k][t]; // ids < vocab size < 65535
+            if (k == 0) ex.context = dst, ex.context_len = (int)n[k];
+            else ex.ending[k - 1] = dst, ex.ending_len[k - 1] = (int)n[k];
+            dst += n[k];
+            free(ids[k]);
+        }
+        if (hellaswag_example_bytes(&ex) > HELLASWAG_MAX_EXAMPLE_BYTES)
+            fatal("%s line %lld: %zu tokens, more than llm.c's format holds in an example (%d bytes, 16-bit lengths)",
+                  name, line_number, total, HELLASWAG_MAX_EXAMPLE_BYTES);
+        for (int j = 0; j < HELLASWAG_ENDINGS; j++)
+            if (hellaswag_row_positions(&ex, j) > longest_row)
+                longest_row = hellaswag_row_positions(&ex, j), longest_row_line = (int)line_number;
+        arrput(examples, ex);
+        free(context);
+        free(endings);
+    }
+    check_read(f, name);
+    free(line);
+    if (!is_stdin) fclose(f);
+    if (arrlen(examples) == 0) fatal("%s holds no examples: nothing to write", name);
+    hellaswag_write(path, examples, (int)arrlen(examples));
+    printf("wrote %s: %d examples; the longest, on line %d, needs -t %d (its context and longest ending but the "
+           "last token)\n", path, (int)arrlen(examples), longest_row_line, longest_row);
+    for (ptrdiff_t i = 0; i < arrlen(examples); i++) free((void*)examples[i].context); // its tokens' start
+    arrfree(examples);
+}
+
 int main(int argc, char** argv) {
     const char* vocab_dir = NULL;
     InputOptions in = {FORMAT_AUTO, 0};
     const char* text_field = "text";
     int skip_bad_lines = 0;
+    const char* hellaswag = NULL;
+    const char* corpus_option = NULL; // the last option given that only token files take
     static const struct option options[] = {
         {"vocab", required_argument, NULL, 'V'},      {"output", required_argument, NULL, 'o'},
         {"sections", no_argument, NULL, 'S'},         {"val-tokens", required_argument, NULL, 'N'},
         {"format", required_argument, NULL, 'F'},     {"text-field", required_argument, NULL, 'T'},
         {"skip-bad-lines", no_argument, NULL, 'K'},   {"shard-tokens", required_argument, NULL, 'D'},
-        {"help", no_argument, NULL, 'h'},             {NULL, 0, NULL, 0},
+        {"hellaswag", required_argument, NULL, 'H'},  {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     opterr = 0; // report bad options ourselves, in one message
-    int c;
-    while ((c = getopt_long(argc, argv, ":o:h", options, NULL)) != -1) {
+    int c, index = 0;
+    while ((c = getopt_long(argc, argv, ":o:h", options, &index)) != -1) {
+        if (strchr("SNDTKF", c)) corpus_option = options[index].name;
         switch (c) {
         case 'V': vocab_dir = optarg; break;
         case 'o': out.prefix = optarg; break;
@@ -353,6 +449,7 @@ int main(int argc, char** argv) {
             else if (strcmp(optarg, "jsonl") == 0) in.format = FORMAT_JSONL;
             else fatal("--format must be text or jsonl, not '%s'", optarg);
             break;
+        case 'H': hellaswag = optarg; break;
         case 'h': usage(stdout); return 0;
         case ':': fatal("option %s needs a value (see --help)", argv[optind - 1]);
         default:
@@ -361,8 +458,10 @@ int main(int argc, char** argv) {
         }
     }
     if (!vocab_dir) fatal("missing --vocab DIR (the directory with encoder.json and vocab.bpe; see --help)");
-    if (!out.prefix) fatal("missing -o PREFIX (see --help)");
-    if (optind >= argc) fatal("no input FILE given (see --help)");
+    if (!out.prefix) fatal(hellaswag ? "missing -o FILE (see --help)" : "missing -o PREFIX (see --help)");
+    if (hellaswag && corpus_option) fatal("--%s does not apply to --hellaswag (see --help)", corpus_option);
+    if (hellaswag && optind < argc) fatal("--hellaswag converts one file: unexpected argument '%s'", argv[optind]);
+    if (!hellaswag && optind >= argc) fatal("no input FILE given (see --help)");
     if (out.shard_tokens > 0 && out.val_tokens > 0)
         fatal("--val-tokens and --shard-tokens exclude each other: with shards the first shard is validation");
     int stdin_inputs = 0;
@@ -377,6 +476,15 @@ int main(int argc, char** argv) {
         fatal("%s: token %d is not <|endoftext|>: not GPT-2's vocabulary", vocab_dir, END_OF_TEXT);
     if (tokenizer_vocab_size(tok) > 65536)
         fatal("%s: %d tokens do not fit the token file's 16-bit ids", vocab_dir, tokenizer_vocab_size(tok));
+    if (hellaswag) {
+        // 65535 is the evaluation file's delimiter; GPT-2's 50257 tokens are far below it.
+        if (tokenizer_vocab_size(tok) >= HELLASWAG_DELIMITER)
+            fatal("%s: %d tokens do not fit the HellaSwag file's ids (below %d)", vocab_dir, tokenizer_vocab_size(tok),
+                  HELLASWAG_DELIMITER);
+        write_hellaswag(tok, hellaswag, out.prefix);
+        tokenizer_free(tok);
+        return 0;
+    }
 
     int threads = omp_get_max_threads();
     Encoder e = {.tok = tok, .text_field = text_field, .skip_bad_lines = skip_bad_lines,

@@ -94,15 +94,19 @@ int main(void) { cublasHandle_t h; cublasLtHandle_t lt; return cublasCreate(&h) 
     fi
 fi
 
-# scripts/plot_loss.py draws the loss curves of tests/test_train_cpu.sh.
+# scripts/plot_loss.py draws the loss curves of tests/test_train_cpu.sh; tests/hellaswag_reference.py
+# (tests/test_hellaswag.sh) is a GPT-2 forward in NumPy.
 if ! command -v python3 > /dev/null; then
     lack python3 "not found" apt python3
-elif ! python3 -c 'import matplotlib' 2> /dev/null; then
-    if [ "$(python3 -c 'import sys; print(sys.prefix)')" = /usr ]; then
-        lack matplotlib "python3 cannot import it" apt python3-matplotlib
-    else # a Python of its own (pyenv, venv, conda): Debian's package would not reach it
-        lack matplotlib "$(command -v python3) cannot import it" pip matplotlib
-    fi
+else
+    for module in numpy matplotlib; do
+        python3 -c "import $module" 2> /dev/null && continue
+        if [ "$(python3 -c 'import sys; print(sys.prefix)')" = /usr ]; then
+            lack $module "python3 cannot import it" apt python3-$module
+        else # a Python of its own (pyenv, venv, conda): Debian's package would not reach it
+            lack $module "$(command -v python3) cannot import it" pip $module
+        fi
+    done
 fi
 
 # scripts/fineweb_to_jsonl.py reads parquet files with pyarrow (tests/test_fineweb_parquet.sh).

@@ -82,8 +82,33 @@ expect_error "maximum sequence length of 32" "${gen[@]}" -e "$model" --prompt "$
 expect_error "use -x 0" -x 5 --vocab "$DATA/gpt2" -e "$model" --prompt "Hi"
 expect_error "not both" "${gen[@]}" -e "$model" --prompt "Hi" --prompt-file "$tmp/prompt.txt"
 expect_error "encoder.json" -x 0 -e "$model" --prompt "Hi" --vocab "$tmp"
+# HellaSwag evaluation files (llm.c's format: a 1024-byte header, then example 0's values: delimiter,
+# bytes, index, label at byte 1030, 4, the context's length and its first token at byte 1036)
+printf '%s\n' '{"ctx": "A man is on a roof. He", "label": 1, "endings": ["sits.", "falls off.", "waves.", "sings a song."]}' \
+    '{"ctx": "Then", "label": 3, "endings": ["a", "b", "c", "d"]}' > "$tmp/hs.jsonl"
+"$BUILD/prepare_data" --vocab "$DATA/gpt2" --hellaswag "$tmp/hs.jsonl" -o "$tmp/hs.bin" > /dev/null
+hs() { cp "$tmp/hs.bin" "$tmp/$1"; }
+head -c 1100 "$tmp/hs.bin" > "$tmp/hs_truncated.bin"
+expect_error "hs_truncated.bin: truncated" "${small[@]}" -i "$train_bin" -o "$tmp/o" --hellaswag "$tmp/hs_truncated.bin"
+hs hs_magic.bin && printf '\x39\x30\x00\x00' | dd of="$tmp/hs_magic.bin" conv=notrunc 2> /dev/null
+expect_error "hs_magic.bin: wrong magic number 12345" "${small[@]}" -i "$train_bin" -o "$tmp/o" --hellaswag "$tmp/hs_magic.bin"
+expect_error "tiny_shakespeare_val.bin: wrong magic number 20240520" "${small[@]}" -i "$train_bin" -o "$tmp/o" --hellaswag "$val_bin"
+hs hs_label.bin && printf '\x07\x00' | dd of="$tmp/hs_label.bin" bs=1 seek=1030 conv=notrunc 2> /dev/null
+expect_error "hs_label.bin: example 0 (byte 1024): label 7 is not 0..3" "${small[@]}" -i "$train_bin" -o "$tmp/o" --hellaswag "$tmp/hs_label.bin"
+hs hs_token.bin && printf '\x60\xea' | dd of="$tmp/hs_token.bin" bs=1 seek=1036 conv=notrunc 2> /dev/null # token 60000
+expect_error "hs_token.bin: example 0: token 0 of the context (byte 1036) is 60000, outside the vocabulary" "${small[@]}" -i "$train_bin" -o "$tmp/o" --hellaswag "$tmp/hs_token.bin"
+hs hs_count.bin && printf '\x03' | dd of="$tmp/hs_count.bin" bs=1 seek=8 conv=notrunc 2> /dev/null # 3 examples
+expect_error "hs_count.bin: truncated: the file ends at byte" "${small[@]}" -i "$train_bin" -o "$tmp/o" --hellaswag "$tmp/hs_count.bin"
+{ cat "$tmp/hs.bin"; printf '\xff\xff'; } > "$tmp/hs_trailing.bin"
+expect_error "hs_trailing.bin: 2 bytes after the last of the header's 2 examples" "${small[@]}" -i "$train_bin" -o "$tmp/o" --hellaswag "$tmp/hs_trailing.bin"
+expect_error "hs.bin: example 0 needs 11 positions" "${small[@]}" -t 8 -i "$train_bin" -o "$tmp/o" --hellaswag "$tmp/hs.bin"
+expect_error "no_such_hellaswag.bin" "${small[@]}" -i "$train_bin" -o "$tmp/o" --hellaswag "$tmp/no_such_hellaswag.bin"
+expect_error "--hellaswag-dump needs --hellaswag" "${small[@]}" -i "$train_bin" -o "$tmp/o" --hellaswag-dump "$tmp/dump.csv"
 # several processes of the CPU build, which runs one
 RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 GPT_RUN_ID=t expect_error "one process only" "${small[@]}" -i "$train_bin" -o "$tmp/o"
+# the TCP rendezvous's variables, checked before anything waits on them
+RANK=1 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=99999 expect_error "MASTER_PORT=99999 is not a port" "${small[@]}" -i "$train_bin" -o "$tmp/o"
+RANK=1 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 expect_error "MASTER_PORT is not" "${small[@]}" -i "$train_bin" -o "$tmp/o"
 
 # a disk that fills up while a checkpoint is written: the write fails cleanly, the previous
 # checkpoint stays intact and no temporary file is left behind
@@ -99,6 +124,3 @@ grep -q "cannot write" "$tmp/out" || { echo "FAIL no clear message on a full dis
 ls "$tmp/full" | grep -q tmp && { echo "FAIL temporary file left behind: $(ls "$tmp/full")"; exit 1; }
 echo "PASS full disk: $(grep -m1 error "$tmp/out"); previous checkpoint intact"
 echo "PASS $count bad inputs rejected cleanly"
-# the TCP rendezvous's variables, checked before anything waits on them
-RANK=1 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=99999 expect_error "MASTER_PORT=99999 is not a port" "${small[@]}" -i "$train_bin" -o "$tmp/o"
-RANK=1 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 expect_error "MASTER_PORT is not" "${small[@]}" -i "$train_bin" -o "$tmp/o"

@@ -5,6 +5,7 @@
 #         1e-4 relative of the CPU's.
 #   BF16: the first step's loss within 1e-2 relative (bf16 activations: a few 2^-8 roundings per
 #         layer), and the loss still falling after 20 steps.
+#   Generation and HellaSwag scores of the 20-step model against the CPU's (see below).
 # Usage: BUILD=dir GPU_ARCH=90 tests/test_gpu_model.sh   (needs a GPU; scripts/get_data.sh fetches the data)
 set -eu
 "$(dirname "$0")/../scripts/get_data.sh" # before any cd: a relative GPT_DATA_DIR is the caller's
@@ -19,7 +20,8 @@ failed=0
 pass() { echo "PASS $1"; }
 fail() { echo "FAIL $1"; failed=1; }
 
-make --no-print-directory BUILD="$BUILD/model-cpu" ATTN=naive "$BUILD/model-cpu/train_gpt_cpu" >/dev/null
+make --no-print-directory BUILD="$BUILD/model-cpu" ATTN=naive "$BUILD/model-cpu/train_gpt_cpu" \
+    "$BUILD/model-cpu/prepare_data" >/dev/null
 for p in FP32 BF16; do
     make --no-print-directory BUILD="$BUILD/model-$p" ATTN=naive PRECISION=$p GPU_ARCH="$ARCH" \
         "$BUILD/model-$p/train_gpt" >/dev/null
@@ -78,4 +80,29 @@ for mode in greedy sampled; do
     else fail "FP32 $mode text differs from the CPU's: $(tr '\n' '|' < "$WORK/$mode-FP32.txt") vs $(tr '\n' '|' < "$WORK/$mode-cpu.txt")"; fi
 done
 echo "BF16 greedy text: $(tr '\n' '|' < "$WORK/greedy-BF16.txt"); sampled: $(tr '\n' '|' < "$WORK/sampled-BF16.txt")"
+# HellaSwag: every ending's score (--hellaswag-dump) on the GPU against the CPU's, on the model of 20
+# steps: FP32 within 1e-4 relative and the same predicted endings, BF16 within 1e-2 (bf16 activations;
+# a near tie may then pick another ending, so its accuracy is printed, not compared).
+printf '%s\n' '{"ctx": "A man is sitting on a roof. he", "label": 3, "endings": ["is using wrap to wrap a pair of skis.", "is ripping level tiles off.", "is holding a rubik'"'"'s cube.", "starts pulling up roofing on a roof."]}' \
+    '{"ctx": "ROMEO: What say you, my lord? JULIET:", "label": 1, "endings": ["I say nothing.", "Good night, good night! Parting is such sweet sorrow.", "Wherefore art thou?", ""]}' \
+    '{"ctx": "Le caf\u00e9 est ferm\u00e9; \u65e5\u672c\u8a9e", "label": 2, "endings": ["\ud83d\ude00 smiles", "na\u00efve", "r\u00e9sum\u00e9", "and so on"]}' \
+    '{"ctx": "First Citizen: Before we proceed any further, hear me speak.", "label": 0, "endings": ["All: Speak, speak.", "You are all resolved rather to die than to famish?", "Resolved. resolved.", "We know it."]}' \
+    '{"ctx": "The two twins are", "label": 1, "endings": ["exactly alike.", "the same.", "the same.", "different."]}' \
+    '{"ctx": "KING HENRY: Once more unto the breach, dear friends,", "label": 2, "endings": ["once more;", "or close the wall up", "with our English dead.", "In peace there'"'"'s nothing so becomes a man"]}' \
+    > "$WORK/hs.jsonl"
+"$BUILD/model-cpu/prepare_data" --vocab "$PREPARED/gpt2" --hellaswag "$WORK/hs.jsonl" -o "$WORK/hs.bin" > /dev/null
+HS=(-e "$MODEL" -t 64 -b 4 -x 0 -v 0 -s 0 -i "$DATA/tiny_shakespeare_train.bin" --hellaswag "$WORK/hs.bin")
+"$BUILD/model-cpu/train_gpt_cpu" "${HS[@]}" --hellaswag-dump "$WORK/hs-cpu.csv" -o "$WORK/hs-cpu" > "$WORK/hs-cpu.out"
+for p in FP32 BF16; do
+    tolerance=$([ $p = FP32 ] && echo 1e-4 || echo 1e-2)
+    "$BUILD/model-$p/train_gpt" "${HS[@]}" --hellaswag-dump "$WORK/hs-$p.csv" -o "$WORK/hs-$p" > "$WORK/hs-$p.out"
+    # the worst relative difference of the scores and the number of other predictions
+    read -r worst other < <(paste -d, "$WORK/hs-cpu.csv" "$WORK/hs-$p.csv" | awk -F, 'NR > 1 {
+        for (j = 5; j <= 8; j++) { d = ($(j + 8) - $j) / $j; if (d < 0) d = -d; if (d > w) w = d }
+        if ($4 != $12) other++ } END { printf "%.3g %d\n", w, other }')
+    accuracy="CPU $(grep -o 'hellaswag [0-9.]* ([0-9/]*)' "$WORK/hs-cpu.out"), $p $(grep -o 'hellaswag [0-9.]* ([0-9/]*)' "$WORK/hs-$p.out")"
+    if awk -v w="$worst" -v t="$tolerance" 'BEGIN { exit !(w <= t) }' && { [ $p = BF16 ] || [ "$other" = 0 ]; }; then
+        pass "$p HellaSwag scores of 6 examples vs CPU: worst relative difference $worst (<= $tolerance), $other other predictions; $accuracy"
+    else fail "$p HellaSwag scores vs CPU: worst relative difference $worst (tolerance $tolerance), $other other predictions; $accuracy"; fi
+done
 [ $failed = 0 ] && echo "test_gpu_model: all passed" || { echo "test_gpu_model: FAILED"; exit 1; }

@@ -1,6 +1,6 @@
 // Tests of the JSONL line decoder (data/jsonl.c) against expected bytes written out by hand: every
 // escape, surrogate pairs, other fields of every JSON type skipped, CRLF line ends, and each kind of
-// malformed line refused with its column and problem.
+// malformed line refused with its column and problem; arrays of strings and integers.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +28,46 @@ static void expect_error(const char* name, const char* line, size_t len, const c
     int rc = jsonl_string_field(line, len, "text", out, &got_len, err, sizeof(err));
     test_check(rc == -1 && strstr(err, want) != NULL, name, "rc %d, error '%s' (want '%s')", rc, err, want);
     free(out);
+}
+
+// LINE's array field "endings" (at most max strings) must hold `count` strings, want_joined: them
+// joined by '|'.
+static void expect_strings(const char* name, const char* line, int max, int count, const char* want_joined) {
+    size_t len = strlen(line), lens[8];
+    char* out = malloc(len + 1);
+    char err[256] = "", joined[256] = "";
+    int got = -1;
+    int rc = jsonl_string_array_field(line, len, "endings", out, lens, max, &got, err, sizeof(err));
+    for (int i = 0, at = 0, n = 0; rc == 0 && i < got; at += (int)lens[i++])
+        n += snprintf(joined + n, sizeof(joined) - (size_t)n, "%s%.*s", i ? "|" : "", (int)lens[i], out + at);
+    test_check(rc == 0 && got == count && strcmp(joined, want_joined) == 0, name,
+               "rc %d, %d strings '%s' (want %d '%s'), error '%s'", rc, got, joined, count, want_joined, err);
+    free(out);
+}
+
+static void expect_strings_error(const char* name, const char* line, int max, const char* want) {
+    size_t len = strlen(line), lens[8];
+    char* out = malloc(len + 1);
+    char err[256] = "";
+    int count;
+    int rc = jsonl_string_array_field(line, len, "endings", out, lens, max, &count, err, sizeof(err));
+    test_check(rc == -1 && strstr(err, want) != NULL, name, "rc %d, error '%s' (want '%s')", rc, err, want);
+    free(out);
+}
+
+// LINE's integer field "label" must be want, or be refused with a message containing want_err.
+static void expect_integer(const char* name, const char* line, long long want) {
+    char scratch[8], err[256] = "";
+    long long v = -999;
+    int rc = jsonl_integer_field(line, strlen(line), "label", scratch, &v, err, sizeof(err));
+    test_check(rc == 0 && v == want, name, "rc %d, %lld (want %lld), error '%s'", rc, v, want, err);
+}
+
+static void expect_integer_error(const char* name, const char* line, const char* want) {
+    char scratch[8], err[256] = "";
+    long long v;
+    int rc = jsonl_integer_field(line, strlen(line), "label", scratch, &v, err, sizeof(err));
+    test_check(rc == -1 && strstr(err, want) != NULL, name, "rc %d, error '%s' (want '%s')", rc, err, want);
 }
 
 #define TEXT(name, line, want) expect_text(name, line, "text", want, sizeof(want) - 1)
@@ -93,6 +133,24 @@ int main(void) {
     ERROR("single quotes", "{'text':'a'}", "expected a string");
     expect_error("NUL byte after the object", "{\"text\":\"a\"}\0", 13, "text after the closing '}'");
     expect_error("NUL byte (raw) inside a string", "{\"text\":\"a\0b\"}", 14, "control character 0x00");
+
+    // Arrays of strings and integers (HellaSwag's "endings" and "label"), the rest of the line checked
+    // as for a string field.
+    expect_strings("four endings", "{\"label\": 2, \"endings\": [\"a\", \"caf\\u00e9\", \"\", \" x \\\" y\"], \"z\": [1]}",
+                   4, 4, "a|caf\xC3\xA9|| x \" y");
+    expect_strings("empty array", "{\"endings\":[]}", 4, 0, "");
+    expect_strings_error("element not a string", "{\"endings\":[\"a\",3]}", 4, "column 17: element 2 of field \"endings\" is a number, not a string");
+    expect_strings_error("too many elements", "{\"endings\":[\"a\",\"b\",\"c\"]}", 2, "column 21: field \"endings\" has more than 2 elements");
+    expect_strings_error("a string, not an array", "{\"endings\":\"abc\"}", 4, "is a string, not an array of strings");
+    expect_strings_error("malformed after the array", "{\"endings\":[\"a\"],}", 4, "expected a string");
+    expect_integer("integer", "{\"ctx\":\"x\",\"label\":3}", 3);
+    expect_integer("negative integer", "{\"label\" : -12 }", -12);
+    expect_integer("zero", "{\"label\":0}", 0);
+    expect_integer_error("fraction", "{\"label\":3.0}", "column 10: field \"label\" is a number with a fraction or exponent");
+    expect_integer_error("exponent", "{\"label\":1e2}", "not an integer");
+    expect_integer_error("too large", "{\"label\":99999999999999999999}", "column 10: field \"label\" is too large");
+    expect_integer_error("a string", "{\"label\":\"3\"}", "is a string, not an integer");
+    expect_integer_error("missing", "{\"labels\":3}", "column 1: no field \"label\"");
 
     // Nesting deeper than the limit is refused, not a stack overflow.
     size_t depth = 100000;
