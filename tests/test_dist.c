@@ -94,6 +94,12 @@ static void run(Child* c, const char* const* env, void (*fn)(const void*), const
     finish(c);
 }
 
+// Checks that the child exited with status 0 having printed exactly want.
+static void check_printed(const char* name, const Child* c, const char* want) {
+    test_check(c->code == 0 && strcmp(c->out, want) == 0, name, "got \"%s\" (exit %d, stderr \"%s\"), want \"%s\"",
+               c->out, c->code, c->err, want);
+}
+
 // Checks that the child exited with status 1 and an "error: " message containing want1 and want2.
 static void check_fatal(const char* name, const Child* c, const char* want1, const char* want2) {
     int ok = c->code == 1 && strncmp(c->err, "error: ", 7) == 0 && strstr(c->err, want1) &&
@@ -112,8 +118,7 @@ static void print_env(const void* arg) {
 static void expect_env(const char* name, const char* const* env, const char* want) {
     Child c;
     run(&c, env, print_env, NULL);
-    test_check(c.code == 0 && strcmp(c.out, want) == 0, name, "got \"%s\" (exit %d, stderr \"%s\"), want \"%s\"",
-               c.out, c.code, c.err, want);
+    check_printed(name, &c, want);
 }
 
 static void expect_env_error(const char* name, const char* const* env, const char* want1, const char* want2) {
@@ -205,8 +210,7 @@ static void print_tag(const void* arg) {
 static void expect_tag(const char* name, const char* const* env, const char* want) {
     Child c;
     run(&c, env, print_tag, NULL);
-    test_check(c.code == 0 && strcmp(c.out, want) == 0, name, "got \"%s\" (exit %d, stderr \"%s\"), want \"%s\"",
-               c.out, c.code, c.err, want);
+    check_printed(name, &c, want);
 }
 
 static void test_run_tag(void) {
@@ -357,8 +361,7 @@ static void print_choice(const void* nccl_dir) {
 static void expect_choice(const char* name, const char* const* env, const char* nccl_dir, const char* want) {
     Child c;
     run(&c, env, print_choice, nccl_dir);
-    test_check(c.code == 0 && strcmp(c.out, want) == 0, name, "got \"%s\" (exit %d, stderr \"%s\"), want \"%s\"",
-               c.out, c.code, c.err, want);
+    check_printed(name, &c, want);
 }
 
 static void expect_choice_error(const char* name, const char* const* env, const char* want1, const char* want2) {
