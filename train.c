@@ -61,6 +61,7 @@ typedef struct {
     int resume;                 // -y
     int keep;                   // --keep
     int recompute;              // -r (-1: the lowest that fits with -b auto, else 0)
+    int batch_invariant;        // --batch-invariant: sequences per gradient sum (0: off)
     int zero_stage;             // -z
     const char* nccl_dir;       // --nccl-dir (NULL: the output directory)
     double nccl_timeout;        // --nccl-timeout, seconds
@@ -155,6 +156,11 @@ static void print_usage(void) {
            "                            -b auto, else 0)\n"
            "      --memory-limit GIB    plan -b auto for a card of GIB GiB (default: the free memory;\n"
            "                            on the CPU the host's available memory), less a %.1f GiB margin\n"
+           "      --batch-invariant G   sum the parameter gradients over groups of G sequences, so that\n"
+           "                            every -b that is a multiple of G trains the same bits on one GPU\n"
+           "                            model (-b auto picks such a B); 0 = off. Costs fp32 passes over\n"
+           "                            the gradients: G 1 slows an H100 d12 step by ~23%%, G 8 by 2-3%%\n"
+           "                            (README, \"Reproduce a curve\") (default %d)\n"
            "several GPUs (one process per GPU; rank from RANK/WORLD_SIZE/LOCAL_RANK, mpirun or srun;\n"
            "the ranks meet over TCP at MASTER_ADDR:MASTER_PORT when both are set, else through a file)\n"
            "  -z, --zero 0|1            ZeRO stage: 1 shards AdamW state and master weights (default %d)\n"
@@ -170,7 +176,7 @@ static void print_usage(void) {
            (double)d.grad_clip, 2.0 * log(GPT2_VOCAB_SIZE), STEP_HISTORY, (double)d.skip_loss_z,
            (double)d.skip_norm_z, d.max_skips, d.val_every, d.val_batches, d.sample_every, d.gen_tokens,
            (double)d.temperature, d.top_k, (double)d.top_p, d.out_dir, d.checkpoint_every, d.resume, d.keep,
-           FIT_MARGIN_BYTES / 1073741824.0, d.zero_stage, d.nccl_timeout);
+           FIT_MARGIN_BYTES / 1073741824.0, d.batch_invariant, d.zero_stage, d.nccl_timeout);
 }
 
 static float parse_float(const char* s, const char* option, double lo, double hi) {
@@ -186,7 +192,7 @@ enum { OPT_LAYERS = 1000, OPT_CHANNELS, OPT_HEADS, OPT_MAX_SEQ, OPT_SEED, OPT_VO
        OPT_TEMPERATURE, OPT_TOP_K, OPT_TOP_P, OPT_PROMPT, OPT_PROMPT_FILE, OPT_SHUFFLE, OPT_GRAD_CLIP,
        OPT_NCCL_DIR, OPT_NCCL_TIMEOUT, OPT_MAX_LOSS, OPT_SKIP_LOSS_Z, OPT_SKIP_NORM_Z, OPT_MAX_SKIPS,
        OPT_INJECT_NAN_LOSS, OPT_INJECT_NAN_GRAD, OPT_MEMORY_LIMIT, OPT_HELLASWAG, OPT_HELLASWAG_LIMIT,
-       OPT_HELLASWAG_DUMP };
+       OPT_HELLASWAG_DUMP, OPT_BATCH_INVARIANT };
 
 // Whether step is in a list of steps and ranges such as "5,9-12"; exits naming the option when the
 // list is malformed (parse_options checks each list once, with step 0).
@@ -219,7 +225,7 @@ static Options parse_options(int argc, char** argv) {
         {"val-every", 1, 0, 'v'}, {"val-batches", 1, 0, 'm'}, {"sample-every", 1, 0, 's'},
         {"gen-tokens", 1, 0, 'g'}, {"checkpoint-every", 1, 0, 'n'}, {"resume", 1, 0, 'y'},
         {"recompute", 1, 0, 'r'}, {"zero", 1, 0, 'z'}, {"help", 0, 0, 'h'}, {"config", 1, 0, 'f'},
-        {"memory-limit", 1, 0, OPT_MEMORY_LIMIT},
+        {"memory-limit", 1, 0, OPT_MEMORY_LIMIT}, {"batch-invariant", 1, 0, OPT_BATCH_INVARIANT},
         {"layers", 1, 0, OPT_LAYERS}, {"channels", 1, 0, OPT_CHANNELS}, {"heads", 1, 0, OPT_HEADS},
         {"max-seq", 1, 0, OPT_MAX_SEQ}, {"seed", 1, 0, OPT_SEED}, {"vocab", 1, 0, OPT_VOCAB},
         {"keep", 1, 0, OPT_KEEP}, {"temperature", 1, 0, OPT_TEMPERATURE}, {"top-k", 1, 0, OPT_TOP_K},
@@ -292,6 +298,7 @@ static Options parse_options(int argc, char** argv) {
         case OPT_NCCL_DIR: o.nccl_dir = optarg; break;
         case OPT_NCCL_TIMEOUT: o.nccl_timeout = parse_float(optarg, name, 1.0, 1e6); break;
         case OPT_MEMORY_LIMIT: o.memory_limit = parse_float(optarg, name, 0.01, 1e6); break;
+        case OPT_BATCH_INVARIANT: o.batch_invariant = (int)parse_int_option(optarg, name, 0, 1 << 20); break;
         case OPT_HELLASWAG: o.hellaswag = optarg; break;
         case OPT_HELLASWAG_LIMIT: o.hellaswag_limit = (int)parse_int_option(optarg, name, 0, HELLASWAG_MAX_EXAMPLES); break;
         case OPT_HELLASWAG_DUMP: o.hellaswag_dump = optarg; break;
@@ -505,7 +512,12 @@ static int fit_micro_batch(const Options* o, const GPT2Config* cfg, int seqs, in
     comm_allreduce_host(&memory, 1, COMM_MIN);
     int lo = *recompute < 0 ? 0 : *recompute, hi = *recompute < 0 ? 2 : *recompute;
     Fit fit;
-    if (!gpt2_fit(cfg, o->T, seqs, world, o->zero_stage, lo, hi, (size_t)memory, &fit)) {
+    int group = o->batch_invariant ? o->batch_invariant : 1;
+    if (!gpt2_fit(cfg, o->T, seqs, group, world, o->zero_stage, lo, hi, (size_t)memory, &fit)) {
+        if (group > 1 && gpt2_fit(cfg, o->T, seqs, 1, world, o->zero_stage, lo, hi, (size_t)memory, &fit))
+            fatal("-b auto: no multiple of --batch-invariant %d fits (B %d, -r %d would): a smaller group "
+                  "(--batch-invariant 1, slower) allows it, or 0 (no same bits across -b)", group, fit.B,
+                  fit.recompute);
         char advice[1024];
         gpt2_fit_advice(advice, sizeof advice, cfg, o->T, world, o->zero_stage, hi, (size_t)memory);
         MemoryPlan least = gpt2_memory_plan(cfg, 1, o->T, hi, o->zero_stage, world);
@@ -864,6 +876,11 @@ int main(int argc, char** argv) {
     if (o.B && seqs % o.B != 0)
         fatal("total batch -d %lld is not a multiple of B*T*GPUs = %d*%d*%d = %lld", total_batch, o.B, o.T,
               world, (long long)o.B * tokens_per_seq_row);
+    if (o.batch_invariant && seqs % o.batch_invariant != 0)
+        fatal("--batch-invariant %d does not divide the %d sequences per GPU of a step (-d %lld)", o.batch_invariant,
+              seqs, total_batch);
+    if (o.B && o.batch_invariant && o.B % o.batch_invariant != 0)
+        fatal("-b %d is not a multiple of --batch-invariant %d", o.B, o.batch_invariant);
 
     DataLoader train, val;
     dataloader_init(&train, o.train_pattern, seqs, o.T, rank, world, o.shuffle, o.seed, cfg.vocab_size);
@@ -895,6 +912,7 @@ int main(int argc, char** argv) {
     int accum = seqs / B;
     GPT2 model;
     gpt2_build(&model, &cfg, B, o.T, recompute, o.zero_stage);
+    model.sum_sequences = o.batch_invariant;
     printf("%s | %s attention\n", backend_describe(), attention_name());
     if (world > 1)
         printf("%d ranks (%s, %s), ZeRO stage %d\n", world, env.source, comm_name(), o.zero_stage);
@@ -902,8 +920,9 @@ int main(int argc, char** argv) {
            cfg.num_layers, cfg.channels, cfg.num_heads, cfg.max_seq_len, cfg.vocab_size,
            cfg.padded_vocab_size, model.num_parameters, file_weights ? " from " : "",
            file_weights ? o.model : "");
-    printf("batch: B %d x T %d x %d GPU(s) x %d accumulation = %lld tokens per step, %d steps\n",
-           B, o.T, world, accum, total_batch, max_steps);
+    printf("batch: B %d x T %d x %d GPU(s) x %d accumulation = %lld tokens per step, %d steps%s\n",
+           B, o.T, world, accum, total_batch, max_steps,
+           o.batch_invariant ? ", gradients summed per group of sequences (--batch-invariant)" : "");
     if (file_weights) {
         gpt2_set_weights(&model, file_weights);
         free(file_weights);

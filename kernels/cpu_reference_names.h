@@ -30,15 +30,16 @@ void cpu_encoder_backward(float* dwte, float* dwpe, const float* dout, const int
 void cpu_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                            const float* bias, int N, int C);
 void cpu_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                            const float* weight, const float* mean, const float* rstd, int N, int C);
+                            const float* weight, const float* mean, const float* rstd, int N, int C, int sum_rows);
 void cpu_matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                         int OC);
 void cpu_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                         const float* weight, int N, int C, int OC);
+                         const float* weight, int N, int C, int OC, int sum_rows);
 void cpu_gelu_forward(float* out, const float* inp, size_t n);
 void cpu_gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
 void cpu_matmul_backward_gelu(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                              const float* weight, const float* pre, int N, int C, int OC);
+                              const float* weight, const float* pre, int N, int C, int OC,
+                              int sum_rows);
 void cpu_residual_forward(float* out, const float* a, const float* b, size_t n);
 void cpu_fused_classifier(float* logits, float* losses, const int* targets, float dloss, int N, int V,
                           int Vp, int write_dlogits);

@@ -15,6 +15,13 @@
 // - Gradients of parameters ACCUMULATE (+=) so micro-batches add up; the model zeroes them once per
 //   step. Gradients of activations are OVERWRITTEN (=), except layernorm_backward's dinp, which
 //   accumulates because it feeds the residual stream (whose own backward is the identity).
+// - sum_rows (a divisor of N): the layers with weights sum their parameter gradients over groups of
+//   sum_rows consecutive rows and add each group's sum in turn; a group's sum depends only on its
+//   own rows (and on the GPU matmul_backward also takes dinp group by group, so that every product
+//   has the same shape). With sum_rows = G T, a micro-batch of B sequences gives the bits of the
+//   same sequences in micro-batches of any other multiple of G (train_gpt --batch-invariant G, whose
+//   forward also multiplies group by group); sum_rows = N (one group) is the fastest on the GPU,
+//   where each group is one cuBLAS call per product.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -64,24 +71,26 @@ void init_normal(float* dst, size_t n, float mean, float std, unsigned long long
 // out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]
 void encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe,
                      int B, int T, int C);
-// dwte[inp[b,t],:] += dout[b,t,:]; dwpe[t,:] += sum_b dout[b,t,:]. Deterministic order.
+// dwte[inp[b,t],:] += dout[b,t,:]; dwpe[t,:] += sum_b dout[b,t,:]. Deterministic order, and sequence
+// by sequence: B sequences give the bits of the same sequences passed in smaller batches.
 void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const int* inp,
                       int B, int T, int C);
 
 // out = (inp - mean) * rstd * weight + bias per row of C, eps 1e-5; mean and rstd (N) are saved.
 void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
                        const floatX* weight, const floatX* bias, int N, int C);
-// dinp += ..., dweight += ..., dbias += ...
+// dinp += ..., dweight += ..., dbias += ... (parameter sums in groups of sum_rows rows, see above)
 void layernorm_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
                         const floatX* inp, const floatX* weight, const float* mean,
-                        const float* rstd, int N, int C);
+                        const float* rstd, int N, int C, int sum_rows);
 
 // out (N, OC) = inp (N, C) @ weight(OC, C)^T + bias (OC); bias may be NULL.
 void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
                     int N, int C, int OC);
-// dinp = dout @ weight; dweight += dout^T @ inp; dbias += column sums of dout (if dbias != NULL).
+// dinp = dout @ weight; dweight += dout^T @ inp; dbias += column sums of dout. dinp, dweight or dbias
+// may be NULL, which skips that part.
 void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
-                     const floatX* inp, const floatX* weight, int N, int C, int OC);
+                     const floatX* inp, const floatX* weight, int N, int C, int OC, int sum_rows);
 
 // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 void gelu_forward(floatX* out, const floatX* inp, size_t n);
@@ -92,7 +101,8 @@ void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n
 // The forward has no such fusion: gelu(pre) must come out of gelu_forward, the kernel that
 // recompute (-r >= 1) rebuilds it with, so that the recompute level never changes the numbers.
 void matmul_backward_gelu(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
-                          const floatX* inp, const floatX* weight, const floatX* pre, int N, int C, int OC);
+                          const floatX* inp, const floatX* weight, const floatX* pre, int N, int C, int OC,
+                          int sum_rows);
 
 // out = a + b. Its backward is the identity on both inputs: the model lets the residual-stream
 // gradient flow through unchanged and layernorm_backward adds into it.

@@ -9,10 +9,10 @@ static int plan_fits(const GPT2Config* cfg, int B, int T, int recompute, int zer
     return memory > FIT_MARGIN_BYTES && plan->total <= memory - FIT_MARGIN_BYTES;
 }
 
-int gpt2_fit(const GPT2Config* cfg, int T, int seqs_per_gpu, int world, int zero_stage, int recompute_lo,
-             int recompute_hi, size_t memory, Fit* fit) {
+int gpt2_fit(const GPT2Config* cfg, int T, int seqs_per_gpu, int b_multiple, int world, int zero_stage,
+             int recompute_lo, int recompute_hi, size_t memory, Fit* fit) {
     for (int B = seqs_per_gpu; B >= 1; B--) {
-        if (seqs_per_gpu % B != 0) continue;
+        if (seqs_per_gpu % B != 0 || B % b_multiple != 0) continue;
         for (int r = recompute_lo; r <= recompute_hi; r++) {
             if (plan_fits(cfg, B, T, r, zero_stage, world, memory, &fit->plan)) {
                 fit->B = B;

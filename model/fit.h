@@ -23,11 +23,12 @@ typedef struct {
 } Fit;
 
 // The largest B that divides seqs_per_gpu (the per-GPU share of the total batch, in sequences of
-// T) and, for that B, the lowest recompute level in recompute_lo..recompute_hi whose plan fits in
+// T) and is a multiple of b_multiple (train_gpt --batch-invariant's group; 1: any B) and, for that
+// B, the lowest recompute level in recompute_lo..recompute_hi whose plan fits in
 // `memory` bytes less FIT_MARGIN_BYTES. Returns 1 and fills *fit, or 0 when nothing fits (not even
 // B = 1 at recompute_hi).
-int gpt2_fit(const GPT2Config* cfg, int T, int seqs_per_gpu, int world, int zero_stage, int recompute_lo,
-             int recompute_hi, size_t memory, Fit* fit);
+int gpt2_fit(const GPT2Config* cfg, int T, int seqs_per_gpu, int b_multiple, int world, int zero_stage,
+             int recompute_lo, int recompute_hi, size_t memory, Fit* fit);
 
 // For a run that does not fit even at B = 1: what would, at B = 1 and recompute level recompute_hi,
 // written into buf as a list for a message (the longest T that divides T, the largest smaller GPT-2

@@ -338,6 +338,15 @@ static LayerActs layer_acts(const GPT2* model, int l, int B, int T) {
     return s;
 }
 
+// out = inp @ weight^T + bias over N rows, in products of `rows` rows each: with --batch-invariant
+// one group of sequences, so that each is a product of the same shape whatever the batch (cuBLASLt
+// may pick another kernel, which sums in another order, for more rows).
+static void linear_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int N,
+                           int rows, int C, int OC) {
+    for (int r0 = 0; r0 < N; r0 += rows)
+        matmul_forward(out + (size_t)r0 * OC, inp + (size_t)r0 * C, weight, bias, rows, C, OC);
+}
+
 float gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T, float dloss) {
     const GPT2Config* cfg = &model->config;
     int C = cfg->channels, NH = cfg->num_heads, L = cfg->num_layers;
@@ -349,28 +358,29 @@ float gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, in
     model->fwd_T = T;
     dev_upload(a->inputs, inputs, (size_t)N * sizeof(int));
     if (targets) dev_upload(a->targets, targets, (size_t)N * sizeof(int));
+    int G = model->sum_sequences, rows = G && B % G == 0 ? G * T : N; // a forward-only B may not split
 
     encoder_forward(a->encoded, a->inputs, model->params.t[P_WTE], model->params.t[P_WPE], B, T, C);
     for (int l = 0; l < L; l++) {
         LayerWeights w = layer_weights(&model->params, cfg, l);
         LayerActs s = layer_acts(model, l, B, T);
         layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, s.input, w.ln1w, w.ln1b, N, C);
-        matmul_forward(s.qkv, s.ln1, w.qkvw, w.qkvb, N, C, 3 * C);
+        linear_forward(s.qkv, s.ln1, w.qkvw, w.qkvb, N, rows, C, 3 * C);
         attention_forward(s.atty, s.att_saved, s.qkv, B, T, C, NH);
-        matmul_forward(a->dbuf_c, s.atty, w.attprojw, w.attprojb, N, C, C);
+        linear_forward(a->dbuf_c, s.atty, w.attprojw, w.attprojb, N, rows, C, C);
         residual_forward(s.residual2, s.input, a->dbuf_c, (size_t)N * C);
         layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.residual2, w.ln2w, w.ln2b, N, C);
         // not fused into the matmul: recompute (-r >= 1) rebuilds fch_gelu with this same kernel,
         // so every recompute level trains bit for bit alike
-        matmul_forward(s.fch, s.ln2, w.fcw, w.fcb, N, C, 4 * C);
+        linear_forward(s.fch, s.ln2, w.fcw, w.fcb, N, rows, C, 4 * C);
         gelu_forward(s.fch_gelu, s.fch, (size_t)N * 4 * C);
-        matmul_forward(a->dbuf_c, s.fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);
+        linear_forward(a->dbuf_c, s.fch_gelu, w.fcprojw, w.fcprojb, N, rows, 4 * C, C);
         residual_forward(s.residual3, s.residual2, a->dbuf_c, (size_t)N * C);
     }
     floatX* final_residual = layer_acts(model, L - 1, B, T).residual3;
     layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, final_residual, model->params.t[P_LNFW],
                       model->params.t[P_LNFB], N, C);
-    matmul_forward(a->logits, a->lnf, model->params.t[P_WTE], NULL, N, C, Vp);
+    linear_forward(a->logits, a->lnf, model->params.t[P_WTE], NULL, N, rows, C, Vp);
     if (!targets) return 0.0f;
 
     fused_classifier(a->logits, a->losses, a->targets, dloss, N, V, Vp, dloss > 0.0f);
@@ -391,17 +401,23 @@ static float* grad_of(const GPT2* model, const floatX* param) {
 
 void gpt2_backward(GPT2* model) {
     const GPT2Config* cfg = &model->config;
-    int B = model->fwd_B, T = model->fwd_T, N = B * T;
+    int B = model->fwd_B, T = model->fwd_T, N = B * T, G = model->sum_sequences ? model->sum_sequences : B;
+    if (B % G != 0) fatal("backward: a micro-batch of %d sequences does not split into groups of %d", B, G);
+    int sum_rows = G * T;
     int C = cfg->channels, NH = cfg->num_heads, L = cfg->num_layers, Vp = cfg->padded_vocab_size;
     Activations* a = &model->acts;
     ParameterTensors* p = &model->params;
 
-    // The classifier left dloss * dL/dlogits in the logits buffer. The head is tied to wte.
-    matmul_backward(a->dbuf_c, grad_of(model, p->t[P_WTE]), NULL, a->logits, a->lnf, p->t[P_WTE], N, C, Vp);
+    // The classifier left dloss * dL/dlogits in the logits buffer. The head is tied to wte, whose
+    // gradient the encoder's backward adds to as well. With groups of G < B sequences the two must
+    // be added group by group, head then encoder, as micro-batches of G sequences would: the head's
+    // part waits for the end of the backward (dlogits and lnf are still there then).
+    float* dwte = grad_of(model, p->t[P_WTE]);
+    matmul_backward(a->dbuf_c, G < B ? NULL : dwte, NULL, a->logits, a->lnf, p->t[P_WTE], N, C, Vp, sum_rows);
     dev_memset_zero(a->dresidual, (size_t)N * C * sizeof(floatX));
     floatX* final_residual = layer_acts(model, L - 1, B, T).residual3;
     layernorm_backward(a->dresidual, grad_of(model, p->t[P_LNFW]), grad_of(model, p->t[P_LNFB]), a->dbuf_c,
-                       final_residual, p->t[P_LNFW], a->lnf_mean, a->lnf_rstd, N, C);
+                       final_residual, p->t[P_LNFW], a->lnf_mean, a->lnf_rstd, N, C, sum_rows);
 
     // dresidual holds the gradient of the residual stream; going down through a block, each
     // branch's layernorm_backward adds its contribution to it (the residual add's backward is the
@@ -414,23 +430,32 @@ void gpt2_backward(GPT2* model) {
             layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.residual2, w.ln2w, w.ln2b, N, C);
         // MLP branch
         matmul_backward_gelu(a->dbuf_4c, grad_of(model, w.fcprojw), grad_of(model, w.fcprojb), a->dresidual,
-                             s.fch_gelu, w.fcprojw, s.fch, N, 4 * C, C);
+                             s.fch_gelu, w.fcprojw, s.fch, N, 4 * C, C, sum_rows);
         matmul_backward(a->dbuf_c, grad_of(model, w.fcw), grad_of(model, w.fcb), a->dbuf_4c, s.ln2, w.fcw,
-                        N, C, 4 * C);
+                        N, C, 4 * C, sum_rows);
         layernorm_backward(a->dresidual, grad_of(model, w.ln2w), grad_of(model, w.ln2b), a->dbuf_c,
-                           s.residual2, w.ln2w, s.ln2_mean, s.ln2_rstd, N, C);
+                           s.residual2, w.ln2w, s.ln2_mean, s.ln2_rstd, N, C, sum_rows);
         // attention branch
         if (model->recompute >= 2)
             layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, s.input, w.ln1w, w.ln1b, N, C);
         matmul_backward(a->dbuf_c, grad_of(model, w.attprojw), grad_of(model, w.attprojb), a->dresidual,
-                        s.atty, w.attprojw, N, C, C);
+                        s.atty, w.attprojw, N, C, C, sum_rows);
         attention_backward(a->dbuf_3c, a->att_scratch, a->dbuf_c, s.qkv, s.atty, s.att_saved, B, T, C, NH);
         matmul_backward(a->dbuf_c, grad_of(model, w.qkvw), grad_of(model, w.qkvb), a->dbuf_3c, s.ln1, w.qkvw,
-                        N, C, 3 * C);
+                        N, C, 3 * C, sum_rows);
         layernorm_backward(a->dresidual, grad_of(model, w.ln1w), grad_of(model, w.ln1b), a->dbuf_c, s.input,
-                           w.ln1w, s.ln1_mean, s.ln1_rstd, N, C);
+                           w.ln1w, s.ln1_mean, s.ln1_rstd, N, C, sum_rows);
     }
-    encoder_backward(grad_of(model, p->t[P_WTE]), grad_of(model, p->t[P_WPE]), a->dresidual, a->inputs, B, T, C);
+    if (G == B) {
+        encoder_backward(dwte, grad_of(model, p->t[P_WPE]), a->dresidual, a->inputs, B, T, C);
+        return;
+    }
+    for (int b = 0; b < B; b += G) {
+        size_t row0 = (size_t)b * T;
+        matmul_backward(NULL, dwte, NULL, a->logits + row0 * Vp, a->lnf + row0 * C, p->t[P_WTE], sum_rows, C, Vp,
+                        sum_rows);
+        encoder_backward(dwte, grad_of(model, p->t[P_WPE]), a->dresidual + row0 * C, a->inputs + row0, G, T, C);
+    }
 }
 
 float gpt2_reduce_gradients(GPT2* model, double* loss) {

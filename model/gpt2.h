@@ -83,6 +83,10 @@ typedef struct {
     float* adam_v;
     int B, T, recompute; // the largest batch the activations were allocated for
     int fwd_B, fwd_T;    // shape of the last forward, which the backward differentiates
+    // G > 0: the backward sums parameter gradients over groups of G sequences (sum_rows = G T,
+    // kernels.h), so every micro-batch B that is a multiple of G trains the same bits
+    // (train_gpt --batch-invariant G); 0 (as gpt2_build sets it): one sum per micro-batch.
+    int sum_sequences;
     Activations acts;
     int training;        // 0: built by gpt2_build_forward_only (no gradients, no optimizer state)
     MemoryPlan plan;

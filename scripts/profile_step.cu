@@ -90,22 +90,25 @@ static double rows_ms(int from, int to) {
 
 static void usage(void) {
     printf("usage: profile_step [-b B] [-t T] [--layers L] [--channels C] [--heads NH] [--repeats R]\n"
+           "                    [--batch-invariant 0|1]\n"
            "Times every kernel call of one training step (forward, backward, AdamW) on GPU 0.\n"
            "  -b N            micro-batch (default 64)\n"
            "  -t N            sequence length (default 1024)\n"
            "  --layers N      layers L (default 12)\n"
            "  --channels N    channels C (default 768)\n"
            "  --heads N       attention heads NH (default 12)\n"
-           "  --repeats N     timed calls per row, the median is shown (default 20)\n");
+           "  --repeats N     timed calls per row, the median is shown (default 20)\n"
+           "  --batch-invariant 0|1  weight gradients summed per sequence, as train_gpt's option\n"
+           "                  (default 0)\n");
 }
 
 int main(int argc, char** argv) {
-    int B = 64, T = 1024, L = 12, C = 768, NH = 12;
-    enum { OPT_LAYERS = 1000, OPT_CHANNELS, OPT_HEADS, OPT_REPEATS };
+    int B = 64, T = 1024, L = 12, C = 768, NH = 12, batch_invariant = 0;
+    enum { OPT_LAYERS = 1000, OPT_CHANNELS, OPT_HEADS, OPT_REPEATS, OPT_BATCH_INVARIANT };
     static const struct option longs[] = {
         {"batch", 1, 0, 'b'}, {"seq-len", 1, 0, 't'}, {"layers", 1, 0, OPT_LAYERS},
         {"channels", 1, 0, OPT_CHANNELS}, {"heads", 1, 0, OPT_HEADS}, {"repeats", 1, 0, OPT_REPEATS},
-        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"batch-invariant", 1, 0, OPT_BATCH_INVARIANT}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     opterr = 0;
     int c, index;
     while ((c = getopt_long(argc, argv, ":b:t:h", longs, &index)) != -1) {
@@ -119,6 +122,7 @@ int main(int argc, char** argv) {
         case OPT_CHANNELS: C = (int)parse_int_option(optarg, name, 1, 65536); break;
         case OPT_HEADS: NH = (int)parse_int_option(optarg, name, 1, 65536); break;
         case OPT_REPEATS: repeats = (int)parse_int_option(optarg, name, 1, 10000); break;
+        case OPT_BATCH_INVARIANT: batch_invariant = (int)parse_int_option(optarg, name, 0, 1); break;
         case 'h': usage(); return 0;
         case ':': fatal("option %s needs a value (see --help)", argv[optind - 1]);
         default: fatal("unknown option %s (see --help)", argv[optind - 1]);
@@ -206,7 +210,8 @@ int main(int argc, char** argv) {
     free(seen);
 
     printf("profile_step: GPT-2 L %d, C %d, NH %d (HS %d), V %d, Vp %d, %zu parameters; B %d, T %d "
-           "(%d tokens per step), recompute 0\n", L, C, NH, HS, V, Vp, n, B, T, N);
+           "(%d tokens per step), recompute 0%s\n", L, C, NH, HS, V, Vp, n, B, T, N,
+           batch_invariant ? ", weight gradients summed per sequence" : "");
     printf("%s | %s attention | precision %s\n", backend_describe(), attention_name(),
            X == 2 ? "BF16" : "FP32");
     printf("each row: GPU time of one call, median of %d after %d warm-up calls, queued behind a spin "
@@ -262,34 +267,35 @@ int main(int argc, char** argv) {
 
     // ---- gpt2_backward
     const int backward_start = num_rows;
+    const int sum_rows = batch_invariant ? T : N;
     time_call("matmul_backward lm head", 1, 2 * mm * Vp, 0,
-              [&] { matmul_backward(dbuf_c, g[P_WTE], NULL, logits, lnf, p[P_WTE], N, C, Vp); });
+              [&] { matmul_backward(dbuf_c, g[P_WTE], NULL, logits, lnf, p[P_WTE], N, C, Vp, sum_rows); });
     time_call("zero dresidual (memset)", 1, 0, NC * X, [&] { dev_memset_zero(dresidual, NC * X); });
     time_call("layernorm_backward lnf", 1, 0, ln_bwd_bytes, [&] {
         layernorm_backward(dresidual, g[P_LNFW], g[P_LNFB], dbuf_c, residual3, p[P_LNFW], lnf_mean,
-                           lnf_rstd, N, C);
+                           lnf_rstd, N, C, sum_rows);
     });
     time_call("matmul_backward_gelu fcproj", L, 2 * mm * 4 * C, 0, [&] {
         matmul_backward_gelu(dbuf_4c, g[P_FCPROJW], g[P_FCPROJB], dresidual, fch_gelu, p[P_FCPROJW], fch, N,
-                             4 * C, C);
+                             4 * C, C, sum_rows);
     });
     time_call("matmul_backward fc", L, 2 * mm * 4 * C, 0,
-              [&] { matmul_backward(dbuf_c, g[P_FCW], g[P_FCB], dbuf_4c, ln2, p[P_FCW], N, C, 4 * C); });
+              [&] { matmul_backward(dbuf_c, g[P_FCW], g[P_FCB], dbuf_4c, ln2, p[P_FCW], N, C, 4 * C, sum_rows); });
     time_call("layernorm_backward ln2", L, 0, ln_bwd_bytes, [&] {
         layernorm_backward(dresidual, g[P_LN2W], g[P_LN2B], dbuf_c, residual2, p[P_LN2W], ln2_mean,
-                           ln2_rstd, N, C);
+                           ln2_rstd, N, C, sum_rows);
     });
     time_call("matmul_backward attproj", L, 2 * mm * C, 0, [&] {
-        matmul_backward(dbuf_c, g[P_ATTPROJW], g[P_ATTPROJB], dresidual, atty, p[P_ATTPROJW], N, C, C);
+        matmul_backward(dbuf_c, g[P_ATTPROJW], g[P_ATTPROJB], dresidual, atty, p[P_ATTPROJW], N, C, C, sum_rows);
     });
     time_call("attention_backward", L, 2.5 * att_fwd_flops, 0, [&] {
         attention_backward(dbuf_3c, att_scratch, dbuf_c, qkv, atty, att_saved, B, T, C, NH);
     });
     time_call("matmul_backward qkv", L, 2 * mm * 3 * C, 0,
-              [&] { matmul_backward(dbuf_c, g[P_QKVW], g[P_QKVB], dbuf_3c, ln1, p[P_QKVW], N, C, 3 * C); });
+              [&] { matmul_backward(dbuf_c, g[P_QKVW], g[P_QKVB], dbuf_3c, ln1, p[P_QKVW], N, C, 3 * C, sum_rows); });
     time_call("layernorm_backward ln1", L, 0, ln_bwd_bytes, [&] {
         layernorm_backward(dresidual, g[P_LN1W], g[P_LN1B], dbuf_c, encoded, p[P_LN1W], ln1_mean,
-                           ln1_rstd, N, C);
+                           ln1_rstd, N, C, sum_rows);
     });
     // reads dout and the ids, adds into the dwte rows of the distinct ids and into dwpe's T rows
     time_call("encoder_backward", 1, 0, NC * X + N * sizeof(int) + 2.0 * (distinct + T) * C * X,

@@ -5,6 +5,7 @@
 #         1e-4 relative of the CPU's.
 #   BF16: the first step's loss within 1e-2 relative (bf16 activations: a few 2^-8 roundings per
 #         layer), and the loss still falling after 20 steps.
+#   --batch-invariant 1: B 16, 4 and 1 train the same model file bit for bit (see below).
 #   Generation and HellaSwag scores of the 20-step model against the CPU's (see below).
 # Usage: BUILD=dir GPU_ARCH=90 tests/test_gpu_model.sh   (needs a GPU; scripts/get_data.sh fetches the data)
 set -eu
@@ -56,6 +57,28 @@ if grep -q "resumed from" "$WORK/bf16-resume.out" &&
 else
     fail "BF16 resume differs from 20 straight steps: $(paste -d, <(cut -d, -f1,2 "$WORK/bf16-straight/log.csv") <(cut -d, -f2 "$WORK/bf16-split/log.csv") | awk -F, 'NR > 1 && $2 != $3 { print "step " $1 ": " $2 " vs " $3; exit }')"
 fi
+# --batch-invariant: micro-batches of 16, 4 and 1 sequences (the same 16 per step) train the same
+# model file bit for bit in both precisions; without the option B 16 and B 1 differ, so the option is
+# what makes them equal.
+for p in FP32 BF16; do
+    for b in 16 4 1; do
+        "$BUILD/model-$p/train_gpt" "${ARGS[@]}" -b $b -d 1024 -x 8 --batch-invariant 1 -o "$WORK/inv-$p-$b" > /dev/null
+    done
+    "$BUILD/model-$p/train_gpt" "${ARGS[@]}" -b 16 -d 1024 -x 8 -o "$WORK/var-$p-16" > /dev/null
+    "$BUILD/model-$p/train_gpt" "${ARGS[@]}" -b 1 -d 1024 -x 8 -o "$WORK/var-$p-1" > /dev/null
+    m=model_00000008.bin
+    if cmp -s "$WORK/inv-$p-16/$m" "$WORK/inv-$p-4/$m" && cmp -s "$WORK/inv-$p-16/$m" "$WORK/inv-$p-1/$m"; then
+        pass "$p --batch-invariant 1: B 16, 4 and 1 train the same model file bit for bit (8 steps)"
+    else
+        fail "$p --batch-invariant 1: B 16, 4 and 1 train different weights"
+    fi
+    if cmp -s "$WORK/var-$p-16/$m" "$WORK/var-$p-1/$m"; then
+        fail "$p without --batch-invariant, B 16 and B 1 trained the same bits: the check above proves nothing"
+    else
+        pass "$p without --batch-invariant, B 16 and B 1 differ in the last bits (as expected)"
+    fi
+done
+
 # Generation: greedy tokens against the argmax of an independent forward on the GPU (tests/test_generate.c;
 # a logit within the tolerance of the largest counts as a tie, which another sequence length may order
 # differently), and the FP32 build's greedy and sampled texts equal to the CPU's, from the CPU's model file.

@@ -165,7 +165,7 @@ static double layernorm_loss(void* ctx) {
     return dot(l->out, l->w, (size_t)l->N * l->C);
 }
 
-static void test_layernorm(int N, int C, TestRng* rng) {
+static void test_layernorm(int N, int C, int sum_rows, TestRng* rng) {
     size_t n = (size_t)N * C;
     float* inp = random_floats(n, 2.0f, rng);
     for (size_t i = 0; i < n; i++) inp[i] += 0.5f; // a mean away from 0
@@ -188,7 +188,7 @@ static void test_layernorm(int N, int C, TestRng* rng) {
     float* dinp = copy_floats(dinp_prefill, n);
     float* dweight = copy_floats(dweight_prefill, C);
     float* dbias = copy_floats(dbias_prefill, C);
-    layernorm_backward(dinp, dweight, dbias, w, inp, weight, mean, rstd, N, C);
+    layernorm_backward(dinp, dweight, dbias, w, inp, weight, mean, rstd, N, C, sum_rows);
     double* want_dinp = plus(dinp_prefill, finite_differences(l.inp, n, layernorm_loss, &l), n);
     double* want_dweight = plus(dweight_prefill, finite_differences(l.weight, C, layernorm_loss, &l), C);
     double* want_dbias = plus(dbias_prefill, finite_differences(l.bias, C, layernorm_loss, &l), C);
@@ -221,7 +221,7 @@ static double matmul_loss(void* ctx) {
     return dot(m->out, m->w, (size_t)m->N * m->OC);
 }
 
-static void test_matmul(int N, int C, int OC, int with_bias, TestRng* rng) {
+static void test_matmul(int N, int C, int OC, int with_bias, int sum_rows, TestRng* rng) {
     size_t n_inp = (size_t)N * C, n_weight = (size_t)OC * C, n_out = (size_t)N * OC;
     float* inp = random_floats(n_inp, 1.0f, rng);
     float* weight = random_floats(n_weight, 1.0f, rng);
@@ -232,7 +232,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, TestRng* rng) {
     MatmulCase m = {N, C, OC, to_doubles(inp, n_inp), to_doubles(weight, n_weight),
                     with_bias ? to_doubles(bias, OC) : NULL, doubles(n_out), w};
     matmul_reference(&m);
-    const char* sizes = label("N=%d C=%d OC=%d%s", N, C, OC, with_bias ? "" : " no bias");
+    const char* sizes = label("N=%d C=%d OC=%d sum_rows=%d%s", N, C, OC, sum_rows, with_bias ? "" : " no bias");
     char name[256];
     snprintf(name, sizeof(name), "matmul_forward %s", sizes);
     test_close(name, out, m.out, n_out, 1e-5, 1e-5);
@@ -242,7 +242,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, TestRng* rng) {
     float* dweight = copy_floats(dweight_prefill, n_weight);
     float* dbias_prefill = with_bias ? random_floats(OC, 1.0f, rng) : NULL;
     float* dbias = with_bias ? copy_floats(dbias_prefill, OC) : NULL;
-    matmul_backward(dinp, dweight, dbias, w, inp, weight, N, C, OC);
+    matmul_backward(dinp, dweight, dbias, w, inp, weight, N, C, OC, sum_rows);
     double* want_dinp = finite_differences(m.inp, n_inp, matmul_loss, &m);
     double* want_dweight = plus(dweight_prefill, finite_differences(m.weight, n_weight, matmul_loss, &m), n_weight);
     snprintf(name, sizeof(name), "matmul_backward dinp = %s", sizes);
@@ -275,7 +275,7 @@ static void test_thread_determinism(TestRng* rng) {
         dweight[run] = copy_floats(dweight_prefill, (size_t)OC * C);
         dbias[run] = copy_floats(dbias_prefill, OC);
         matmul_forward(out[run], inp, weight, bias, N, C, OC);
-        matmul_backward(dinp[run], dweight[run], dbias[run], dout, inp, weight, N, C, OC);
+        matmul_backward(dinp[run], dweight[run], dbias[run], dout, inp, weight, N, C, OC, N);
         norm[run] = grad_norm_squared(dout, (size_t)N * OC);
     }
     omp_set_num_threads(threads_before);
@@ -294,6 +294,66 @@ static void test_thread_determinism(TestRng* rng) {
     free_all();
 }
 
+// With sum_rows = T, one call over B sequences must give the bits of B calls over one sequence
+// each (what --batch-invariant relies on), for every kernel that sums parameter gradients; a
+// sum_rows that does not divide N is refused.
+static void test_batch_invariance(TestRng* rng) {
+    const int B = 3, T = 37, C = 24, OC = 72, V = 7, N = B * T;
+    float* inp = random_floats((size_t)N * C, 1.0f, rng);
+    float* weight = random_floats((size_t)OC * C, 1.0f, rng);
+    float* dout = random_floats((size_t)N * OC, 1.0f, rng);
+    float* pre = random_floats((size_t)N * OC, 1.0f, rng); // GELU input, as wide as dout for the gelu test
+    float* dout_c = random_floats((size_t)N * C, 1.0f, rng);
+    float *mean = floats(N), *rstd = floats(N), *normed = floats((size_t)N * C);
+    layernorm_forward(normed, mean, rstd, inp, weight, weight + C, N, C);
+    int* tokens = ints(N);
+    for (int i = 0; i < N; i++) tokens[i] = (int)(test_uniform(rng) * V);
+    // [0]: one call over B sequences; [1]: B calls over one sequence each.
+    float *dweight[2], *dbias[2], *dgelu_w[2], *dgelu_b[2], *dln_w[2], *dln_b[2], *dwte[2], *dwpe[2];
+    float* prefill = random_floats((size_t)OC * C, 1.0f, rng);
+    for (int k = 0; k < 2; k++) {
+        dweight[k] = copy_floats(prefill, (size_t)OC * C);
+        dgelu_w[k] = copy_floats(prefill, (size_t)OC * C);
+        dbias[k] = copy_floats(prefill, OC);
+        dgelu_b[k] = copy_floats(prefill, C);
+        dln_w[k] = copy_floats(prefill, C);
+        dln_b[k] = copy_floats(prefill + C, C);
+        dwte[k] = copy_floats(prefill, (size_t)V * C);
+        dwpe[k] = copy_floats(prefill, (size_t)T * C);
+    }
+    float* dinp = floats((size_t)N * OC); // written and read by every call alike: not compared
+    memset(dinp, 0, (size_t)N * OC * sizeof(float));
+    for (int k = 0; k < 2; k++) {
+        int calls = k == 0 ? 1 : B, rows = N / calls;
+        for (int b = 0; b < calls; b++) {
+            size_t r0 = (size_t)b * rows;
+            matmul_backward(dinp, dweight[k], dbias[k], dout + r0 * OC, inp + r0 * C, weight, rows, C, OC, T);
+            matmul_backward_gelu(dinp, dgelu_w[k], dgelu_b[k], dout_c + r0 * C, inp + r0 * C, weight,
+                                 pre + r0 * C, rows, C, C, T);
+            layernorm_backward(dinp, dln_w[k], dln_b[k], dout_c + r0 * C, inp + r0 * C, weight, mean + r0,
+                               rstd + r0, rows, C, T);
+            encoder_backward(dwte[k], dwpe[k], dout_c + r0 * C, tokens + r0, rows / T, T, C);
+        }
+    }
+    struct { const char* name; float** grad; size_t n; } grads[] = {
+        {"matmul_backward dweight", dweight, (size_t)OC * C}, {"matmul_backward dbias", dbias, OC},
+        {"matmul_backward_gelu dweight", dgelu_w, (size_t)C * C}, {"matmul_backward_gelu dbias", dgelu_b, C},
+        {"layernorm_backward dweight", dln_w, C}, {"layernorm_backward dbias", dln_b, C},
+        {"encoder_backward dwte", dwte, (size_t)V * C}, {"encoder_backward dwpe", dwpe, (size_t)T * C}};
+    for (size_t g = 0; g < sizeof grads / sizeof grads[0]; g++) {
+        int same = memcmp(grads[g].grad[0], grads[g].grad[1], grads[g].n * sizeof(float)) == 0;
+        test_check(same, label("%s: B=%d in one call = %d calls of one sequence, bit for bit", grads[g].name, B, B),
+                   "%s", same ? "equal" : "bits differ");
+    }
+    free_all();
+}
+
+static void matmul_backward_bad_groups(const void* unused) {
+    (void)unused;
+    float x[30] = {0};
+    matmul_backward(x, x, NULL, x, x, x, 10, 1, 1, 3);
+}
+
 // The classifier-sized product of the small training runs: timed, not asserted.
 static void time_classifier_matmul(TestRng* rng) {
     const int N = 256, C = 64, OC = 50304;
@@ -307,7 +367,7 @@ static void time_classifier_matmul(TestRng* rng) {
     double start = wall_seconds();
     matmul_forward(out, inp, weight, NULL, N, C, OC);
     double forward_done = wall_seconds();
-    matmul_backward(dinp, dweight, NULL, out, inp, weight, N, C, OC);
+    matmul_backward(dinp, dweight, NULL, out, inp, weight, N, C, OC, N);
     double backward_done = wall_seconds();
     double flops = 2.0 * N * C * OC;
     printf("timing: matmul N=%d C=%d OC=%d, OpenMP threads %d: forward %.1f ms (%.1f GFLOP/s), "
@@ -557,16 +617,20 @@ int main(void) {
     test_encoder(1, 1, 13, &rng);
     test_encoder(2, 3, 40, &rng);
 
-    test_layernorm(5, 7, &rng);
-    test_layernorm(1, 13, &rng);
-    test_layernorm(9, 40, &rng);
+    test_layernorm(5, 7, 5, &rng);
+    test_layernorm(1, 13, 1, &rng);
+    test_layernorm(9, 40, 3, &rng);
 
-    test_matmul(1, 7, 5, 1, &rng);
-    test_matmul(5, 13, 37, 1, &rng);
-    test_matmul(17, 33, 29, 0, &rng);
-    test_matmul(3, 5, 530, 1, &rng); // more rows of weight than one block of matmul_backward's dinp
-    test_matmul(70, 16, 9, 1, &rng); // more rows than one chunk of matmul_backward's dinp
+    test_matmul(1, 7, 5, 1, 1, &rng);
+    test_matmul(5, 13, 37, 1, 5, &rng);
+    test_matmul(17, 33, 29, 0, 17, &rng);
+    test_matmul(3, 5, 530, 1, 3, &rng); // more rows of weight than one block of matmul_backward's dinp
+    test_matmul(70, 16, 9, 1, 70, &rng); // more rows than one chunk of matmul_backward's dinp
+    test_matmul(70, 16, 9, 1, 7, &rng);  // 10 groups of 7 rows
     test_thread_determinism(&rng);
+    test_batch_invariance(&rng);
+    test_expect_fatal("matmul_backward refuses groups that do not divide N", matmul_backward_bad_groups, NULL,
+                      "10 rows do not split into groups of 3", NULL);
 
     test_gelu(37, &rng);
     test_residual(1001, &rng);

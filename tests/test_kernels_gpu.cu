@@ -141,7 +141,7 @@ static void test_encoder(int B, int T, int C, int vocab) {
     dev_free(d_dwpe), dev_free(d_dout), dev_free(d_dwte_again), dev_free(d_dwpe_again);
 }
 
-static void test_layernorm(int N, int C) {
+static void test_layernorm(int N, int C, int sum_rows) {
     char name[128];
     size_t n = (size_t)N * C;
     float *inp = random_array(n, -2, 3), *w = random_array(C, 0.5, 1.5), *b = random_array(C, -1, 1);
@@ -163,20 +163,20 @@ static void test_layernorm(int N, int C) {
     floatX* d_dinp = upload_x(dinp, n);
     float *d_dw = upload_f(dw, C), *d_db = upload_f(db, C);
     floatX* d_dout = upload_x(dout, n);
-    layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C);
-    cpu_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C, sum_rows);
+    cpu_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, sum_rows);
     snprintf(name, sizeof name, "layernorm_backward dinp N=%d C=%d", N, C);
     check_x(name, d_dinp, dinp, n, 1);
-    snprintf(name, sizeof name, "layernorm_backward dweight N=%d C=%d", N, C);
+    snprintf(name, sizeof name, "layernorm_backward dweight N=%d C=%d sum_rows=%d", N, C, sum_rows);
     check_f(name, d_dw, dw, C, GRAD_TOLERANCE);
-    snprintf(name, sizeof name, "layernorm_backward dbias N=%d C=%d", N, C);
+    snprintf(name, sizeof name, "layernorm_backward dbias N=%d C=%d sum_rows=%d", N, C, sum_rows);
     check_f(name, d_db, db, C, GRAD_TOLERANCE);
     free(inp), free(w), free(b), free(out), free(mean), free(rstd), free(dinp), free(dw), free(db), free(dout);
     dev_free(d_inp), dev_free(d_w), dev_free(d_b), dev_free(d_out), dev_free(d_mean), dev_free(d_rstd);
     dev_free(d_dinp), dev_free(d_dw), dev_free(d_db), dev_free(d_dout);
 }
 
-static void test_matmul(int N, int C, int OC, int with_bias) {
+static void test_matmul(int N, int C, int OC, int with_bias, int sum_rows) {
     char name[128];
     float *inp = random_array((size_t)N * C, -1, 1), *w = random_array((size_t)OC * C, -1, 1);
     float* bias = random_array(OC, -1, 1);
@@ -194,13 +194,14 @@ static void test_matmul(int N, int C, int OC, int with_bias) {
     floatX* d_dout = upload_x(dout, (size_t)N * OC);
     float *d_dw = upload_f(dw, (size_t)OC * C), *d_db = upload_f(db, OC);
     floatX* d_dinp = (floatX*)poisoned((size_t)N * C * sizeof(floatX));
-    matmul_backward(d_dinp, d_dw, with_bias ? d_db : NULL, d_dout, d_inp, d_w, N, C, OC);
-    cpu_matmul_backward(dinp, dw, with_bias ? db : NULL, dout, inp, w, N, C, OC);
+    matmul_backward(d_dinp, d_dw, with_bias ? d_db : NULL, d_dout, d_inp, d_w, N, C, OC, sum_rows);
+    cpu_matmul_backward(dinp, dw, with_bias ? db : NULL, dout, inp, w, N, C, OC, sum_rows);
     snprintf(name, sizeof name, "matmul_backward dinp N=%d C=%d OC=%d", N, C, OC);
     check_x(name, d_dinp, dinp, (size_t)N * C, 1);
-    snprintf(name, sizeof name, "matmul_backward dweight N=%d C=%d OC=%d", N, C, OC);
+    snprintf(name, sizeof name, "matmul_backward dweight N=%d C=%d OC=%d sum_rows=%d", N, C, OC, sum_rows);
     check_f(name, d_dw, dw, (size_t)OC * C, GRAD_TOLERANCE);
-    snprintf(name, sizeof name, "matmul_backward dbias N=%d C=%d OC=%d bias=%d", N, C, OC, with_bias);
+    snprintf(name, sizeof name, "matmul_backward dbias N=%d C=%d OC=%d bias=%d sum_rows=%d", N, C, OC, with_bias,
+             sum_rows);
     check_f(name, d_db, db, OC, GRAD_TOLERANCE); // unchanged random values when there is no bias
     free(inp), free(w), free(bias), free(out), free(dout), free(dw), free(db), free(dinp);
     dev_free(d_inp), dev_free(d_w), dev_free(d_bias), dev_free(d_out), dev_free(d_dout), dev_free(d_dw);
@@ -222,8 +223,8 @@ static void test_matmul_backward_gelu(int N, int C, int OC) {
     float *d_dw = upload_f(dw, (size_t)OC * C), *d_db = upload_f(db, OC);
     floatX* d_gelu_pre = upload_x(gelu_pre, (size_t)N * C);
     floatX* d_dinp = (floatX*)poisoned((size_t)N * C * sizeof(floatX));
-    matmul_backward_gelu(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_gelu_pre, N, C, OC);
-    cpu_matmul_backward_gelu(dinp, dw, db, dout, inp, w, gelu_pre, N, C, OC);
+    matmul_backward_gelu(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_gelu_pre, N, C, OC, N);
+    cpu_matmul_backward_gelu(dinp, dw, db, dout, inp, w, gelu_pre, N, C, OC, N);
     snprintf(name, sizeof name, "matmul_backward_gelu dinp N=%d C=%d OC=%d", N, C, OC);
     check_x(name, d_dinp, dinp, (size_t)N * C, 2);
     snprintf(name, sizeof name, "matmul_backward_gelu dweight N=%d C=%d OC=%d", N, C, OC);
@@ -233,6 +234,62 @@ static void test_matmul_backward_gelu(int N, int C, int OC) {
     free(inp), free(w), free(dout), free(dw), free(db), free(gelu_pre), free(dinp);
     dev_free(d_inp), dev_free(d_w), dev_free(d_dout), dev_free(d_dw), dev_free(d_db), dev_free(d_gelu_pre);
     dev_free(d_dinp);
+}
+
+// With sum_rows = T, one call over B sequences must give the bits of B calls over one sequence
+// each (--batch-invariant), for every kernel that sums parameter gradients. T = 300 gives each
+// group two column-sum chunks, the second one short.
+static void test_batch_invariance(int B, int T, int C, int OC) {
+    const int N = B * T, vocab = 13;
+    float *inp = random_array((size_t)N * C, -1, 1), *w = random_array((size_t)OC * C, -1, 1);
+    float *dout = random_array((size_t)N * OC, -1, 1), *pre = random_array((size_t)N * C, -4, 4);
+    const size_t largest = (size_t)(OC > T ? OC : T) * C; // of the gradients below (vocab < OC, T)
+    float *dout_c = random_array((size_t)N * C, -1, 1), *prefill = random_array(largest, -1, 1);
+    int* tokens = (int*)xmalloc((size_t)N * sizeof(int), "tokens");
+    for (int i = 0; i < N; i++) tokens[i] = (int)(test_uniform(&rng) * vocab);
+    int* d_tokens = upload_tokens(tokens, N);
+    floatX *d_inp = upload_x(inp, (size_t)N * C), *d_w = upload_x(w, (size_t)OC * C);
+    floatX *d_dout = upload_x(dout, (size_t)N * OC), *d_pre = upload_x(pre, (size_t)N * C);
+    floatX* d_dout_c = upload_x(dout_c, (size_t)N * C);
+    floatX* d_dinp = (floatX*)poisoned((size_t)N * OC * sizeof(floatX)); // scratch, not compared
+    floatX* d_ln_out = (floatX*)poisoned((size_t)N * C * sizeof(floatX));
+    float *d_mean = (float*)poisoned(N * sizeof(float)), *d_rstd = (float*)poisoned(N * sizeof(float));
+    layernorm_forward(d_ln_out, d_mean, d_rstd, d_inp, d_w, d_w + C, N, C);
+    const char* names[] = {"matmul_backward dweight", "matmul_backward dbias", "matmul_backward_gelu dweight",
+                           "matmul_backward_gelu dbias", "layernorm_backward dweight", "layernorm_backward dbias",
+                           "encoder_backward dwte", "encoder_backward dwpe"};
+    const size_t sizes[] = {(size_t)OC * C, (size_t)OC, (size_t)C * C, (size_t)C, (size_t)C, (size_t)C,
+                            (size_t)vocab * C, (size_t)T * C};
+    const int GRADS = 8;
+    float* grads[2][GRADS]; // [0]: one call over B sequences; [1]: B calls over one sequence each
+    for (int k = 0; k < 2; k++) {
+        for (int g = 0; g < GRADS; g++) grads[k][g] = upload_f(prefill, sizes[g]);
+        int calls = k == 0 ? 1 : B, rows = N / calls;
+        for (int b = 0; b < calls; b++) {
+            size_t r0 = (size_t)b * rows;
+            matmul_backward(d_dinp, grads[k][0], grads[k][1], d_dout + r0 * OC, d_inp + r0 * C, d_w, rows, C, OC, T);
+            matmul_backward_gelu(d_dinp, grads[k][2], grads[k][3], d_dout_c + r0 * C, d_inp + r0 * C, d_w,
+                                 d_pre + r0 * C, rows, C, C, T);
+            layernorm_backward(d_dinp, grads[k][4], grads[k][5], d_dout_c + r0 * C, d_inp + r0 * C, d_w,
+                               d_mean + r0, d_rstd + r0, rows, C, T);
+            encoder_backward(grads[k][6], grads[k][7], d_dout_c + r0 * C, d_tokens + r0, rows / T, T, C);
+        }
+    }
+    for (int g = 0; g < GRADS; g++) {
+        float *one = host_floats(sizes[g]), *split = host_floats(sizes[g]);
+        dev_download(one, grads[0][g], sizes[g] * sizeof(float));
+        dev_download(split, grads[1][g], sizes[g] * sizeof(float));
+        char name[160];
+        snprintf(name, sizeof name, "%s: B=%d T=%d in one call = %d calls of one sequence, bit for bit", names[g],
+                 B, T, B);
+        int same = memcmp(one, split, sizes[g] * sizeof(float)) == 0;
+        test_check(same, name, "%s", same ? "equal" : "bits differ");
+        free(one), free(split);
+        dev_free(grads[0][g]), dev_free(grads[1][g]);
+    }
+    free(inp), free(w), free(dout), free(pre), free(dout_c), free(prefill), free(tokens);
+    dev_free(d_tokens), dev_free(d_inp), dev_free(d_w), dev_free(d_dout), dev_free(d_pre), dev_free(d_dout_c);
+    dev_free(d_dinp), dev_free(d_ln_out), dev_free(d_mean), dev_free(d_rstd);
 }
 
 // gelu forward and backward, residual; `offset` elements into the arrays makes them misaligned
@@ -449,16 +506,19 @@ int main(void) {
 
     test_encoder(3, 7, 37, 11);
     test_encoder(2, 1, 768, 50);
-    test_layernorm(1, 37);
-    test_layernorm(301, 771);
-    test_layernorm(513, 96); // 16-byte column sums, three row chunks
-    test_matmul(35, 37, 101, 1);
-    test_matmul(1, 64, 40, 1);
-    test_matmul(133, 96, 288, 0);
-    test_matmul(300, 64, 264, 1); // 16-byte column sums for dbias, two row chunks
+    test_layernorm(1, 37, 1);
+    test_layernorm(301, 771, 301);
+    test_layernorm(513, 96, 513); // 16-byte column sums, three row chunks
+    test_layernorm(900, 96, 300); // three groups of two row chunks each
+    test_matmul(35, 37, 101, 1, 35);
+    test_matmul(1, 64, 40, 1, 1);
+    test_matmul(133, 96, 288, 0, 133);
+    test_matmul(300, 64, 264, 1, 300); // 16-byte column sums for dbias, two row chunks
+    test_matmul(600, 64, 264, 1, 300); // two groups of two row chunks: one cuBLASLt call per group
     test_matmul_backward_gelu(37, 96, 384);  // fused
     test_matmul_backward_gelu(35, 40, 101);  // fused (C 40)
     test_matmul_backward_gelu(33, 101, 64);  // unfused (C 101)
+    test_batch_invariance(3, 300, 96, 200);
     test_elementwise(1, 0);
     test_elementwise(100003, 0);
     test_elementwise(100003, 3);

@@ -85,7 +85,7 @@ static void test_fit_grid(void) {
                 for (int gib = 1; gib <= 141; gib++) {
                     size_t budget = (size_t)gib * GiB;
                     Fit fit;
-                    int ok = gpt2_fit(&cfg, T, seqs, world, zero, 0, 2, budget, &fit);
+                    int ok = gpt2_fit(&cfg, T, seqs, 1, world, zero, 0, 2, budget, &fit);
                     cases++;
                     MemoryPlan p;
                     if (!ok) {
@@ -131,9 +131,9 @@ static void test_fit_grid(void) {
 static void test_fit_example(void) {
     GPT2Config d12 = preset("d12", 1024);
     Fit small, big, fixed;
-    int a = gpt2_fit(&d12, 1024, 64, 1, 0, 0, 2, 8 * GiB, &small);
-    int b = gpt2_fit(&d12, 1024, 64, 1, 0, 0, 2, 141 * GiB, &big);
-    int c = gpt2_fit(&d12, 1024, 64, 1, 0, 1, 1, 8 * GiB, &fixed);
+    int a = gpt2_fit(&d12, 1024, 64, 1, 1, 0, 0, 2, 8 * GiB, &small);
+    int b = gpt2_fit(&d12, 1024, 64, 1, 1, 0, 0, 2, 141 * GiB, &big);
+    int c = gpt2_fit(&d12, 1024, 64, 1, 1, 0, 1, 1, 8 * GiB, &fixed);
     test_check(a && b && big.B == 64 && big.recompute == 0 && small.B < 64,
                "fit: d12 T 1024: all 64 sequences at -r 0 on 141 GiB, fewer on 8 GiB",
                "8 GiB: B %d -r %d; 141 GiB: B %d -r %d", small.B, small.recompute, big.B, big.recompute);
@@ -141,6 +141,21 @@ static void test_fit_example(void) {
                "B %d -r %d", fixed.B, fixed.recompute);
     printf("  d12 T 1024, 64 sequences: 8 GiB -> B %d -r %d (%.2f GiB planned); 141 GiB -> B %d -r %d\n",
            small.B, small.recompute, small.plan.total / (double)GiB, big.B, big.recompute);
+    // --batch-invariant 8: B a multiple of 8, the largest such that fits; none where only B < 8 fits.
+    int wrong = 0, fitted = 0, refused = 0;
+    for (size_t budget = GiB; budget <= 141 * GiB; budget += GiB / 2) {
+        Fit any, grouped;
+        int ok_any = gpt2_fit(&d12, 1024, 64, 1, 1, 0, 0, 2, budget, &any);
+        int ok_grouped = gpt2_fit(&d12, 1024, 64, 8, 1, 0, 0, 2, budget, &grouped);
+        if (ok_grouped) fitted++;
+        else if (ok_any) refused++;
+        if (ok_grouped && (grouped.B % 8 != 0 || !ok_any || grouped.B != any.B - any.B % 8 ||
+                           grouped.plan.total + FIT_MARGIN_BYTES > budget))
+            wrong++;
+        if (!ok_grouped && ok_any && any.B >= 8) wrong++;
+    }
+    test_check(wrong == 0 && fitted > 0 && refused > 0, "fit: with a group of 8 sequences B is a multiple of 8",
+               "%d budgets fit, %d refused where a smaller B fits, %d wrong", fitted, refused, wrong);
 }
 
 // The CPU build's plans are fp32 (20 bytes per parameter before activations), so the budgets below
@@ -151,7 +166,7 @@ static void test_advice(void) {
     // GPT-2 124M at T 32768 in 8 GiB: the longest T that divides 32768 and fits, and not twice it.
     GPT2Config d12 = preset("d12", 32768);
     size_t budget = 8 * GiB;
-    int ok = gpt2_fit(&d12, 32768, 16, 1, 0, 0, 2, budget, &fit);
+    int ok = gpt2_fit(&d12, 32768, 16, 1, 1, 0, 0, 2, budget, &fit);
     gpt2_fit_advice(advice, sizeof advice, &d12, 32768, 1, 0, 2, budget);
     printf("  d12 T 32768 in 8 GiB: %s\n", advice);
     const char* t = strstr(advice, "-t ");
@@ -181,7 +196,7 @@ static void test_advice(void) {
     gpt2_fit_advice(advice, sizeof advice, &d36, 1024, 8, 0, 2, 14 * GiB);
     printf("  d36 T 1024 on 8 GPUs of 14 GiB: %s\n", advice);
     fits = gpt2_memory_plan(&d36, 1, 1024, 2, 1, 8).total + FIT_MARGIN_BYTES <= 14 * GiB;
-    test_check(fits && !gpt2_fit(&d36, 1024, 64, 8, 0, 0, 2, 14 * GiB, &fit) && strstr(advice, "-z 1"),
+    test_check(fits && !gpt2_fit(&d36, 1024, 64, 1, 8, 0, 0, 2, 14 * GiB, &fit) && strstr(advice, "-z 1"),
                "advice: ZeRO stage 1 on 8 GPUs", "'%s'", advice);
 }
 

@@ -5,7 +5,8 @@
 #   (a) the whole GPU;
 #   (b) --memory-limit 8 with FLASH_ATTN_CONFIG=sm86: an 8 GB consumer card's memory and tiles;
 #   (c) --memory-limit 24 with FLASH_ATTN_CONFIG=sm86: a 24 GB consumer card's.
-# Each prints the B and -r that -b auto picked, the plan against what the run held at its end (the
+# The recipe sets batch-invariant 8, so on the reference's GPU model all three reproduce it bit for
+# bit. Each prints the B and -r that -b auto picked, the plan against what the run held at its end (the
 # program's "memory:" line), and the peak the GPU reported while it ran (nvidia-smi memory.used, less
 # what was in use before it started; polled every 0.2 s, so the CUDA context counts) against the
 # limit; (b) and (c) fail when the peak exceeds it.

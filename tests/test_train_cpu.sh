@@ -4,7 +4,11 @@
 #     (2 layers, 4 heads, C 64, T 64) for 50 steps: every step's loss within 1e-4 relative;
 #  2. learning: 200 steps lower the validation loss well below its starting value;
 #  3. sampling prints decoded text, and -s 0 never samples;
-#  4. a model file written at init loads back bit-identical.
+#  4. a model file written at init loads back bit-identical;
+#  5. --batch-invariant: micro-batches of 8, 2 and 1 sequences (the same 8 per step) train to the same
+#     model file bit for bit with groups of 1, B 4 and 2 with groups of 2; without the option B 8 and
+#     B 1 differ (so the option is what makes them equal); a -b or -d the groups do not divide is
+#     refused.
 set -euo pipefail
 BUILD=${BUILD:-.}
 DATA=$(cd "${1:?usage: tests/test_train_cpu.sh DATA_DIR (the directory scripts/get_data.sh fills)}" && pwd)
@@ -60,3 +64,38 @@ echo "PASS sampling printed decoded text: $sample"
     -i "$DATA/tinyshakespeare/tiny_shakespeare_train.bin" -o "$tmp/reload" > /dev/null
 cmp "$tmp/init/model_00000000.bin" "$tmp/reload/model_00000000.bin" || fail "model file changed on reload"
 echo "PASS model file written at init loads back bit-identical"
+
+# 5. batch invariance
+for b in 8 2 1; do
+    "$BUILD/train_gpt_cpu" "${small[@]}" -b $b -d 512 -x 6 -l 1e-3 -v 3 -m 1 -s 0 --batch-invariant 1 \
+        -o "$tmp/inv$b" > "$tmp/inv$b.out"
+    grep -q "gradients summed per group of sequences" "$tmp/inv$b.out" || fail "--batch-invariant 1 not reported"
+done
+for b in 2 1; do
+    cmp -s "$tmp/inv8/model_00000006.bin" "$tmp/inv$b/model_00000006.bin" ||
+        fail "--batch-invariant 1: B $b trained other weights than B 8"
+    [ "$(cut -d, -f1,3 "$tmp/inv8/log.csv")" = "$(cut -d, -f1,3 "$tmp/inv$b/log.csv")" ] ||
+        fail "--batch-invariant 1: B $b has other validation losses than B 8"
+done
+echo "PASS --batch-invariant 1: B 8, 2 and 1 train the same weights and validation losses, bit for bit"
+"$BUILD/train_gpt_cpu" "${small[@]}" -b 4 -d 512 -x 6 -l 1e-3 -v 0 -s 0 --batch-invariant 2 -o "$tmp/inv2g" > /dev/null
+cmp -s "$tmp/inv2/model_00000006.bin" "$tmp/inv2g/model_00000006.bin" &&
+    fail "--batch-invariant 2 at B 4 trained the bits of groups of one sequence: the groups are not used"
+"$BUILD/train_gpt_cpu" "${small[@]}" -b 2 -d 512 -x 6 -l 1e-3 -v 0 -s 0 --batch-invariant 2 -o "$tmp/inv2g2" > /dev/null
+cmp -s "$tmp/inv2g/model_00000006.bin" "$tmp/inv2g2/model_00000006.bin" ||
+    fail "--batch-invariant 2: B 4 and B 2 trained other weights"
+echo "PASS --batch-invariant 2: B 4 and 2 train the same weights, other bits than groups of one sequence"
+for bad in "-b 4 --batch-invariant 8:-b 4 is not a multiple of --batch-invariant 8" \
+           "-b 4 --batch-invariant 3:--batch-invariant 3 does not divide the 8 sequences"; do
+    if "$BUILD/train_gpt_cpu" "${small[@]}" -d 512 ${bad%%:*} -o "$tmp/bad" > "$tmp/bad.out" 2>&1; then
+        fail "${bad%%:*} was accepted"
+    fi
+    grep -qF -e "${bad#*:}" "$tmp/bad.out" || fail "${bad%%:*}: $(tail -1 "$tmp/bad.out")"
+done
+echo "PASS a -b or -d that --batch-invariant's groups do not divide is refused"
+for b in 8 1; do
+    "$BUILD/train_gpt_cpu" "${small[@]}" -b $b -d 512 -x 6 -l 1e-3 -v 0 -s 0 -o "$tmp/var$b" > /dev/null
+done
+cmp -s "$tmp/var8/model_00000006.bin" "$tmp/var1/model_00000006.bin" &&
+    fail "without --batch-invariant B 8 and B 1 trained the same bits: the check above proves nothing"
+echo "PASS without --batch-invariant, B 8 and B 1 differ in the last bits (as expected)"

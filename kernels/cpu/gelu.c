@@ -28,7 +28,8 @@ void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n
 
 // The CPU has no pass to save: the matmul and the GELU in turn.
 void matmul_backward_gelu(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
-                          const floatX* inp, const floatX* weight, const floatX* pre, int N, int C, int OC) {
-    matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+                          const floatX* inp, const floatX* weight, const floatX* pre, int N, int C, int OC,
+                          int sum_rows) {
+    matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, sum_rows);
     gelu_backward(dinp, pre, dinp, (size_t)N * C);
 }

@@ -1,5 +1,6 @@
 // LayerNorm over the C channels of each row, fp32 on the CPU.
 #include "kernels/kernels.h"
+#include "common/util.h"
 
 #include <math.h>
 
@@ -27,7 +28,9 @@ void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
 // dx = rstd * (dnorm - mean_c(dnorm) - norm * mean_c(dnorm * norm)).
 void layernorm_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
                         const floatX* inp, const floatX* weight, const float* mean,
-                        const float* rstd, int N, int C) {
+                        const float* rstd, int N, int C, int sum_rows) {
+    if (sum_rows <= 0 || N % sum_rows != 0)
+        fatal("layernorm_backward: %d rows do not split into groups of %d", N, sum_rows);
     #pragma omp parallel for
     for (int i = 0; i < N; i++) {
         const float* x = inp + (size_t)i * C;
@@ -47,7 +50,9 @@ void layernorm_backward(floatX* dinp, float* dweight, float* dbias, const floatX
         }
     }
     // The parameter gradients sum over rows: threads split the channels, in blocks of 16 (a cache
-    // line), and add the rows in order, so the sums do not depend on the number of threads.
+    // line), and add the rows in order, so the sums do not depend on the number of threads. Each
+    // row adds straight into the gradient, which is the same for every grouping of the rows: here
+    // sum_rows only has to divide N.
     #pragma omp parallel for schedule(static)
     for (int c_block = 0; c_block < C; c_block += 16) {
         int c_end = c_block + 16 < C ? c_block + 16 : C;

@@ -126,44 +126,52 @@ static void matmul_backward_dinp(float* dinp, const float* dout, const float* we
     }
 }
 
-// dweight[oc, c] += sum_n dout[n, oc] inp[n, c]: tiles of weight rows (i = oc) x channels (j = c).
+// dweight[oc, c] += sum_n dout[n, oc] inp[n, c], in groups of sum_rows rows: tiles of weight rows
+// (i = oc) x channels (j = c), each tile adding its groups' sums in row order.
 static void matmul_backward_dweight(float* dweight, const float* dout, const float* inp,
-                                    int N, int C, int OC) {
+                                    int N, int C, int OC, int sum_rows) {
     int oc_tiles = (OC + TILE_I - 1) / TILE_I, channel_tiles = (C + TILE_J - 1) / TILE_J;
     #pragma omp parallel for collapse(2) schedule(static)
     for (int oc_tile = 0; oc_tile < oc_tiles; oc_tile++) {
         for (int channel_tile = 0; channel_tile < channel_tiles; channel_tile++) {
             int oc0 = oc_tile * TILE_I, c0 = channel_tile * TILE_J;
             int i_end = min_int(OC - oc0, TILE_I), width = min_int(C - c0, TILE_J);
-            // Past OC the tile repeats the last column of dout; those sums are not stored.
-            const float* dout_columns[TILE_I];
-            vec_j acc[TILE_I];
-            for (int i = 0; i < TILE_I; i++) {
-                dout_columns[i] = dout + min_int(oc0 + i, OC - 1);
-                acc[i] = (vec_j){0};
+            for (int n0 = 0; n0 < N; n0 += sum_rows) {
+                // Past OC the tile repeats the last column of dout; those sums are not stored.
+                const float* dout_columns[TILE_I];
+                vec_j acc[TILE_I];
+                for (int i = 0; i < TILE_I; i++) {
+                    dout_columns[i] = dout + (size_t)n0 * OC + min_int(oc0 + i, OC - 1);
+                    acc[i] = (vec_j){0};
+                }
+                tile_multiply(acc, dout_columns, OC, inp + (size_t)n0 * C + c0, C, sum_rows, width);
+                for (int i = 0; i < i_end; i++)
+                    for (int j = 0; j < width; j++) dweight[(size_t)(oc0 + i) * C + c0 + j] += acc[i][j];
             }
-            tile_multiply(acc, dout_columns, OC, inp + c0, C, N, width);
-            for (int i = 0; i < i_end; i++)
-                for (int j = 0; j < width; j++) dweight[(size_t)(oc0 + i) * C + c0 + j] += acc[i][j];
         }
     }
 }
 
-// dbias[oc] += sum_n dout[n, oc]: threads split the columns, each summing the rows in order.
-static void matmul_backward_dbias(float* dbias, const float* dout, int N, int OC) {
+// dbias[oc] += sum_n dout[n, oc] in groups of sum_rows rows: threads split the columns, each
+// summing the rows in order.
+static void matmul_backward_dbias(float* dbias, const float* dout, int N, int OC, int sum_rows) {
     #pragma omp parallel for schedule(static)
     for (int oc0 = 0; oc0 < OC; oc0 += TILE_J) {
-        float sums[TILE_J] = {0};
         int width = min_int(OC - oc0, TILE_J);
-        for (int n = 0; n < N; n++)
-            for (int j = 0; j < width; j++) sums[j] += dout[(size_t)n * OC + oc0 + j];
-        for (int j = 0; j < width; j++) dbias[oc0 + j] += sums[j];
+        for (int n0 = 0; n0 < N; n0 += sum_rows) {
+            float sums[TILE_J] = {0};
+            for (int n = n0; n < n0 + sum_rows; n++)
+                for (int j = 0; j < width; j++) sums[j] += dout[(size_t)n * OC + oc0 + j];
+            for (int j = 0; j < width; j++) dbias[oc0 + j] += sums[j];
+        }
     }
 }
 
 void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
-                     const floatX* inp, const floatX* weight, int N, int C, int OC) {
-    matmul_backward_dinp(dinp, dout, weight, N, C, OC);
-    matmul_backward_dweight(dweight, dout, inp, N, C, OC);
-    if (dbias) matmul_backward_dbias(dbias, dout, N, OC);
+                     const floatX* inp, const floatX* weight, int N, int C, int OC, int sum_rows) {
+    if (sum_rows <= 0 || N % sum_rows != 0)
+        fatal("matmul_backward: %d rows do not split into groups of %d", N, sum_rows);
+    if (dinp) matmul_backward_dinp(dinp, dout, weight, N, C, OC);
+    if (dweight) matmul_backward_dweight(dweight, dout, inp, N, C, OC, sum_rows);
+    if (dbias) matmul_backward_dbias(dbias, dout, N, OC, sum_rows);
 }

@@ -146,13 +146,18 @@ void init_normal(float* dst, size_t n, float mean, float std, unsigned long long
     free(host);
 }
 
-// Second pass of column_sums_accumulate (common.cuh): partial sums added in row-chunk order.
-__global__ void add_column_partials_kernel(float* dst, const float* partials, int chunks, int C) {
+// Second pass of column_sums_accumulate (common.cuh): each group's partial sums added in row
+// order, then into dst group after group.
+__global__ void add_column_partials_kernel(float* dst, const float* partials, int groups, int parts, int C) {
     int col = blockIdx.x * blockDim.x + threadIdx.x;
     if (col >= C) return;
-    float sum = 0.0f;
-    for (int k = 0; k < chunks; k++) sum += partials[(size_t)k * C + col];
-    dst[col] += sum;
+    float total = dst[col];
+    for (int g = 0; g < groups; g++) {
+        float sum = 0.0f;
+        for (int k = 0; k < parts; k++) sum += partials[((size_t)g * parts + k) * C + col];
+        total += sum;
+    }
+    dst[col] = total;
 }
 
 float* column_partials_buffer(size_t count) {

@@ -131,9 +131,10 @@ template <class Op> void map2(floatX* out, const floatX* a, const floatX* b, siz
     launchCheck();
 }
 
-// dst[c] += sum over rows r < N of value(r, c), for c < C, deterministically: blocks of
-// COLSUM_COLS columns x COLSUM_ROWS rows write fp32 partial sums, then a second pass adds the
-// partials in row order and rounds once into dst. `value` is a device functor
+// dst[c] += sum over rows r < N of value(r, c), for c < C, deterministically and in groups of
+// sum_rows rows (kernels.h): blocks of COLSUM_COLS columns x COLSUM_ROWS rows of one group write
+// fp32 partial sums, then a second pass adds each group's partials in row order and the groups' sums
+// in turn, rounding once per group into dst. `value` is a device functor
 // void(int row, int col, float out[X128]) giving columns col .. col + X128 - 1 of a row (0 from C
 // on), so each thread reads 16 bytes per row: with one 2-byte element per thread the sums were
 // latency-bound. Every column's sum runs in the same order either way.
@@ -148,10 +149,13 @@ struct MatrixColumns {
     }
 };
 template <class Value>
-__global__ void column_partial_sums_kernel(float* partials, int N, int C, Value value) {
+__global__ void column_partial_sums_kernel(float* partials, int C, int sum_rows, Value value) {
     __shared__ float sums[8][X128][33]; // [row lane][element][thread]: conflict-free
-    const int col = (blockIdx.x * 32 + threadIdx.x) * X128, row0 = blockIdx.y * COLSUM_ROWS;
-    const int row_end = min(row0 + COLSUM_ROWS, N);
+    // blockIdx.y is chunk `part` of group `group`, chunks never crossing a group's end.
+    const int parts = (sum_rows + COLSUM_ROWS - 1) / COLSUM_ROWS, group = blockIdx.y / parts;
+    const int part = blockIdx.y % parts;
+    const int col = (blockIdx.x * 32 + threadIdx.x) * X128, row0 = group * sum_rows + part * COLSUM_ROWS;
+    const int row_end = min(row0 + COLSUM_ROWS, (group + 1) * sum_rows);
     float sum[X128] = {};
     if (col < C)
         for (int r = row0 + threadIdx.y; r < row_end; r += 8) {
@@ -169,13 +173,15 @@ __global__ void column_partial_sums_kernel(float* partials, int N, int C, Value 
         }
     }
 }
-__global__ void add_column_partials_kernel(float* dst, const float* partials, int chunks, int C);
+__global__ void add_column_partials_kernel(float* dst, const float* partials, int groups, int parts, int C);
 float* column_partials_buffer(size_t count);
-template <class Value> void column_sums_accumulate(float* dst, int N, int C, Value value) {
-    int chunks = (int)ceil_div(N, COLSUM_ROWS);
-    float* partials = column_partials_buffer((size_t)chunks * C);
-    column_partial_sums_kernel<<<dim3(ceil_div(C, COLSUM_COLS), chunks), dim3(32, 8)>>>(partials, N, C, value);
+template <class Value> void column_sums_accumulate(float* dst, int N, int C, int sum_rows, Value value) {
+    if (sum_rows <= 0 || N % sum_rows != 0) fatal("column sums: %d rows do not split into groups of %d", N, sum_rows);
+    int groups = N / sum_rows, parts = (int)ceil_div(sum_rows, COLSUM_ROWS);
+    float* partials = column_partials_buffer((size_t)groups * parts * C);
+    column_partial_sums_kernel<<<dim3(ceil_div(C, COLSUM_COLS), groups * parts), dim3(32, 8)>>>(partials, C, sum_rows,
+                                                                                              value);
     launchCheck();
-    add_column_partials_kernel<<<ceil_div(C, 256), 256>>>(dst, partials, chunks, C);
+    add_column_partials_kernel<<<ceil_div(C, 256), 256>>>(dst, partials, groups, parts, C);
     launchCheck();
 }

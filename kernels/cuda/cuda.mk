@@ -118,6 +118,7 @@ test-gpu:
 	BUILD=$(BUILD) tests/test_cross_resume.sh
 	BUILD=$(BUILD) tests/test_long_context.sh
 	BUILD=$(BUILD) tests/test_gpu_divergence.sh
+	BUILD=$(BUILD) tests/test_recipe_gpu.sh
 
 # On a machine with 2 or more GPUs: data parallelism through NCCL against one GPU.
 test-multi-gpu:

@@ -23,24 +23,33 @@ void encoder_forward(floatX* out, const int* inp, const floatX* wte, const float
 }
 
 // blockIdx.x is a distinct token; rows[bucket_start[y] .. bucket_start[y+1]) are its positions in
-// increasing order.
+// increasing order. The positions of one sequence (of T) are summed, then added to dwte sequence
+// after sequence, so the sum does not depend on how many sequences a batch holds.
 __global__ void encoder_backward_wte_kernel(float* dwte, const floatX* dout, const int* tokens,
-                                            const int* bucket_start, const int* rows, int C) {
+                                            const int* bucket_start, const int* rows, int T, int C) {
     int c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= C) return;
     int bucket = blockIdx.x;
-    float sum = 0.0f;
-    for (int k = bucket_start[bucket]; k < bucket_start[bucket + 1]; k++)
+    float total = dwte[(size_t)tokens[bucket] * C + c], sum = 0.0f;
+    int sequence = rows[bucket_start[bucket]] / T;
+    for (int k = bucket_start[bucket]; k < bucket_start[bucket + 1]; k++) {
+        if (rows[k] / T != sequence) {
+            total += sum;
+            sum = 0.0f;
+            sequence = rows[k] / T;
+        }
         sum += (float)dout[(size_t)rows[k] * C + c];
-    dwte[(size_t)tokens[bucket] * C + c] += sum;
+    }
+    dwte[(size_t)tokens[bucket] * C + c] = total + sum;
 }
 
+// Each sequence's gradient goes straight into dwpe, in order.
 __global__ void encoder_backward_wpe_kernel(float* dwpe, const floatX* dout, int B, int T, int C) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)T * C) return;
-    float sum = 0.0f;
-    for (int b = 0; b < B; b++) sum += (float)dout[(size_t)b * T * C + i];
-    dwpe[i] += sum;
+    float total = dwpe[i];
+    for (int b = 0; b < B; b++) total += (float)dout[(size_t)b * T * C + i];
+    dwpe[i] = total;
 }
 
 void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const int* inp,
@@ -89,7 +98,7 @@ void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const int* i
 
     dim3 grid(distinct, ceil_div(C, 128));
     encoder_backward_wte_kernel<<<grid, 128>>>(dwte, dout, lists, lists + distinct,
-                                               lists + 2 * distinct + 1, C);
+                                               lists + 2 * distinct + 1, T, C);
     launchCheck();
     encoder_backward_wpe_kernel<<<ceil_div((size_t)T * C, 256), 256>>>(dwpe, dout, B, T, C);
     launchCheck();

@@ -88,11 +88,11 @@ struct DoutTimesNorm {
 
 void layernorm_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
                         const floatX* inp, const floatX* weight, const float* mean,
-                        const float* rstd, int N, int C) {
+                        const float* rstd, int N, int C, int sum_rows) {
     const int warps = 8;
     layernorm_backward_dinp_kernel<<<ceil_div(N, warps), warps * 32>>>(dinp, dout, inp, weight, mean,
                                                                        rstd, N, C);
     launchCheck();
-    column_sums_accumulate(dweight, N, C, DoutTimesNorm{dout, inp, mean, rstd, C});
-    column_sums_accumulate(dbias, N, C, MatrixColumns{dout, C});
+    column_sums_accumulate(dweight, N, C, sum_rows, DoutTimesNorm{dout, inp, mean, rstd, C});
+    column_sums_accumulate(dbias, N, C, sum_rows, MatrixColumns{dout, C});
 }

@@ -72,20 +72,29 @@ void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const 
     matmul_cublaslt(out, weight, inp, bias, OC, N, C, true, false, C, C, OC, false);
 }
 
-// dinp = dout @ weight (then the epilogue on it, with aux `pre`); dweight += dout^T @ inp; dbias +=
-// column sums of dout.
+// dinp = dout @ weight (then the epilogue on it, with aux `pre`); dweight += dout^T @ inp and dbias
+// += column sums of dout, in groups of sum_rows rows: one cuBLASLt call per group for each product,
+// the weight's accumulating in fp32, so every group's products have the same shape whatever N
+// (cuBLASLt may pick another kernel, which sums in another order, for another shape).
 static void linear_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout, const floatX* inp,
-                            const floatX* weight, int N, int C, int OC, Epilogue dinp_epilogue, const floatX* pre) {
+                            const floatX* weight, int N, int C, int OC, int sum_rows, Epilogue dinp_epilogue,
+                            const floatX* pre) {
+    if (sum_rows <= 0 || N % sum_rows != 0)
+        fatal("matmul_backward: %d rows do not split into groups of %d", N, sum_rows);
     // dinp^T (C, N) = weight (column-major (C, OC)) @ dout^T (OC, N).
-    matmul_cublaslt(dinp, weight, dout, NULL, C, N, OC, false, false, C, OC, C, false, dinp_epilogue, pre);
-    // dweight^T (C, OC) += inp^T (C, N) @ dout (column-major (OC, N))^T.
-    matmul_cublaslt(dweight, inp, dout, NULL, C, OC, N, false, true, C, OC, C, true, PLAIN, NULL, CUDA_R_32F);
-    if (dbias) column_sums_accumulate(dbias, N, OC, MatrixColumns{dout, OC});
+    for (int row0 = 0; dinp && row0 < N; row0 += sum_rows)
+        matmul_cublaslt(dinp + (size_t)row0 * C, weight, dout + (size_t)row0 * OC, NULL, C, sum_rows, OC, false, false,
+                        C, OC, C, false, dinp_epilogue, pre ? pre + (size_t)row0 * C : NULL);
+    // dweight^T (C, OC) += inp^T (C, rows) @ dout (column-major (OC, rows))^T for each group of rows.
+    for (int row0 = 0; dweight && row0 < N; row0 += sum_rows)
+        matmul_cublaslt(dweight, inp + (size_t)row0 * C, dout + (size_t)row0 * OC, NULL, C, OC, sum_rows, false, true,
+                        C, OC, C, true, PLAIN, NULL, CUDA_R_32F);
+    if (dbias) column_sums_accumulate(dbias, N, OC, sum_rows, MatrixColumns{dout, OC});
 }
 
 void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
-                     const floatX* inp, const floatX* weight, int N, int C, int OC) {
-    linear_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, PLAIN, NULL);
+                     const floatX* inp, const floatX* weight, int N, int C, int OC, int sum_rows) {
+    linear_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, sum_rows, PLAIN, NULL);
 }
 
 // Whether the GELU's backward goes into cuBLASLt's epilogue for activations `width` wide; if not,
@@ -104,11 +113,12 @@ static bool gelu_epilogue(int width) {
 }
 
 void matmul_backward_gelu(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
-                          const floatX* inp, const floatX* weight, const floatX* pre, int N, int C, int OC) {
+                          const floatX* inp, const floatX* weight, const floatX* pre, int N, int C, int OC,
+                          int sum_rows) {
     if (!gelu_epilogue(C)) {
-        matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+        matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, sum_rows);
         gelu_backward(dinp, pre, dinp, (size_t)N * C);
         return;
     }
-    linear_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, GELU_BACKWARD, pre);
+    linear_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, sum_rows, GELU_BACKWARD, pre);
 }
