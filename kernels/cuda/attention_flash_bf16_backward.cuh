@@ -1,0 +1,277 @@
+// The backward kernels of the BF16 flash attention, launched by attention_flash.cu after its
+// flash_backward_prepare (D and lse, shared with the FP32 build):
+//   flash_backward_dkv_kernel         dK and dV, a block per block of key rows (with ATOMIC_DQ
+//                                     also dQ, by float atomics)
+//   flash_backward_dq_kernel          dQ, a block per block of query rows
+//   flash_backward_dq_convert_kernel  the atomic dQ's fp32 sums into dqkv
+// Their products and tile loads are in attention_flash_bf16_mma.cuh; the forward in
+// attention_flash_bf16_forward.cuh.
+//
+// dQ has a kernel of its own, deterministic (why: attention_flash.cu). Tried and measured slower
+// on an H200: one kernel that sums the partial dQ of the key blocks in a fixed order (a counter
+// per query tile, acquire/release, blocks ordered by a ticket so the waits always end): about
+// 0.5 us of synchronisation per block and tile, forward + backward 2.23 ms instead of 2.04 at
+// T = 1024 and 28.0 instead of 26.4 at T = 16384 (64K tokens, d12 heads; the two kernels as they
+// were then, before the dQ kernel's 32-row warps).
+// FLASH_ATTN_DETERMINISTIC=0 (ATOMIC_DQ): the dK/dV kernel also adds each tile's dQ = dS K into an
+// fp32 buffer (B, T, C) with atomics, and a last kernel converts it: 5 tile products, 4 bytes per
+// activation of scratch, and dQ's sums in a different order on every run. It runs on mma.sync
+// tiles in every configuration. Measured on an H200 (d12 shapes, 64K tokens), forward + backward
+// against the mma.sync default: 4% slower at T = 1024 (172.3 vs 179.8 TFLOP/s), 5% faster at
+// T = 16384 (244.5 vs 233.2); against the wgmma default: 10% slower (171.2 vs 190.9) and 7%
+// slower (244.3 vs 263.1).
+#pragma once
+#include <math.h>
+
+#include "kernels/cuda/attention_flash_bf16_mma.cuh"
+
+// Adds a warp's (16 x NCOLS) accumulator to rows row0 .. (< T), columns col0 .. of a float matrix
+// whose rows are `stride` floats apart, with float atomics (pairs in one instruction on sm_90).
+template <int NCOLS>
+__device__ __forceinline__ void atomic_add_rows(float* dst, const float acc[NCOLS / 8][4], int row0, int col0, int T,
+                                                size_t stride) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int row = row0 + lane / 4 + half * 8;
+        if (row >= T) continue;
+#pragma unroll
+        for (int nt = 0; nt < NCOLS / 8; nt++) {
+            float* p = dst + (size_t)row * stride + col0 + nt * 8 + lane % 4 * 2;
+#if __CUDA_ARCH__ >= 900
+            atomicAdd((float2*)p, make_float2(acc[nt][2 * half], acc[nt][2 * half + 1]));
+#else
+            atomicAdd(p, acc[nt][2 * half]);
+            atomicAdd(p + 1, acc[nt][2 * half + 1]);
+#endif
+        }
+    }
+}
+
+// ---- backward: dK and dV (and dQ by atomics) -----------------------------------------------
+// Each block owns ROWS key rows (16 per warp) with K and V as A fragments in registers, streams
+// (Q, dO, lse, D) tiles of COLS queries from its diagonal to the end, and accumulates
+// dV = P^T dO and dK = scale dS^T Q in registers, working on the transposed scores S^T = K Q^T.
+// ATOMIC_DQ: the block also writes dS^T to shared memory, and its warps add the tile's
+// dQ = dS K (COLS x HS, unscaled) into the fp32 buffer dq_accum (B, T, C) with atomics.
+template <class Mma, int WARPS, int COLS, int STAGES, bool ATOMIC_DQ>
+__global__ void __launch_bounds__(WARPS * 32)
+    flash_backward_dkv_kernel(floatX* dqkv, float* dq_accum, const floatX* dout, const floatX* qkv, const float* lse2,
+                              const float* D, int T, int NH) {
+    constexpr int HS = Mma::HS, ROWS = 16 * WARPS, THREADS = 32 * WARPS, STRIDE = Mma::STRIDE;
+    // dQ tile work: each of the COLS / 16 query m-tiles is split over SPLIT warps by head dimension.
+    constexpr int DQ_MTILES = COLS / 16, SPLIT = WARPS / DQ_MTILES, DQ_DIMS = HS / SPLIT, DS_STRIDE = COLS + 8;
+    static_assert(!ATOMIC_DQ || (WARPS % DQ_MTILES == 0 && DQ_DIMS % 16 == 0), "dQ tile split");
+    static_assert(!ATOMIC_DQ || Mma::GROUP_WARPS == 1, "atomic dQ multiplies with mma.sync");
+    extern __shared__ __align__(16) unsigned char smem[];
+    floatX* k_tile = (floatX*)align_shared<Mma::ALIGN>(smem);
+    floatX* v_tile = k_tile + ROWS * STRIDE;
+    floatX* q_tiles = v_tile + ROWS * STRIDE; // STAGES stages each
+    floatX* do_tiles = q_tiles + STAGES * COLS * STRIDE;
+    float* lse_tiles = (float*)(do_tiles + STAGES * COLS * STRIDE);
+    float* d_tiles = lse_tiles + STAGES * COLS;
+    floatX* ds_tile = (floatX*)(d_tiles + STAGES * COLS); // ATOMIC_DQ: dS^T, ROWS x COLS
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int C = NH * HS, b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const int k0 = blockIdx.x * ROWS; // the first key blocks see the most queries: they start first
+    const size_t stride = 3 * (size_t)C;
+    const floatX* q_src = qkv + (size_t)b * T * stride + h * HS;
+    const floatX* k_src = q_src + C;
+    const floatX* v_src = q_src + 2 * C;
+    const floatX* do_src = dout + (size_t)b * T * C + h * HS;
+    const float* lse_src = lse2 + ((size_t)b * NH + h) * T;
+    const float* d_src = D + ((size_t)b * NH + h) * T;
+    const int first_tile = k0 / COLS, num_tiles = (T + COLS - 1) / COLS; // tiles above the diagonal skipped
+
+    auto load_query_tile = [&](int tile) { // one commit group per tile, empty past the last
+        if (tile < num_tiles) {
+            const int stage = tile % STAGES, c0 = tile * COLS;
+            load_tile_async<Mma, COLS, THREADS>(q_tiles + stage * COLS * STRIDE, q_src, c0, T, stride);
+            load_tile_async<Mma, COLS, THREADS>(do_tiles + stage * COLS * STRIDE, do_src, c0, T, C);
+            load_vector_async<COLS, THREADS>(lse_tiles + stage * COLS, lse_src, c0, T);
+            load_vector_async<COLS, THREADS>(d_tiles + stage * COLS, d_src, c0, T);
+        }
+        cp_async_commit();
+    };
+
+    load_tile_async<Mma, ROWS, THREADS>(k_tile, k_src, k0, T, stride); // in the first tile's group
+    load_tile_async<Mma, ROWS, THREADS>(v_tile, v_src, k0, T, stride);
+    for (int tile = first_tile; tile < first_tile + STAGES - 1; tile++) load_query_tile(tile);
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    const int r0 = k0 + warp * 16; // this warp's first key row
+    const int group_first_row = k0 + warp / Mma::GROUP_WARPS * Mma::GROUP_WARPS * 16; // of the warps that multiply together
+    uint32_t k_frag[1][HS / 16][4], v_frag[1][HS / 16][4];
+    load_a_fragments<Mma, 1>(k_frag, k_tile, warp * 16);
+    load_a_fragments<Mma, 1>(v_frag, v_tile, warp * 16);
+
+    const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * LOG2E;
+    float dk_acc[1][HS / 8][4] = {}, dv_acc[1][HS / 8][4] = {};
+    for (int tile = first_tile; tile < num_tiles; tile++) {
+        cp_async_wait<STAGES - 2>(); // as in the forward: one barrier per tile
+        Mma::tiles_ready();
+        __syncthreads();
+        load_query_tile(tile + STAGES - 1);
+        const int c0 = tile * COLS, stage = tile % STAGES;
+        if (c0 + COLS - 1 >= group_first_row) { // some query of the tile sees some key of the warp group
+            if constexpr (Mma::RELOAD_A) {
+                load_a_fragments<Mma, 1>(k_frag, k_tile, warp * 16);
+                load_a_fragments<Mma, 1>(v_frag, v_tile, warp * 16);
+            }
+            const floatX* q_tile = q_tiles + stage * COLS * STRIDE;
+            const floatX* do_tile = do_tiles + stage * COLS * STRIDE;
+            const float* lse_tile = lse_tiles + stage * COLS;
+            const float* d_tile = d_tiles + stage * COLS;
+            float p[1][COLS / 8][4], ds[1][COLS / 8][4];
+            Mma::template gemm_a_bt<1, COLS>(p, k_frag, q_tile);   // S^T = K Q^T
+            Mma::template gemm_a_bt<1, COLS>(ds, v_frag, do_tile); // dP^T = V dO^T
+            Mma::wait(p, ds);
+            // Masked: queries before the key (diagonal tiles) and queries at or past T (last tile).
+            if (c0 < r0 + 15 || c0 + COLS > T)
+                mask_scores<1, COLS>(p, [&](int key, int col) { return c0 + col < r0 + key || c0 + col >= T; });
+#pragma unroll
+            for (int nt = 0; nt < COLS / 8; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int col = nt * 8 + lane % 4 * 2 + i % 2;
+                    p[0][nt][i] = fast_exp2(p[0][nt][i] * scale_log2 - lse_tile[col]);
+                }
+#pragma unroll
+            for (int nt = 0; nt < COLS / 8; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) ds[0][nt][i] = p[0][nt][i] * (ds[0][nt][i] - d_tile[nt * 8 + lane % 4 * 2 + i % 2]);
+            Mma::template gemm_c_b<1, COLS>(dv_acc, p, do_tile); // dV += P^T dO
+            Mma::template gemm_c_b<1, COLS>(dk_acc, ds, q_tile); // dK += dS^T Q (scaled at the end)
+            Mma::wait(dv_acc, dk_acc);
+            if constexpr (ATOMIC_DQ) {
+#pragma unroll
+                for (int nt = 0; nt < COLS / 8; nt++)
+#pragma unroll
+                    for (int half = 0; half < 2; half++)
+                        *(uint32_t*)(ds_tile + (warp * 16 + lane / 4 + half * 8) * DS_STRIDE + nt * 8 + lane % 4 * 2) =
+                            pack_bf16(ds[0][nt][2 * half], ds[0][nt][2 * half + 1]);
+            }
+        }
+        if constexpr (ATOMIC_DQ) {
+            // The warps whose keys some query of the tile sees are a prefix: dQ = dS K over their keys.
+            const int key_steps = min(WARPS, (c0 + COLS - 1 - k0) / 16 + 1);
+            __syncthreads();
+            const int mq = warp % DQ_MTILES, d0 = warp / DQ_MTILES * DQ_DIMS;
+            float dq_acc[1][DQ_DIMS / 8][4] = {};
+            for (int ks = 0; ks < key_steps; ks++) {
+                // A fragment of dS (queries x keys) from the stored dS^T (keys x queries), transposed.
+                uint32_t a[1][4];
+                ldmatrix_x4_trans(a[0], ds_tile + (ks * 16 + lane / 16 * 8 + lane % 8) * DS_STRIDE + mq * 16 + lane / 8 % 2 * 8);
+                Mma::template mma_a_tile_rows<1, DQ_DIMS>(dq_acc, a, k_tile, ks * 16, d0);
+            }
+            atomic_add_rows<DQ_DIMS>(dq_accum + (size_t)b * T * C + h * HS, dq_acc[0], c0 + mq * 16, d0, T, C);
+        } // dS^T is written again after the next tile's barrier
+    }
+    const float k_scale[1][2] = {{scale, scale}}, v_scale[1][2] = {{1.0f, 1.0f}};
+    store_rows<1, HS>(dqkv + (size_t)b * T * stride + C + h * HS, dk_acc, k_scale, r0, T, stride);
+    store_rows<1, HS>(dqkv + (size_t)b * T * stride + 2 * C + h * HS, dv_acc, v_scale, r0, T, stride);
+}
+
+// ---- backward: dQ --------------------------------------------------------------------------
+// Each block owns ROWS query rows (16 M_TILES per warp) with Q and dO as A fragments, streams the
+// K/V tiles at or below the diagonal, recomputes P and dP, and accumulates dQ = scale dS K.
+template <class Mma, int WARPS, int M_TILES, int COLS, int STAGES>
+__global__ void __launch_bounds__(WARPS * 32)
+    flash_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse2,
+                             const float* D, int T, int NH) {
+    constexpr int HS = Mma::HS, ROWS = 16 * WARPS * M_TILES, THREADS = 32 * WARPS, STRIDE = Mma::STRIDE;
+    extern __shared__ __align__(16) unsigned char smem[];
+    floatX* q_tile = (floatX*)align_shared<Mma::ALIGN>(smem);
+    floatX* do_tile = q_tile + ROWS * STRIDE;
+    floatX* k_tiles = do_tile + ROWS * STRIDE; // STAGES stages each
+    floatX* v_tiles = k_tiles + STAGES * COLS * STRIDE;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int C = NH * HS, b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * ROWS; // the longest rows start first
+    const size_t stride = 3 * (size_t)C;
+    const floatX* q_src = qkv + (size_t)b * T * stride + h * HS;
+    const floatX* k_src = q_src + C;
+    const floatX* v_src = q_src + 2 * C;
+    const int num_tiles = (min(q0 + ROWS, T) + COLS - 1) / COLS;
+    auto load_kv_tile = [&](int tile) {
+        load_kv_stage<Mma, COLS, THREADS, STAGES>(k_tiles, v_tiles, k_src, v_src, tile, num_tiles, T, stride);
+    };
+
+    load_tile_async<Mma, ROWS, THREADS>(q_tile, q_src, q0, T, stride); // in the first tile's group
+    load_tile_async<Mma, ROWS, THREADS>(do_tile, dout + (size_t)b * T * C + h * HS, q0, T, C);
+    for (int tile = 0; tile < STAGES - 1; tile++) load_kv_tile(tile);
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    const int r0 = q0 + warp * 16 * M_TILES; // this warp's first query row
+    const int group_last_row = q0 + (warp / Mma::GROUP_WARPS + 1) * Mma::GROUP_WARPS * 16 * M_TILES - 1; // as in the forward
+    uint32_t q_frag[M_TILES][HS / 16][4], do_frag[M_TILES][HS / 16][4];
+    load_a_fragments<Mma, M_TILES>(q_frag, q_tile, warp * 16 * M_TILES);
+    load_a_fragments<Mma, M_TILES>(do_frag, do_tile, warp * 16 * M_TILES);
+    float row_lse[M_TILES][2], row_d[M_TILES][2]; // rows g and g + 8 of each m-tile
+#pragma unroll
+    for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int row = r0 + mt * 16 + lane / 4 + half * 8;
+            const size_t i = ((size_t)b * NH + h) * T + row;
+            row_lse[mt][half] = row < T ? lse2[i] : 0.0f;
+            row_d[mt][half] = row < T ? D[i] : 0.0f;
+        }
+
+    const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * LOG2E;
+    float dq_acc[M_TILES][HS / 8][4] = {};
+    for (int tile = 0; tile < num_tiles; tile++) {
+        cp_async_wait<STAGES - 2>(); // as in the forward: one barrier per tile
+        Mma::tiles_ready();
+        __syncthreads();
+        load_kv_tile(tile + STAGES - 1);
+        const int c0 = tile * COLS;
+        if (c0 <= group_last_row) {
+            if constexpr (Mma::RELOAD_A) load_a_fragments<Mma, M_TILES>(q_frag, q_tile, warp * 16 * M_TILES);
+            const floatX* k_tile = k_tiles + tile % STAGES * COLS * STRIDE;
+            const floatX* v_tile = v_tiles + tile % STAGES * COLS * STRIDE;
+            // S and dP one after the other: both in flight at once spill on sm_90 with 2 m-tiles.
+            float p[M_TILES][COLS / 8][4];
+            Mma::template gemm_a_bt<M_TILES, COLS>(p, q_frag, k_tile); // S = Q K^T
+            Mma::wait(p);
+            if (c0 + COLS - 1 > r0)
+                mask_scores<M_TILES, COLS>(p, [&](int row, int col) { return c0 + col > r0 + row; });
+#pragma unroll
+            for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+                for (int nt = 0; nt < COLS / 8; nt++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++)
+                        p[mt][nt][i] = fast_exp2(p[mt][nt][i] * scale_log2 - row_lse[mt][i / 2]);
+            if constexpr (Mma::RELOAD_A) load_a_fragments<Mma, M_TILES>(do_frag, do_tile, warp * 16 * M_TILES);
+            float ds[M_TILES][COLS / 8][4];
+            Mma::template gemm_a_bt<M_TILES, COLS>(ds, do_frag, v_tile); // dP = dO V^T
+            Mma::wait(ds);
+#pragma unroll
+            for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+                for (int nt = 0; nt < COLS / 8; nt++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) ds[mt][nt][i] = p[mt][nt][i] * (ds[mt][nt][i] - row_d[mt][i / 2]);
+            Mma::template gemm_c_b<M_TILES, COLS>(dq_acc, ds, k_tile); // dQ += dS K (scaled at the end)
+            Mma::wait(dq_acc);
+        }
+    }
+    float q_scale[M_TILES][2];
+#pragma unroll
+    for (int mt = 0; mt < M_TILES; mt++) q_scale[mt][0] = q_scale[mt][1] = scale;
+    store_rows<M_TILES, HS>(dqkv + (size_t)b * T * stride + h * HS, dq_acc, q_scale, r0, T, stride);
+}
+
+// dQ (the first third of each dqkv row) = scale * dq_accum (B, T, C), 8 elements per thread.
+__global__ void flash_backward_dq_convert_kernel(floatX* dqkv, const float* dq_accum, size_t n, int C, float scale) {
+    const size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (i >= n) return;
+    const float4 lo = *(const float4*)(dq_accum + i), hi = *(const float4*)(dq_accum + i + 4);
+    uint4 packed;
+    packed.x = pack_bf16(lo.x * scale, lo.y * scale);
+    packed.y = pack_bf16(lo.z * scale, lo.w * scale);
+    packed.z = pack_bf16(hi.x * scale, hi.y * scale);
+    packed.w = pack_bf16(hi.z * scale, hi.w * scale);
+    *(uint4*)(dqkv + i / C * 3 * C + i % C) = packed;
+}

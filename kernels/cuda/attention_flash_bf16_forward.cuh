@@ -1,0 +1,124 @@
+// The forward kernel of the BF16 flash attention: each thread block owns a block of query rows of
+// one (batch, head) and streams the K/V tiles at or below the diagonal through shared memory
+// (cp.async, double-buffered, one barrier per tile); an online softmax keeps the running max and
+// sum in registers; it writes O and (m, l). Its products and tile loads are in
+// attention_flash_bf16_mma.cuh; its tile shapes and launch in attention_flash.cu; the backward in
+// attention_flash_bf16_backward.cuh.
+#pragma once
+#include <math.h>
+
+#include "kernels/cuda/attention_flash_bf16_mma.cuh"
+
+#define LN2 0.6931471805599453f
+
+template <class Mma, int WARPS, int M_TILES, int COLS, int STAGES>
+__global__ void __launch_bounds__(WARPS * 32)
+    flash_forward_kernel(floatX* out, float* m_out, float* l_out, const floatX* qkv, int T, int NH) {
+    constexpr int HS = Mma::HS, ROWS = 16 * WARPS * M_TILES, THREADS = 32 * WARPS, STRIDE = Mma::STRIDE;
+    extern __shared__ __align__(16) unsigned char smem[];
+    floatX* q_tile = (floatX*)align_shared<Mma::ALIGN>(smem);
+    floatX* k_tiles = q_tile + ROWS * STRIDE; // STAGES stages each
+    floatX* v_tiles = k_tiles + STAGES * COLS * STRIDE;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int C = NH * HS, b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * ROWS; // the longest rows start first
+    const size_t stride = 3 * (size_t)C;
+    const floatX* q_src = qkv + (size_t)b * T * stride + h * HS;
+    const floatX* k_src = q_src + C;
+    const floatX* v_src = q_src + 2 * C;
+    const int num_tiles = (min(q0 + ROWS, T) + COLS - 1) / COLS; // tiles above the diagonal skipped
+    auto load_kv_tile = [&](int tile) {
+        load_kv_stage<Mma, COLS, THREADS, STAGES>(k_tiles, v_tiles, k_src, v_src, tile, num_tiles, T, stride);
+    };
+
+    load_tile_async<Mma, ROWS, THREADS>(q_tile, q_src, q0, T, stride); // in the first tile's group
+    for (int tile = 0; tile < STAGES - 1; tile++) load_kv_tile(tile);
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    const int r0 = q0 + warp * 16 * M_TILES; // this warp's first query row
+    // The last row of the warps that multiply together (Mma::GROUP_WARPS), who take the same branches.
+    const int group_last_row = q0 + (warp / Mma::GROUP_WARPS + 1) * Mma::GROUP_WARPS * 16 * M_TILES - 1;
+    uint32_t q_frag[M_TILES][HS / 16][4];
+    load_a_fragments<Mma, M_TILES>(q_frag, q_tile, warp * 16 * M_TILES);
+
+    const float scale_log2 = LOG2E / sqrtf((float)HS); // scores in log2 units: exp2 is one instruction
+    float o_acc[M_TILES][HS / 8][4] = {};
+    float m_run[M_TILES][2], l_run[M_TILES][2]; // per thread: rows g and g + 8 of each m-tile
+#pragma unroll
+    for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            m_run[mt][half] = -INFINITY;
+            l_run[mt][half] = 0.0f; // this thread's columns only; the quad's four add up at the end
+        }
+
+    for (int tile = 0; tile < num_tiles; tile++) {
+        cp_async_wait<STAGES - 2>(); // this tile has arrived,
+        Mma::tiles_ready();
+        __syncthreads();             // and every warp is done with the previous one, whose stage
+        load_kv_tile(tile + STAGES - 1); // takes the tile STAGES - 1 ahead
+        const int c0 = tile * COLS;
+        // Tile 0 holds key 0, which every row sees, so every running max is finite after it (and
+        // a later tile masked whole for a warp of a wgmma group leaves its rows as they were).
+        if (c0 <= group_last_row) { // some key of the tile is visible to some row of the warp group
+            if constexpr (Mma::RELOAD_A) load_a_fragments<Mma, M_TILES>(q_frag, q_tile, warp * 16 * M_TILES);
+            const floatX* k_tile = k_tiles + tile % STAGES * COLS * STRIDE;
+            const floatX* v_tile = v_tiles + tile % STAGES * COLS * STRIDE;
+            float s[M_TILES][COLS / 8][4];
+            Mma::template gemm_a_bt<M_TILES, COLS>(s, q_frag, k_tile);
+            Mma::wait(s);
+            if (c0 + COLS - 1 > r0) mask_scores<M_TILES, COLS>(s, [&](int row, int col) { return c0 + col > r0 + row; });
+#pragma unroll
+            for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    float tile_max = -INFINITY; // of the unscaled scores
+#pragma unroll
+                    for (int nt = 0; nt < COLS / 8; nt++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) tile_max = fmaxf(tile_max, s[mt][nt][2 * half + e]);
+                    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 1));
+                    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 2));
+                    // Online softmax: move the row to the new max and rescale what was summed.
+                    const float m_new = fmaxf(m_run[mt][half], tile_max * scale_log2);
+                    const float correction = fast_exp2(m_run[mt][half] - m_new); // 0 on the first tile
+                    float sum = 0.0f;
+#pragma unroll
+                    for (int nt = 0; nt < COLS / 8; nt++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const float p = fast_exp2(s[mt][nt][2 * half + e] * scale_log2 - m_new); // one FFMA
+                            s[mt][nt][2 * half + e] = p;
+                            sum += p;
+                        }
+                    m_run[mt][half] = m_new;
+                    l_run[mt][half] = l_run[mt][half] * correction + sum;
+#pragma unroll
+                    for (int nt = 0; nt < HS / 8; nt++) {
+                        o_acc[mt][nt][2 * half] *= correction;
+                        o_acc[mt][nt][2 * half + 1] *= correction;
+                    }
+                }
+            Mma::template gemm_c_b<M_TILES, COLS>(o_acc, s, v_tile);
+            Mma::wait(o_acc);
+        }
+    }
+
+    float inv_l[M_TILES][2];
+#pragma unroll
+    for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            float l = l_run[mt][half];
+            l += __shfl_xor_sync(0xffffffff, l, 1);
+            l += __shfl_xor_sync(0xffffffff, l, 2);
+            inv_l[mt][half] = 1.0f / l;
+            const int row = r0 + mt * 16 + lane / 4 + half * 8;
+            if (lane % 4 == 0 && row < T) {
+                const size_t i = ((size_t)b * NH + h) * T + row;
+                m_out[i] = m_run[mt][half] * LN2;
+                l_out[i] = l;
+            }
+        }
+    store_rows<M_TILES, HS>(out + (size_t)b * T * C + h * HS, o_acc, inv_l, r0, T, C);
+}

@@ -1,0 +1,241 @@
+// The building blocks of the BF16 flash kernels (attention_flash_bf16_forward.cuh,
+// attention_flash_bf16_backward.cuh): the two matrix-product policies, MmaSync (mma.sync, every
+// GPU from sm_80) and Wgmma (wgmma, H100/H200), and the tile work both directions share: cp.async
+// loads of tiles and vectors into shared memory, A fragments from a tile, the causal mask of a
+// score fragment, and the bf16 store of an accumulator. The PTX underneath is in
+// attention_flash_bf16_ptx.cuh; which policy and tile shapes run is chosen in attention_flash.cu.
+#pragma once
+#include <math.h>
+
+#include "kernels/cuda/attention_flash_bf16_ptx.cuh"
+
+// ---- warp matrix products ------------------------------------------------------------------
+// Two policies, `Mma`, for the same kernels. Both keep the A operands (Q, dO, K, V, P, dS) in
+// registers in mma.m16n8k16's fragment layout, which is also wgmma's register-A layout, and
+// accumulate in the m16n8 accumulator layout, which is also what each warp holds of a wgmma m64
+// accumulator (its 16 rows). They differ in where B comes from:
+//   MmaSync<HS> (every GPU from sm_80): mma.sync per warp; B fragments by ldmatrix from tile rows
+//     padded by 16 bytes (rows 16 bytes apart modulo 128, so the 8 row addresses of an ldmatrix
+//     phase fall in 8 different bank groups).
+//   Wgmma (sm_90a, that is H100 and H200; HS 64): wgmma per warpgroup of 4 warps; the tensor cores
+//     read B straight from tiles of 128-byte rows stored with the 128-byte swizzle (16-byte chunk
+//     c of row r at chunk c ^ (r % 8), conflict-free for cp.async and ldmatrix too). The 4 warps
+//     of a group multiply together, so they must take the same branches (GROUP_WARPS).
+// Tiles of either are addressed through Mma::offset(row, col), col a multiple of 8.
+template <int HEAD_SIZE> struct MmaSync {
+    static constexpr int HS = HEAD_SIZE, STRIDE = HS + 8, GROUP_WARPS = 1;
+    static constexpr bool RELOAD_A = false; // see Wgmma
+    static constexpr size_t ALIGN = 16;
+    __device__ static int offset(int row, int col) { return row * STRIDE + col; }
+    __device__ static void tiles_ready() {} // ldmatrix reads what cp.async wrote once the barrier is passed
+    // The products below are complete when they return; Wgmma's are not until wait().
+    template <class... Accumulators> __device__ static void wait(Accumulators&...) {}
+
+    // acc (16 M_TILES x COLS) = A (16 M_TILES x HS, fragments) B^T, B a (COLS x HS) tile: S = Q K^T.
+    // The B fragments of two column groups come from one ldmatrix of four 8 x 8 blocks.
+    template <int M_TILES, int COLS>
+    __device__ static void gemm_a_bt(float acc[M_TILES][COLS / 8][4], const uint32_t a[M_TILES][HS / 16][4],
+                                     const floatX* b_tile) {
+        const int lane = threadIdx.x % 32;
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+            for (int nt = 0; nt < COLS / 8; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < HS / 16; k++) {
+#pragma unroll
+            for (int np = 0; np < COLS / 16; np++) {
+                uint32_t b[4]; // (cols 0-7, k 0-7), (cols 0-7, k 8-15), (cols 8-15, k 0-7), (cols 8-15, k 8-15)
+                ldmatrix_x4(b, b_tile + offset(np * 16 + lane / 16 * 8 + lane % 8, k * 16 + lane / 8 % 2 * 8));
+#pragma unroll
+                for (int mt = 0; mt < M_TILES; mt++) {
+                    mma_16816(acc[mt][2 * np], a[mt][k], b[0], b[1]);
+                    mma_16816(acc[mt][2 * np + 1], a[mt][k], b[2], b[3]);
+                }
+            }
+        }
+    }
+
+    // acc (16 M_TILES x NCOLS) += A (16 M_TILES x 16, fragments) times rows k0 .. k0 + 15, columns
+    // n0 .. n0 + NCOLS - 1 of a row-major (rows x HS) tile; ldmatrix.trans turns the tile's rows into
+    // column fragments.
+    template <int M_TILES, int NCOLS>
+    __device__ static void mma_a_tile_rows(float acc[M_TILES][NCOLS / 8][4], const uint32_t a[M_TILES][4],
+                                           const floatX* b_tile, int k0, int n0) {
+        const int lane = threadIdx.x % 32;
+#pragma unroll
+        for (int np = 0; np < NCOLS / 16; np++) {
+            uint32_t b[4]; // (rows 0-7, cols 0-7), (rows 8-15, cols 0-7), (rows 0-7, cols 8-15), (rows 8-15, cols 8-15)
+            ldmatrix_x4_trans(b, b_tile + offset(k0 + lane / 8 % 2 * 8 + lane % 8, n0 + np * 16 + lane / 16 * 8));
+#pragma unroll
+            for (int mt = 0; mt < M_TILES; mt++) {
+                mma_16816(acc[mt][2 * np], a[mt], b[0], b[1]);
+                mma_16816(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+            }
+        }
+    }
+
+    // acc (16 M_TILES x HS) += P (16 M_TILES x COLS, accumulator layout, rounded to bf16) B, B a
+    // (COLS x HS) row-major tile: O += P V.
+    template <int M_TILES, int COLS>
+    __device__ static void gemm_c_b(float acc[M_TILES][HS / 8][4], const float p[M_TILES][COLS / 8][4],
+                                    const floatX* b_tile) {
+#pragma unroll
+        for (int k = 0; k < COLS / 16; k++) {
+            uint32_t a[M_TILES][4];
+#pragma unroll
+            for (int mt = 0; mt < M_TILES; mt++) a_fragment_of(a[mt], p[mt], k);
+            mma_a_tile_rows<M_TILES, HS>(acc, a, b_tile, k * 16, 0);
+        }
+    }
+};
+
+struct Wgmma {
+    static constexpr int HS = 64, STRIDE = 64, GROUP_WARPS = 4;
+    // The kernels load their A fragments (Q, dO, K, V) from shared memory again for every tile
+    // instead of keeping them in registers for the whole loop. Measured with CUDA 13.0's ptxas:
+    // with the fragments carried around the loop, it gave their registers to P after the first
+    // tile (as if a wgmma's A operand died with it), and every later tile multiplied P by K.
+    static constexpr bool RELOAD_A = true;
+    static constexpr size_t ALIGN = 1024; // the swizzle pattern repeats from 1024-byte boundaries
+    __device__ static int offset(int row, int col) { return row * STRIDE + ((col / 8) ^ (row % 8)) * 8 + col % 8; }
+    // cp.async writes through the generic proxy, wgmma reads through the async proxy.
+    __device__ static void tiles_ready() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+    }
+
+    // As MmaSync's, issued only (see wait): acc = A B^T (one m64n64k16 per m-tile and 16 head
+    // dimensions, B K-major).
+    template <int M_TILES, int COLS>
+    __device__ static void gemm_a_bt(float acc[M_TILES][COLS / 8][4], const uint32_t a[M_TILES][HS / 16][4],
+                                     const floatX* b_tile) {
+        static_assert(COLS == 64, "wgmma tiles are 64 wide");
+        wgmma_fence();
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+            for (int k = 0; k < HS / 16; k++) wgmma_m64n64k16<0>(acc[mt], a[mt][k], wgmma_descriptor(b_tile + k * 16), k > 0);
+        wgmma_commit();
+    }
+
+    // As MmaSync's, issued only: acc += P B (one m64n64k16 per m-tile and 16 rows of B, B MN-major).
+    template <int M_TILES, int COLS>
+    __device__ static void gemm_c_b(float acc[M_TILES][HS / 8][4], const float p[M_TILES][COLS / 8][4],
+                                    const floatX* b_tile) {
+        uint32_t a[M_TILES][COLS / 16][4];
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+            for (int k = 0; k < COLS / 16; k++) a_fragment_of(a[mt][k], p[mt], k);
+        wgmma_pin<M_TILES, HS / 8>(acc);
+        wgmma_fence();
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+            for (int k = 0; k < COLS / 16; k++)
+                wgmma_m64n64k16<1>(acc[mt], a[mt][k], wgmma_descriptor(b_tile + k * 16 * STRIDE), true);
+        wgmma_commit();
+    }
+
+    // Waits for every product issued and pins their accumulators after the wait. Two products
+    // issued before one wait run back to back in the tensor cores.
+    template <int M_TILES, int N_TILES> __device__ static void pin(float (&acc)[M_TILES][N_TILES][4]) {
+        wgmma_pin<M_TILES, N_TILES>(acc);
+    }
+    template <class... Accumulators> __device__ static void wait(Accumulators&... acc) {
+        wgmma_wait_all();
+        (pin(acc), ...);
+    }
+};
+
+// ---- tiles in shared memory, fragments in registers ----------------------------------------
+// A shared-memory pointer rounded up to a multiple of ALIGN bytes (the launch asks for ALIGN - 16
+// bytes more than the tiles need).
+template <size_t ALIGN> __device__ __forceinline__ unsigned char* align_shared(unsigned char* p) {
+    return p + (ALIGN - smem_address(p) % ALIGN) % ALIGN;
+}
+
+// Copies rows row0 .. row0 + ROWS - 1 of a (T, HS) matrix whose rows are `stride` elements apart
+// into a tile; rows at or past T are zeros.
+template <class Mma, int ROWS, int THREADS>
+__device__ __forceinline__ void load_tile_async(floatX* tile, const floatX* src, int row0, int T, size_t stride) {
+    constexpr int CHUNKS = Mma::HS / 8; // 16-byte chunks per row
+#pragma unroll
+    for (int i = threadIdx.x; i < ROWS * CHUNKS; i += THREADS) {
+        const int r = i / CHUNKS, c = i % CHUNKS;
+        const bool valid = row0 + r < T;
+        cp_async_16(tile + Mma::offset(r, c * 8), src + (valid ? (size_t)(row0 + r) * stride + c * 8 : 0), valid);
+    }
+}
+
+// COLS floats from src[col0 ..] (zeros at or past T).
+template <int COLS, int THREADS>
+__device__ __forceinline__ void load_vector_async(float* dst, const float* src, int col0, int T) {
+    for (int i = threadIdx.x; i < COLS; i += THREADS) {
+        const bool valid = col0 + i < T;
+        cp_async_4(dst + i, src + (valid ? col0 + i : 0), valid);
+    }
+}
+
+// K and V tile `tile` (COLS rows each) into its stage of the STAGES-deep buffers, as one cp.async
+// commit group; past the last tile the group is empty, so there is always one group per tile.
+template <class Mma, int COLS, int THREADS, int STAGES>
+__device__ __forceinline__ void load_kv_stage(floatX* k_tiles, floatX* v_tiles, const floatX* k_src, const floatX* v_src,
+                                              int tile, int num_tiles, int T, size_t stride) {
+    if (tile < num_tiles) {
+        const int stage = tile % STAGES;
+        load_tile_async<Mma, COLS, THREADS>(k_tiles + stage * COLS * Mma::STRIDE, k_src, tile * COLS, T, stride);
+        load_tile_async<Mma, COLS, THREADS>(v_tiles + stage * COLS * Mma::STRIDE, v_src, tile * COLS, T, stride);
+    }
+    cp_async_commit();
+}
+
+// A fragments of the warp's 16 * M_TILES rows starting at tile row `row0`, all HS columns.
+template <class Mma, int M_TILES>
+__device__ __forceinline__ void load_a_fragments(uint32_t a[M_TILES][Mma::HS / 16][4], const floatX* tile, int row0) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+        for (int k = 0; k < Mma::HS / 16; k++)
+            ldmatrix_x4(a[mt][k], tile + Mma::offset(row0 + mt * 16 + lane % 16, k * 16 + lane / 16 * 8));
+}
+
+// Sets the elements of a warp's (16 M_TILES x COLS) score accumulator to -inf where hidden(row, col)
+// (tile-relative), so exp2 makes them 0. Called only for the tiles that need a mask, which keeps the
+// compare and select out of the other tiles' inner loops.
+template <int M_TILES, int COLS, class Hidden>
+__device__ __forceinline__ void mask_scores(float s[M_TILES][COLS / 8][4], Hidden hidden) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+        for (int nt = 0; nt < COLS / 8; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                if (hidden(mt * 16 + lane / 4 + i / 2 * 8, nt * 8 + lane % 4 * 2 + i % 2)) s[mt][nt][i] = -INFINITY;
+}
+
+// Writes a warp's (16 M_TILES x HS) accumulator times `scale` as bf16 into rows row0.. (< T) of a
+// matrix whose rows are `stride` elements apart.
+template <int M_TILES, int HS>
+__device__ __forceinline__ void store_rows(floatX* dst, const float acc[M_TILES][HS / 8][4], const float scale[M_TILES][2],
+                                           int row0, int T, size_t stride) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int row = row0 + mt * 16 + lane / 4 + half * 8;
+            if (row >= T) continue;
+#pragma unroll
+            for (int nt = 0; nt < HS / 8; nt++) {
+                *(__nv_bfloat162*)(dst + (size_t)row * stride + nt * 8 + lane % 4 * 2) = __floats2bfloat162_rn(
+                    acc[mt][nt][2 * half] * scale[mt][half], acc[mt][nt][2 * half + 1] * scale[mt][half]);
+            }
+        }
+}

@@ -1,0 +1,125 @@
+// PTX wrappers of the BF16 flash attention (kernels/cuda/attention_flash.cu and the files it
+// includes, listed there): cp.async (global to shared memory without registers), ldmatrix,
+// mma.sync m16n8k16 and its fragment layouts, and wgmma (sm_90a) with its shared-memory descriptor,
+// fences and register pins. Nothing here knows about attention: the matrix-product policies built
+// on these, and the tile loads and stores, are in attention_flash_bf16_mma.cuh.
+#pragma once
+#if !defined(PRECISION_BF16)
+#error "the tensor-core flash attention (kernels/cuda/attention_flash_bf16_*.cuh) is for the BF16 build"
+#endif
+#include <stdint.h>
+
+#include "kernels/cuda/common.cuh"
+
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+// 16 bytes global -> shared without passing through registers; src_bytes 0 writes zeros.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_4(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(dst)), "l"(src),
+                 "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most `pending` of this thread's committed groups are still in flight.
+template <int pending> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_address(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_address(p)));
+}
+// c (16 x 8, fp32) += a (16 x 16, bf16, row-major) b (16 x 8, bf16, column-major).
+__device__ __forceinline__ void mma_16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t*)&v;
+}
+
+// Fragment layouts (PTX ISA, mma.m16n8k16): lane = 4 g + q. An accumulator c[4] of a 16 x 8 tile
+// holds (row g, cols 2q, 2q+1) in c[0..1] and (row g + 8, same cols) in c[2..3]. An A fragment
+// a[4] of a 16 x 16 tile holds (row g, cols 2q..2q+1), (row g+8, same), (row g, cols 2q+8..9),
+// (row g+8, same). A B fragment (b0, b1) of a 16 x 8 tile holds (rows 2q..2q+1, col g) and
+// (rows 2q+8..2q+9, col g).
+
+// The A fragment (16 x 16, bf16) of columns 16 k .. 16 k + 15 of a warp's fp32 tile in the
+// accumulator layout: P or dS as the left operand of the next product.
+__device__ __forceinline__ void a_fragment_of(uint32_t a[4], const float (*c)[4], int k) {
+    a[0] = pack_bf16(c[2 * k][0], c[2 * k][1]);
+    a[1] = pack_bf16(c[2 * k][2], c[2 * k][3]);
+    a[2] = pack_bf16(c[2 * k + 1][0], c[2 * k + 1][1]);
+    a[3] = pack_bf16(c[2 * k + 1][2], c[2 * k + 1][3]);
+}
+
+// wgmma (PTX ISA, "asynchronous warpgroup level matrix multiply"), compiled for sm_90a only; the
+// host never launches a Wgmma kernel elsewhere (flash_config in attention_flash.cu), and these
+// trap if it did.
+// Shared-memory matrix descriptor: start address, 1024 bytes between groups of 8 rows (the
+// "stride byte offset"), 128-byte swizzle. The leading byte offset is not used by these shapes:
+// a bf16 operand 64 wide is exactly one swizzle row (measured on an H200: any value works).
+__device__ __forceinline__ uint64_t wgmma_descriptor(const floatX* tile) {
+    return (uint64_t)((smem_address(tile) & 0x3FFFF) >> 4) | (uint64_t)(1024 >> 4) << 32 | 1ull << 62;
+}
+// d (this warp's 16 rows of a 64 x 64 accumulator) = (accumulate ? d : 0) + a (this warp's 16 x 16
+// fragment) b, b (16 x 64) in shared memory: rows of 64 (TRANS_B 1, "MN-major") or, TRANS_B 0,
+// the transpose of a (64 x 16) block of rows of 64 ("K-major").
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_m64n64k16(float d[8][4], const uint32_t a[4], uint64_t b, bool accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+                 "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, %37;\n}\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+                   "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
+                   "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+                   "+f"(d[7][2]), "+f"(d[7][3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(TRANS_B), "r"((int)accumulate));
+#else
+    (void)d, (void)a, (void)b, (void)accumulate;
+    __trap();
+#endif
+}
+// Orders this thread's register accesses before the wgmmas that follow (wgmma.fence); closes a
+// group of issued wgmmas; waits for every group issued.
+__device__ __forceinline__ void wgmma_fence() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_wait_all() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#endif
+}
+// Pins accumulator registers at this point of the program, so the compiler cannot move their
+// reads or writes across the wgmma fence or wait next to it (the asm outputs look ready at once).
+template <int M_TILES, int N_TILES> __device__ __forceinline__ void wgmma_pin(float (*acc)[N_TILES][4]) {
+#pragma unroll
+    for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+        for (int nt = 0; nt < N_TILES; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) asm volatile("" : "+f"(acc[mt][nt][i])::"memory");
+}
