@@ -6,6 +6,14 @@
 # PEAK_TFLOPS is the GPU's dense bf16 peak (989 for H100/H200 SXM); the FP32 row uses it too, so
 # its MFU reads as a fraction of the bf16 peak. Timing: the median ms of steps 3..STEPS (the
 # first steps include cuBLAS heuristics and allocation).
+# Then PyTorch's rows, measured in the same run (scripts/bench_train_torch.py: the same GPT-2 124M
+# with torch.compile, causal SDPA, bf16 autocast, fused AdamW), attn torch-BACKEND:
+# TORCH_RUNS="flash 32,flash 64,cudnn 32,cudnn 64" (the default; empty: none) lists "backend B"
+# pairs, backend one of flash, cudnn, efficient, default (PyTorch's own choice). Without a torch that
+# imports and sees a GPU they are skipped with a line saying why. Their ms/step is the same median of
+# steps 3..STEPS (here the first steps include compilation), MFU the same formula, and peak_MiB the
+# same nvidia-smi sampling of the GPU's used memory as our rows (so both include the CUDA context);
+# PyTorch's own torch.cuda.max_memory_allocated / max_memory_reserved follow each torch row.
 set -eu
 "$(dirname "$0")/get_data.sh" # before any cd: a relative GPT_DATA_DIR is the caller's
 ARCH=${GPU_ARCH:-90}
@@ -19,26 +27,69 @@ trap 'rm -rf "$WORK"' EXIT
 RUNS=${RUNS:-"BF16 naive 32,BF16 naive 64,BF16 flash 32,BF16 flash 64,FP32 naive 16"}
 IFS=, read -r -a runs <<< "$RUNS"
 for run in "${runs[@]}"; do
+    # shellcheck disable=SC2086 # "precision attn B", split on purpose
     set -- $run
-    make --no-print-directory BUILD="$BUILD/$1-$2" ATTN=$2 PRECISION=$1 GPU_ARCH="$ARCH" "$BUILD/$1-$2/train_gpt" >/dev/null
+    make --no-print-directory BUILD="$BUILD/$1-$2" ATTN="$2" PRECISION="$1" GPU_ARCH="$ARCH" "$BUILD/$1-$2/train_gpt" >/dev/null
 done
 
 # FLOPs per token (forward + backward, as train.c counts them): 6 x parameters + 6 x L x C x T for
 # causal attention.
 L=12 C=768 T=1024 PARAMS=124475904
 FLOPS_PER_TOKEN=$((6 * PARAMS + 6 * L * C * T))
-printf "%-6s %-6s %4s %8s %10s %12s %6s %10s\n" precision attn B T ms/step tokens/s MFU peak_MiB
-for run in "${runs[@]}"; do
-    set -- $run
-    p=$1 attn=$2 B=$3 out=$WORK/$p-$attn-$B
+# nvidia-smi samples the GPU's used memory every 200 ms from start_smi to stop_smi, which prints the peak.
+start_smi() {
     nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 > "$WORK/mem" &
     smi=$!
-    "$BUILD/$p-$attn/train_gpt" -e d12 -i "$DATA/tiny_shakespeare_train.bin" -j "$DATA/tiny_shakespeare_val.bin" \
-        -b "$B" -t $T -x "$STEPS" -v 0 -s 0 -n 0 -o "$out" > "$out.log" 2>&1 || { cat "$out.log"; exit 1; }
+}
+stop_smi() {
     kill "$smi"; wait "$smi" 2>/dev/null || true
-    peak=$(sort -n "$WORK/mem" | tail -1)
-    ms=$(awk -F, 'NR > 3 { print $6 }' "$out/log.csv" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
-    awk -v p="$p" -v a="$attn" -v B="$B" -v T=$T -v ms="$ms" -v f=$FLOPS_PER_TOKEN -v peak_tf="$PEAK_TFLOPS" -v mem="$peak" 'BEGIN {
+    sort -n "$WORK/mem" | tail -1
+}
+# row PRECISION ATTN B MS PEAK_MIB [NOTE]: one line of the table.
+row() {
+    awk -v p="$1" -v a="$2" -v B="$3" -v T=$T -v ms="$4" -v f=$FLOPS_PER_TOKEN -v peak_tf="$PEAK_TFLOPS" -v mem="$5" -v note="${6:-}" 'BEGIN {
         tps = B * T / (ms / 1000); mfu = tps * f / (peak_tf * 1e12)
-        printf "%-6s %-6s %4d %8d %10.1f %12.0f %5.1f%% %10s\n", p, a, B, T, ms, tps, 100 * mfu, mem }'
+        printf "%-6s %-15s %4d %8d %10.1f %12.0f %5.1f%% %10s%s\n", p, a, B, T, ms, tps, 100 * mfu, mem, note }'
+}
+printf "%-6s %-15s %4s %8s %10s %12s %6s %10s\n" precision attn B T ms/step tokens/s MFU peak_MiB
+for run in "${runs[@]}"; do
+    # shellcheck disable=SC2086
+    set -- $run
+    p=$1 attn=$2 B=$3 out=$WORK/$p-$attn-$B
+    start_smi
+    "$BUILD/$p-$attn/train_gpt" -e d12 -i "$DATA/tiny_shakespeare_train.bin" -j "$DATA/tiny_shakespeare_val.bin" \
+        -b "$B" -t $T -x "$STEPS" -v 0 -s 0 -n 0 -o "$out" > "$out.log" 2>&1 || { stop_smi > /dev/null; cat "$out.log"; exit 1; }
+    peak=$(stop_smi)
+    ms=$(awk -F, 'NR > 3 { print $6 }' "$out/log.csv" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+    row "$p" "$attn" "$B" "$ms" "$peak"
 done
+
+# PyTorch's rows: the script prints "RESULT ms_per_step MS tokens_per_s TPS max_allocated_MiB A
+# max_reserved_MiB R" as its last line.
+TORCH_RUNS=${TORCH_RUNS-"flash 32,flash 64,cudnn 32,cudnn 64"}
+[ -n "$TORCH_RUNS" ] || exit 0
+if ! why=$(python3 -c "import torch; assert torch.cuda.is_available(), 'torch ' + torch.__version__ + ' sees no CUDA GPU'" 2>&1); then
+    echo "PyTorch reference skipped: ${why##*$'\n'}"
+    exit 0
+fi
+# A run that fails (a backend this GPU or build lacks, out of memory) gets a row with the last line of
+# its output, the others still run, and the script exits 1 at the end.
+IFS=, read -r -a torch_runs <<< "$TORCH_RUNS"
+status=0
+for run in "${torch_runs[@]}"; do
+    # shellcheck disable=SC2086 # "backend B"
+    set -- $run
+    backend=$1 B=$2 out=$WORK/torch-$1-$2.log
+    start_smi
+    if python3 "$(dirname "$0")/bench_train_torch.py" --data "$DATA/tiny_shakespeare_train.bin" --batch "$B" \
+        --seq $T --steps "$STEPS" --sdpa-backend "$backend" > "$out" 2>&1; then
+        peak=$(stop_smi)
+        read -r _ _ ms _ _ _ alloc _ reserved < <(grep '^RESULT ' "$out" | tail -1)
+        row BF16 "torch-$backend" "$B" "$ms" "$peak" "  (torch max allocated $alloc MiB, reserved $reserved MiB)"
+    else
+        stop_smi > /dev/null
+        printf "%-6s %-15s %4d %8d  failed: %s\n" BF16 "torch-$backend" "$B" $T "$(tail -1 "$out")"
+        status=1
+    fi
+done
+exit $status
