@@ -1,7 +1,8 @@
 #!/bin/bash
 # Training speed of train_gpt on GPT-2 124M (d12) at T = 1024 on one GPU: tokens/s, ms/step, MFU
 # and peak GPU memory, one row per configuration: BF16 naive B = 32 and 64, BF16 flash B = 32 and 64,
-# FP32 naive B = 16. RUNS="BF16 flash 64 ..." picks other rows.
+# FP32 naive B = 16. RUNS="BF16 flash 64,..." picks other rows; a fourth field is the recompute level
+# (-r, default 0): RUNS="BF16 flash 64 0,BF16 flash 64 1,BF16 flash 64 2" for the -r 0/1/2 table.
 # Usage: GPU_ARCH=90 PEAK_TFLOPS=989 scripts/bench_train.sh   (needs a GPU; scripts/get_data.sh fetches the data)
 # PEAK_TFLOPS is the GPU's dense bf16 peak (989 for H100/H200 SXM); the FP32 row uses it too, so
 # its MFU reads as a fraction of the bf16 peak. Timing: the median ms of steps 3..STEPS (the
@@ -55,13 +56,13 @@ printf "%-6s %-15s %4s %8s %10s %12s %6s %10s\n" precision attn B T ms/step toke
 for run in "${runs[@]}"; do
     # shellcheck disable=SC2086
     set -- $run
-    p=$1 attn=$2 B=$3 out=$WORK/$p-$attn-$B
+    p=$1 attn=$2 B=$3 r=${4:-0} out=$WORK/$p-$attn-$B-r$r
     start_smi
     "$BUILD/$p-$attn/train_gpt" -e d12 -i "$DATA/tiny_shakespeare_train.bin" -j "$DATA/tiny_shakespeare_val.bin" \
-        -b "$B" -t $T -x "$STEPS" -v 0 -s 0 -n 0 -o "$out" > "$out.log" 2>&1 || { stop_smi > /dev/null; cat "$out.log"; exit 1; }
+        -b "$B" -t $T -r "$r" -x "$STEPS" -v 0 -s 0 -n 0 -o "$out" > "$out.log" 2>&1 || { stop_smi > /dev/null; cat "$out.log"; exit 1; }
     peak=$(stop_smi)
     ms=$(awk -F, 'NR > 3 { print $6 }' "$out/log.csv" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
-    row "$p" "$attn" "$B" "$ms" "$peak"
+    row "$p" "$attn" "$B" "$ms" "$peak" "$([ "$r" = 0 ] || echo "  -r $r")"
 done
 
 # PyTorch's rows: the script prints "RESULT ms_per_step MS tokens_per_s TPS max_allocated_MiB A
