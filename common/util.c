@@ -58,6 +58,10 @@ long long file_size(const char* path) {
     return (long long)st.st_size;
 }
 
+void check_row_groups(const char* what, long long N, long long sum_rows) {
+    if (sum_rows <= 0 || N % sum_rows != 0) fatal("%s: %lld rows do not split into groups of %lld", what, N, sum_rows);
+}
+
 double wall_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -29,6 +29,10 @@ long long file_size(const char* path);
 // The integer value of a command-line option, lo..hi, or exit naming the option and the value.
 long long parse_int_option(const char* s, const char* option, long long lo, long long hi);
 
+// Exit unless N rows split into whole groups of sum_rows (the --batch-invariant grouping of the
+// parameter gradients' sums): "<what>: N rows do not split into groups of sum_rows".
+void check_row_groups(const char* what, long long N, long long sum_rows);
+
 // Monotonic wall clock in seconds.
 double wall_seconds(void);
 

@@ -29,8 +29,7 @@ void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
 void layernorm_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
                         const floatX* inp, const floatX* weight, const float* mean,
                         const float* rstd, int N, int C, int sum_rows) {
-    if (sum_rows <= 0 || N % sum_rows != 0)
-        fatal("layernorm_backward: %d rows do not split into groups of %d", N, sum_rows);
+    check_row_groups("layernorm_backward", N, sum_rows);
     #pragma omp parallel for
     for (int i = 0; i < N; i++) {
         const float* x = inp + (size_t)i * C;

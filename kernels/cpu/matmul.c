@@ -169,8 +169,7 @@ static void matmul_backward_dbias(float* dbias, const float* dout, int N, int OC
 
 void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
                      const floatX* inp, const floatX* weight, int N, int C, int OC, int sum_rows) {
-    if (sum_rows <= 0 || N % sum_rows != 0)
-        fatal("matmul_backward: %d rows do not split into groups of %d", N, sum_rows);
+    check_row_groups("matmul_backward", N, sum_rows);
     if (dinp) matmul_backward_dinp(dinp, dout, weight, N, C, OC);
     if (dweight) matmul_backward_dweight(dweight, dout, inp, N, C, OC, sum_rows);
     if (dbias) matmul_backward_dbias(dbias, dout, N, OC, sum_rows);

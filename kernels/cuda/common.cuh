@@ -176,7 +176,7 @@ __global__ void column_partial_sums_kernel(float* partials, int C, int sum_rows,
 __global__ void add_column_partials_kernel(float* dst, const float* partials, int groups, int parts, int C);
 float* column_partials_buffer(size_t count);
 template <class Value> void column_sums_accumulate(float* dst, int N, int C, int sum_rows, Value value) {
-    if (sum_rows <= 0 || N % sum_rows != 0) fatal("column sums: %d rows do not split into groups of %d", N, sum_rows);
+    check_row_groups("column sums", N, sum_rows);
     int groups = N / sum_rows, parts = (int)ceil_div(sum_rows, COLSUM_ROWS);
     float* partials = column_partials_buffer((size_t)groups * parts * C);
     column_partial_sums_kernel<<<dim3(ceil_div(C, COLSUM_COLS), groups * parts), dim3(32, 8)>>>(partials, C, sum_rows,

@@ -79,8 +79,7 @@ void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const 
 static void linear_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout, const floatX* inp,
                             const floatX* weight, int N, int C, int OC, int sum_rows, Epilogue dinp_epilogue,
                             const floatX* pre) {
-    if (sum_rows <= 0 || N % sum_rows != 0)
-        fatal("matmul_backward: %d rows do not split into groups of %d", N, sum_rows);
+    check_row_groups("matmul_backward", N, sum_rows);
     // dinp^T (C, N) = weight (column-major (C, OC)) @ dout^T (OC, N).
     for (int row0 = 0; dinp && row0 < N; row0 += sum_rows)
         matmul_cublaslt(dinp + (size_t)row0 * C, weight, dout + (size_t)row0 * OC, NULL, C, sum_rows, OC, false, false,
