@@ -412,7 +412,10 @@ static float validation_loss(GPT2* model, DataLoader* val, int seqs, int B) {
             memcpy(inputs + r * T, val->inputs, T * sizeof(int));
             memcpy(targets + r * T, val->targets, T * sizeof(int));
         }
-        sum += (double)gpt2_forward(model, inputs, targets, rows, (int)T, 0.0f) * rows;
+        gpt2_forward(model, inputs, targets, rows, (int)T, 0.0f);
+        size_t count;
+        const float* losses = gpt2_losses(model, &count);
+        sum += (double)gpt2_mean_loss(losses, count) * rows;
         done += rows;
     }
     free(inputs);
@@ -1007,13 +1010,18 @@ int main(int argc, char** argv) {
         double t0 = wall_seconds();
         float lr = learning_rate(&o, (int)step, max_steps);
         gpt2_zero_grad(&model);
-        double loss_sum = 0.0;
         dataloader_next_batch(&train); // this rank's part of the step, micro-batches of B rows
         for (int micro = 0; micro < accum; micro++) {
             size_t row = (size_t)micro * B * o.T;
-            loss_sum += gpt2_forward(&model, train.inputs + row, train.targets + row, B, o.T, 1.0f / (float)total_batch);
+            gpt2_forward(&model, train.inputs + row, train.targets + row, B, o.T, 1.0f / (float)total_batch);
             gpt2_backward(&model);
         }
+        // The step's one wait for the GPU before the gradient reduction (which waits anyway).
+        size_t count;
+        const float* losses = gpt2_losses(&model, &count);
+        double loss_sum = 0.0;
+        for (int micro = 0; micro < accum; micro++)
+            loss_sum += gpt2_mean_loss(losses + (size_t)micro * B * o.T, (size_t)B * o.T);
         // Fault injection for the tests, on the last rank: the others learn of it only through the
         // decision that all ranks take together.
         if (rank == world - 1 && o.inject_nan_grad && step_listed(o.inject_nan_grad, "--inject-nan-grad", step + 1))

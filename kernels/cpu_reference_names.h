@@ -21,6 +21,10 @@ void cpu_dev_upload(void* dst_dev, const void* src_host, size_t bytes);
 void cpu_dev_download(void* dst_host, const void* src_dev, size_t bytes);
 void cpu_dev_copy(void* dst_dev, const void* src_dev, size_t bytes);
 void cpu_dev_synchronize(void);
+void* cpu_dev_malloc_host(size_t bytes, const char* what);
+void cpu_dev_free_host(void* p);
+void cpu_dev_upload_async(void* dst_dev, const void* src_host, size_t bytes);
+void cpu_dev_download_async(void* dst_host, const void* src_dev, size_t bytes);
 void cpu_floatX_from_float(float* dst, const float* src, size_t n);
 void cpu_float_from_floatX(float* dst, const float* src, size_t n);
 void cpu_init_normal(float* dst, size_t n, float mean, float std, unsigned long long seed,
@@ -72,6 +76,10 @@ void cpu_adamw_update(float* param, float* master, const float* grad, float* m, 
 #define dev_copy cpu_dev_copy
 #define dev_synchronize cpu_dev_synchronize
 #define floatX_from_float cpu_floatX_from_float
+#define dev_malloc_host cpu_dev_malloc_host
+#define dev_free_host cpu_dev_free_host
+#define dev_upload_async cpu_dev_upload_async
+#define dev_download_async cpu_dev_download_async
 #define float_from_floatX cpu_float_from_floatX
 #define init_normal cpu_init_normal
 #define encoder_forward cpu_encoder_forward

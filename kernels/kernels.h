@@ -58,6 +58,15 @@ void dev_upload(void* dst_dev, const void* src_host, size_t bytes);
 void dev_download(void* dst_host, const void* src_dev, size_t bytes);
 void dev_copy(void* dst_dev, const void* src_dev, size_t bytes);
 void dev_synchronize(void);
+// Host memory for copies that do not make the host wait (pinned on the GPU, plain memory on the
+// CPU), and those copies. They run in order with the kernels; until a dev_synchronize (or a blocking
+// copy) after them, the host must not write the source of an upload nor read the destination of a
+// download. A blocking dev_upload from ordinary memory waits for the GPU to finish all queued work
+// first (CUDA's rule for pageable memory), which would leave it idle at every micro-step.
+void* dev_malloc_host(size_t bytes, const char* what);
+void dev_free_host(void* p);
+void dev_upload_async(void* dst_dev, const void* src_host, size_t bytes);
+void dev_download_async(void* dst_host, const void* src_dev, size_t bytes);
 // Conversions between fp32 arrays and floatX arrays, both in device memory (a copy on the CPU).
 void floatX_from_float(floatX* dst, const float* src, size_t n);
 void float_from_floatX(float* dst, const floatX* src, size_t n);

@@ -146,7 +146,12 @@ static void build(GPT2* model, const GPT2Config* cfg, int B, int T, int recomput
 
     Carver carver = {dev_malloc(model->plan.activations, "activations"), 0};
     carve_activations(&model->acts, cfg, B, T, recompute, &carver);
-    model->host_losses = xmalloc((size_t)B * T * sizeof(float), "losses");
+    // Tokens for four forwards with targets before the first wait; losses for one forward, grown
+    // (once, with a wait) to the micro-batches of a step.
+    model->staged_capacity = 8 * (size_t)B * T;
+    model->staged_tokens = dev_malloc_host(model->staged_capacity * sizeof(int), "staged tokens");
+    model->losses_capacity = (size_t)B * T;
+    model->host_losses = dev_malloc_host(model->losses_capacity * sizeof(float), "losses");
 }
 
 void gpt2_build(GPT2* model, const GPT2Config* cfg, int B, int T, int recompute, int zero_stage) {
@@ -164,7 +169,8 @@ void gpt2_free(GPT2* model) {
     dev_free(model->adam_m);
     dev_free(model->adam_v);
     dev_free(model->acts.encoded);
-    free(model->host_losses);
+    dev_free_host(model->staged_tokens);
+    dev_free_host(model->host_losses);
     memset(model, 0, sizeof(*model));
 }
 
@@ -347,7 +353,19 @@ static void linear_forward(floatX* out, const floatX* inp, const floatX* weight,
         matmul_forward(out + (size_t)r0 * OC, inp + (size_t)r0 * C, weight, bias, rows, C, OC);
 }
 
-float gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T, float dloss) {
+// Copies n tokens into the next staging slot and queues their upload to dst.
+static void upload_tokens(GPT2* model, int* dst, const int* tokens, size_t n) {
+    if (model->staged_used + n > model->staged_capacity) {
+        dev_synchronize(); // every queued upload has read its slot
+        model->staged_used = 0;
+    }
+    int* slot = model->staged_tokens + model->staged_used;
+    memcpy(slot, tokens, n * sizeof(int));
+    model->staged_used += n;
+    dev_upload_async(dst, slot, n * sizeof(int));
+}
+
+void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T, float dloss) {
     const GPT2Config* cfg = &model->config;
     int C = cfg->channels, NH = cfg->num_heads, L = cfg->num_layers;
     int V = cfg->vocab_size, Vp = cfg->padded_vocab_size, N = B * T;
@@ -356,8 +374,8 @@ float gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, in
     Activations* a = &model->acts;
     model->fwd_B = B;
     model->fwd_T = T;
-    dev_upload(a->inputs, inputs, (size_t)N * sizeof(int));
-    if (targets) dev_upload(a->targets, targets, (size_t)N * sizeof(int));
+    upload_tokens(model, a->inputs, inputs, (size_t)N);
+    if (targets) upload_tokens(model, a->targets, targets, (size_t)N);
     int G = model->sum_sequences, rows = G && B % G == 0 ? G * T : N; // a forward-only B may not split
 
     encoder_forward(a->encoded, a->inputs, model->params.t[P_WTE], model->params.t[P_WPE], B, T, C);
@@ -381,13 +399,33 @@ float gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, in
     layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, final_residual, model->params.t[P_LNFW],
                       model->params.t[P_LNFB], N, C);
     linear_forward(a->logits, a->lnf, model->params.t[P_WTE], NULL, N, rows, C, Vp);
-    if (!targets) return 0.0f;
+    if (!targets) return;
 
     fused_classifier(a->logits, a->losses, a->targets, dloss, N, V, Vp, dloss > 0.0f);
-    dev_download(model->host_losses, a->losses, (size_t)N * sizeof(float));
+    size_t pending = model->losses_pending;
+    if (pending + N > model->losses_capacity) {
+        dev_synchronize(); // the pending downloads have landed
+        float* grown = dev_malloc_host((pending + N) * sizeof(float), "losses");
+        memcpy(grown, model->host_losses, pending * sizeof(float));
+        dev_free_host(model->host_losses);
+        model->host_losses = grown;
+        model->losses_capacity = pending + N;
+    }
+    dev_download_async(model->host_losses + pending, a->losses, (size_t)N * sizeof(float));
+    model->losses_pending = pending + N;
+}
+
+const float* gpt2_losses(GPT2* model, size_t* count) {
+    dev_synchronize();
+    *count = model->losses_pending;
+    model->losses_pending = 0;
+    return model->host_losses;
+}
+
+float gpt2_mean_loss(const float* losses, size_t n) {
     double sum = 0.0;
-    for (int i = 0; i < N; i++) sum += model->host_losses[i];
-    return (float)(sum / N);
+    for (size_t i = 0; i < n; i++) sum += losses[i];
+    return (float)(sum / (double)n);
 }
 
 void gpt2_zero_grad(GPT2* model) {

@@ -90,7 +90,14 @@ typedef struct {
     Activations acts;
     int training;        // 0: built by gpt2_build_forward_only (no gradients, no optimizer state)
     MemoryPlan plan;
-    float* host_losses;  // (B, T)
+    // Host staging (pinned on the GPU), so that a forward neither waits for the GPU nor leaves it
+    // idle: each forward's tokens pass through a slot of staged_tokens (appended; when full, one
+    // dev_synchronize and the slots start over), and with targets its B*T losses come back into
+    // host_losses behind it, appended until gpt2_losses waits for them.
+    int* staged_tokens;
+    size_t staged_used, staged_capacity;
+    float* host_losses;
+    size_t losses_pending, losses_capacity;
 } GPT2;
 
 // Prints the memory plan (on rank 0), then allocates everything for batches up to B x T, for this
@@ -122,10 +129,18 @@ void gpt2_set_optimizer_state(GPT2* model, const float* weights, const float* m,
                               int t, unsigned long long seed);
 void gpt2_get_optimizer_state(const GPT2* model, float* weights, float* m, float* v);
 
-// Forward pass over B x T tokens (host arrays; B, T at most what was built). With targets, returns
-// the mean loss (else 0). dloss > 0 means a backward follows: the logits buffer is overwritten with
-// dloss * dL/dlogits (dloss = 1 / (tokens of the whole step) averages over micro-batches).
-float gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T, float dloss);
+// Forward pass over B x T tokens (host arrays, copied before it returns; B, T at most what was
+// built). It queues the work and returns without waiting for the GPU. With targets, the B x T
+// losses follow it to the host: gpt2_losses returns them. dloss > 0 means a backward follows: the
+// logits buffer is overwritten with dloss * dL/dlogits (dloss = 1 / (tokens of the whole step)
+// averages over micro-batches).
+void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T, float dloss);
+// Waits for the losses of the forwards with targets since the last call and returns them, forward
+// after forward (B x T each, row-major), in host memory valid until the next forward; *count says
+// how many. A training step calls it once, after all its micro-batches: one wait per step.
+const float* gpt2_losses(GPT2* model, size_t* count);
+// The mean of n losses, summed in double and rounded once to float: a forward's loss as reported.
+float gpt2_mean_loss(const float* losses, size_t n);
 // Backward of the last forward (called with dloss > 0): adds into the gradients.
 void gpt2_backward(GPT2* model);
 void gpt2_zero_grad(GPT2* model);

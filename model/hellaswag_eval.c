@@ -50,11 +50,13 @@ int hellaswag_evaluate(GPT2* model, const HellaSwagExample* examples, int n, dou
             }
         }
         gpt2_forward(model, inputs, targets, rows, len, 0.0f);
+        size_t count;
+        const float* row_losses = gpt2_losses(model, &count);
         for (int r = 0; r < rows; r++) {
             const HellaSwagExample* ex = &examples[first + (r0 + r) / HELLASWAG_ENDINGS];
             int j = (r0 + r) % HELLASWAG_ENDINGS;
             // The ending's tokens are the targets of positions context_len - 1 onwards.
-            const float* losses = model->host_losses + (size_t)r * len + ex->context_len - 1;
+            const float* losses = row_losses + (size_t)r * len + ex->context_len - 1;
             double sum = 0.0;
             for (int t = 0; t < ex->ending_len[j]; t++) sum += losses[t];
             scores[(size_t)(first * HELLASWAG_ENDINGS + r0 + r)] = sum / ex->ending_len[j];

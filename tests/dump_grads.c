@@ -146,7 +146,10 @@ static int dump(const Options* o) {
     gpt2_build(&model, &cfg, o->B, o->T, 0, 0); // no recompute, no ZeRO: one process
     gpt2_init_random(&model, o->seed);
     gpt2_zero_grad(&model);
-    float loss = gpt2_forward(&model, loader.inputs, loader.targets, o->B, o->T, 1.0f / (float)(o->B * o->T));
+    gpt2_forward(&model, loader.inputs, loader.targets, o->B, o->T, 1.0f / (float)(o->B * o->T));
+    size_t count;
+    const float* losses = gpt2_losses(&model, &count);
+    float loss = gpt2_mean_loss(losses, count);
     gpt2_backward(&model);
 
     size_t n = model.num_parameters;

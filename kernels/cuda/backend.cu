@@ -94,6 +94,20 @@ void dev_copy(void* dst_dev, const void* src_dev, size_t bytes) {
     cudaCheck(cudaMemcpy(dst_dev, src_dev, bytes, cudaMemcpyDeviceToDevice));
 }
 void dev_synchronize(void) { cudaCheck(cudaDeviceSynchronize()); }
+void* dev_malloc_host(size_t bytes, const char* what) {
+    void* p = NULL;
+    cudaError_t err = cudaMallocHost(&p, bytes);
+    if (err != cudaSuccess)
+        fatal("cannot allocate %zu bytes of pinned host memory for %s: %s", bytes, what, cudaGetErrorString(err));
+    return p;
+}
+void dev_free_host(void* p) { cudaCheck(cudaFreeHost(p)); }
+void dev_upload_async(void* dst_dev, const void* src_host, size_t bytes) {
+    cudaCheck(cudaMemcpyAsync(dst_dev, src_host, bytes, cudaMemcpyHostToDevice, 0));
+}
+void dev_download_async(void* dst_host, const void* src_dev, size_t bytes) {
+    cudaCheck(cudaMemcpyAsync(dst_host, src_dev, bytes, cudaMemcpyDeviceToHost, 0));
+}
 
 void* grow_scratch(void** buffer, size_t* capacity, size_t bytes, const char* what) {
     if (bytes > *capacity) {
