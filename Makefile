@@ -53,8 +53,11 @@ cpu_obj = $(patsubst %.c,$(CPU_OBJ)/%.o,$(1))
 .PHONY: all setup test test-programs test-gpu clean
 all: $(BUILD)/train_gpt_cpu $(BUILD)/prepare_data
 
+# Short names for the programs of another BUILD (with BUILD=. they are the files themselves).
+ifneq ($(abspath $(BUILD)),$(CURDIR))
 train_gpt_cpu: $(BUILD)/train_gpt_cpu
 prepare_data: $(BUILD)/prepare_data
+endif
 
 # The stamp changes whenever the flags of this BUILD change, so binaries relink on a switch.
 $(CONFIG_STAMP):
