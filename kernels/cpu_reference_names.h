@@ -33,6 +33,8 @@ void cpu_encoder_forward(float* out, const int* inp, const float* wte, const flo
 void cpu_encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T, int C);
 void cpu_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                            const float* bias, int N, int C);
+void cpu_residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd, const float* a,
+                                    const float* b, const float* weight, const float* bias, int N, int C);
 void cpu_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                             const float* weight, const float* mean, const float* rstd, int N, int C, int sum_rows);
 void cpu_matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
@@ -44,7 +46,6 @@ void cpu_gelu_backward(float* dinp, const float* inp, const float* dout, size_t 
 void cpu_matmul_backward_gelu(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                               const float* weight, const float* pre, int N, int C, int OC,
                               int sum_rows);
-void cpu_residual_forward(float* out, const float* a, const float* b, size_t n);
 void cpu_fused_classifier(float* logits, float* losses, const int* targets, float dloss, int N, int V,
                           int Vp, int write_dlogits);
 size_t cpu_attention_saved_bytes(int B, int T, int NH);
@@ -75,23 +76,23 @@ void cpu_adamw_update(float* param, float* master, const float* grad, float* m, 
 #define dev_download cpu_dev_download
 #define dev_copy cpu_dev_copy
 #define dev_synchronize cpu_dev_synchronize
-#define floatX_from_float cpu_floatX_from_float
 #define dev_malloc_host cpu_dev_malloc_host
 #define dev_free_host cpu_dev_free_host
 #define dev_upload_async cpu_dev_upload_async
 #define dev_download_async cpu_dev_download_async
+#define floatX_from_float cpu_floatX_from_float
 #define float_from_floatX cpu_float_from_floatX
 #define init_normal cpu_init_normal
 #define encoder_forward cpu_encoder_forward
 #define encoder_backward cpu_encoder_backward
 #define layernorm_forward cpu_layernorm_forward
+#define residual_layernorm_forward cpu_residual_layernorm_forward
 #define layernorm_backward cpu_layernorm_backward
 #define matmul_forward cpu_matmul_forward
 #define matmul_backward cpu_matmul_backward
 #define gelu_forward cpu_gelu_forward
 #define gelu_backward cpu_gelu_backward
 #define matmul_backward_gelu cpu_matmul_backward_gelu
-#define residual_forward cpu_residual_forward
 #define fused_classifier cpu_fused_classifier
 #define attention_saved_bytes cpu_attention_saved_bytes
 #define attention_scratch_bytes cpu_attention_scratch_bytes

@@ -86,8 +86,17 @@ void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const int* i
                       int B, int T, int C);
 
 // out = (inp - mean) * rstd * weight + bias per row of C, eps 1e-5; mean and rstd (N) are saved.
+// The outputs overlap no input.
 void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
                        const floatX* weight, const floatX* bias, int N, int C);
+// The residual connection and the layernorm that reads it, in one pass: residual = a + b (in fp32,
+// rounded once to floatX), then out, mean and rstd exactly as layernorm_forward(out, mean, rstd,
+// residual, weight, bias, N, C) makes them, bit for bit (recompute -r 2 rebuilds them with
+// layernorm_forward). The residual add's backward is the identity on a and b: the model lets the
+// residual-stream gradient flow through unchanged and layernorm_backward adds into it. The outputs
+// overlap no input.
+void residual_layernorm_forward(floatX* residual, floatX* out, float* mean, float* rstd, const floatX* a,
+                                const floatX* b, const floatX* weight, const floatX* bias, int N, int C);
 // dinp += ..., dweight += ..., dbias += ... (parameter sums in groups of sum_rows rows, see above)
 void layernorm_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
                         const floatX* inp, const floatX* weight, const float* mean,
@@ -112,10 +121,6 @@ void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n
 void matmul_backward_gelu(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
                           const floatX* inp, const floatX* weight, const floatX* pre, int N, int C, int OC,
                           int sum_rows);
-
-// out = a + b. Its backward is the identity on both inputs: the model lets the residual-stream
-// gradient flow through unchanged and layernorm_backward adds into it.
-void residual_forward(floatX* out, const floatX* a, const floatX* b, size_t n);
 
 // Softmax over the first V of Vp logits per row and cross-entropy against targets (0 <= t < V).
 // losses[i] = -log p[i, targets[i]]. If write_dlogits, logits is overwritten in place with

@@ -379,25 +379,36 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
     int G = model->sum_sequences, rows = G && B % G == 0 ? G * T : N; // a forward-only B may not split
 
     encoder_forward(a->encoded, a->inputs, model->params.t[P_WTE], model->params.t[P_WPE], B, T, C);
+    // Each residual add runs fused with the layernorm that reads its sum: the attention branch's
+    // with ln2, the MLP branch's with the next layer's ln1, or after the last layer with lnf. Only
+    // layer 0's ln1 reads no sum. Recompute (-r 2) rebuilds ln1 and ln2 with layernorm_forward,
+    // which gives the fused call's bits (kernels.h).
+    LayerWeights w0 = layer_weights(&model->params, cfg, 0);
+    LayerActs s0 = layer_acts(model, 0, B, T);
+    layernorm_forward(s0.ln1, s0.ln1_mean, s0.ln1_rstd, s0.input, w0.ln1w, w0.ln1b, N, C);
     for (int l = 0; l < L; l++) {
         LayerWeights w = layer_weights(&model->params, cfg, l);
         LayerActs s = layer_acts(model, l, B, T);
-        layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, s.input, w.ln1w, w.ln1b, N, C);
         linear_forward(s.qkv, s.ln1, w.qkvw, w.qkvb, N, rows, C, 3 * C);
         attention_forward(s.atty, s.att_saved, s.qkv, B, T, C, NH);
         linear_forward(a->dbuf_c, s.atty, w.attprojw, w.attprojb, N, rows, C, C);
-        residual_forward(s.residual2, s.input, a->dbuf_c, (size_t)N * C);
-        layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.residual2, w.ln2w, w.ln2b, N, C);
+        residual_layernorm_forward(s.residual2, s.ln2, s.ln2_mean, s.ln2_rstd, s.input, a->dbuf_c, w.ln2w, w.ln2b,
+                                   N, C);
         // not fused into the matmul: recompute (-r >= 1) rebuilds fch_gelu with this same kernel,
         // so every recompute level trains bit for bit alike
         linear_forward(s.fch, s.ln2, w.fcw, w.fcb, N, rows, C, 4 * C);
         gelu_forward(s.fch_gelu, s.fch, (size_t)N * 4 * C);
         linear_forward(a->dbuf_c, s.fch_gelu, w.fcprojw, w.fcprojb, N, rows, 4 * C, C);
-        residual_forward(s.residual3, s.residual2, a->dbuf_c, (size_t)N * C);
+        if (l + 1 < L) {
+            LayerWeights next_w = layer_weights(&model->params, cfg, l + 1);
+            LayerActs next = layer_acts(model, l + 1, B, T);
+            residual_layernorm_forward(s.residual3, next.ln1, next.ln1_mean, next.ln1_rstd, s.residual2, a->dbuf_c,
+                                       next_w.ln1w, next_w.ln1b, N, C);
+        } else {
+            residual_layernorm_forward(s.residual3, a->lnf, a->lnf_mean, a->lnf_rstd, s.residual2, a->dbuf_c,
+                                       model->params.t[P_LNFW], model->params.t[P_LNFB], N, C);
+        }
     }
-    floatX* final_residual = layer_acts(model, L - 1, B, T).residual3;
-    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, final_residual, model->params.t[P_LNFW],
-                      model->params.t[P_LNFB], N, C);
     linear_forward(a->logits, a->lnf, model->params.t[P_WTE], NULL, N, rows, C, Vp);
     if (!targets) return;
 

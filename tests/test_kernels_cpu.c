@@ -198,6 +198,36 @@ static void test_layernorm(int N, int C, int sum_rows, TestRng* rng) {
     free_all();
 }
 
+// The sum against float64 (one fp32 rounding); out, mean and rstd against the float64 layernorm of
+// the sum the kernel returned, and bit for bit what layernorm_forward makes of that sum.
+static void test_residual_layernorm(int N, int C, TestRng* rng) {
+    size_t n = (size_t)N * C;
+    float* a = random_floats(n, 2.0f, rng);
+    for (size_t i = 0; i < n; i++) a[i] += 0.5f; // a mean away from 0
+    float* b = random_floats(n, 1.0f, rng);
+    float* weight = random_floats(C, 1.0f, rng);
+    float* bias = random_floats(C, 1.0f, rng);
+    float *residual = poisoned_floats(n), *out = poisoned_floats(n);
+    float *mean = poisoned_floats(N), *rstd = poisoned_floats(N);
+    residual_layernorm_forward(residual, out, mean, rstd, a, b, weight, bias, N, C);
+    double* want_residual = doubles(n);
+    for (size_t i = 0; i < n; i++) want_residual[i] = (double)a[i] + b[i];
+    test_close(label("residual_layernorm_forward residual N=%d C=%d", N, C), residual, want_residual, n, 1e-7, 0.0);
+    LayernormCase l = {N, C, to_doubles(residual, n), to_doubles(weight, C), to_doubles(bias, C),
+                       doubles(n), doubles(N), doubles(N), NULL};
+    layernorm_reference(&l);
+    test_close(label("residual_layernorm_forward out N=%d C=%d", N, C), out, l.out, n, 1e-5, 1e-5);
+    test_close(label("residual_layernorm_forward mean N=%d C=%d", N, C), mean, l.mean, N, 1e-5, 1e-6);
+    test_close(label("residual_layernorm_forward rstd N=%d C=%d", N, C), rstd, l.rstd, N, 1e-5, 1e-6);
+    float *plain_out = poisoned_floats(n), *plain_mean = poisoned_floats(N), *plain_rstd = poisoned_floats(N);
+    layernorm_forward(plain_out, plain_mean, plain_rstd, residual, weight, bias, N, C);
+    int same = memcmp(out, plain_out, n * sizeof(float)) == 0 && memcmp(mean, plain_mean, N * sizeof(float)) == 0 &&
+               memcmp(rstd, plain_rstd, N * sizeof(float)) == 0;
+    test_check(same, label("residual_layernorm_forward N=%d C=%d = layernorm_forward of its sum, bit for bit", N, C),
+               "%s", same ? "out, mean, rstd equal" : "bits differ");
+    free_all();
+}
+
 // ---- matmul ------------------------------------------------------------------------------------
 typedef struct {
     int N, C, OC;
@@ -377,7 +407,7 @@ static void time_classifier_matmul(TestRng* rng) {
     free_all();
 }
 
-// ---- gelu and residual -------------------------------------------------------------------------
+// ---- gelu --------------------------------------------------------------------------------------
 typedef struct {
     size_t n;
     double *inp, *out;
@@ -409,17 +439,6 @@ static void test_gelu(size_t n, TestRng* rng) {
     float* dinp = poisoned_floats(n);
     gelu_backward(dinp, inp, w, n);
     test_close(label("gelu_backward dinp = n=%zu", n), dinp, finite_differences(g.inp, n, gelu_loss, &g), n, 1e-5, 1e-6);
-    free_all();
-}
-
-static void test_residual(size_t n, TestRng* rng) {
-    float* a = random_floats(n, 1.0f, rng);
-    float* b = random_floats(n, 1.0f, rng);
-    float* out = poisoned_floats(n);
-    residual_forward(out, a, b, n);
-    double* want = doubles(n);
-    for (size_t i = 0; i < n; i++) want[i] = (double)a[i] + b[i];
-    test_close(label("residual_forward n=%zu", n), out, want, n, 1e-7, 0.0);
     free_all();
 }
 
@@ -620,6 +639,9 @@ int main(void) {
     test_layernorm(5, 7, 5, &rng);
     test_layernorm(1, 13, 1, &rng);
     test_layernorm(9, 40, 3, &rng);
+    test_residual_layernorm(7, 13, &rng);
+    test_residual_layernorm(3, 768, &rng);
+    test_residual_layernorm(2, 1, &rng);
 
     test_matmul(1, 7, 5, 1, 1, &rng);
     test_matmul(5, 13, 37, 1, 5, &rng);
@@ -633,7 +655,6 @@ int main(void) {
                       "10 rows do not split into groups of 3", NULL);
 
     test_gelu(37, &rng);
-    test_residual(1001, &rng);
 
     test_classifier(5, 37, 48, 2.0f, &rng);
     test_classifier(3, 37, 37, 2.0f, &rng);

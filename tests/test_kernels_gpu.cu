@@ -93,6 +93,15 @@ static void check_f(const char* name, const float* dev, const float* want, size_
     test_close_f(name, got, want, n, tol, tol * max_abs(want, n));
     free(got);
 }
+// Whether two device arrays hold the same bytes.
+static int same_bytes(const void* dev_a, const void* dev_b, size_t bytes) {
+    void *a = xmalloc(bytes, "copy"), *b = xmalloc(bytes, "copy");
+    dev_download(a, dev_a, bytes);
+    dev_download(b, dev_b, bytes);
+    int same = memcmp(a, b, bytes) == 0;
+    free(a), free(b);
+    return same;
+}
 static int* upload_tokens(const int* host, size_t n) {
     int* dev = (int*)dev_malloc(n * sizeof(int), "tokens");
     dev_upload(dev, host, n * sizeof(int));
@@ -160,10 +169,13 @@ static void test_layernorm(int N, int C, int sum_rows) {
 
     float *dinp = random_array(n, -1, 1), *dw = random_array(C, -1, 1), *db = random_array(C, -1, 1);
     float* dout = random_array(n, -1, 1);
-    floatX* d_dinp = upload_x(dinp, n);
+    floatX *d_dinp = upload_x(dinp, n), *d_dinp_again = upload_x(dinp, n);
     float *d_dw = upload_f(dw, C), *d_db = upload_f(db, C);
+    float *d_dw_again = upload_f(dw, C), *d_db_again = upload_f(db, C);
     floatX* d_dout = upload_x(dout, n);
     layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C, sum_rows);
+    // again from the same start: the same bits (no atomics)
+    layernorm_backward(d_dinp_again, d_dw_again, d_db_again, d_dout, d_inp, d_w, d_mean, d_rstd, N, C, sum_rows);
     cpu_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, sum_rows);
     snprintf(name, sizeof name, "layernorm_backward dinp N=%d C=%d", N, C);
     check_x(name, d_dinp, dinp, n, 1);
@@ -171,9 +183,58 @@ static void test_layernorm(int N, int C, int sum_rows) {
     check_f(name, d_dw, dw, C, GRAD_TOLERANCE);
     snprintf(name, sizeof name, "layernorm_backward dbias N=%d C=%d sum_rows=%d", N, C, sum_rows);
     check_f(name, d_db, db, C, GRAD_TOLERANCE);
+    snprintf(name, sizeof name, "layernorm_backward N=%d C=%d sum_rows=%d: rerun bit for bit", N, C, sum_rows);
+    int same = same_bytes(d_dinp, d_dinp_again, n * sizeof(floatX)) &&
+               same_bytes(d_dw, d_dw_again, C * sizeof(float)) && same_bytes(d_db, d_db_again, C * sizeof(float));
+    test_check(same, name, "%s", same ? "dinp, dweight, dbias equal" : "bits differ");
     free(inp), free(w), free(b), free(out), free(mean), free(rstd), free(dinp), free(dw), free(db), free(dout);
     dev_free(d_inp), dev_free(d_w), dev_free(d_b), dev_free(d_out), dev_free(d_mean), dev_free(d_rstd);
-    dev_free(d_dinp), dev_free(d_dw), dev_free(d_db), dev_free(d_dout);
+    dev_free(d_dinp), dev_free(d_dw), dev_free(d_db), dev_free(d_dout), dev_free(d_dinp_again), dev_free(d_dw_again);
+    dev_free(d_db_again);
+}
+
+// residual_layernorm_forward on arrays `offset` elements in (not 16-byte aligned unless offset is a
+// multiple of X128), outputs poisoned. The sum against the CPU's (1 rounding); out, mean and rstd
+// against the CPU layernorm of the sum as the GPU rounded it (the contract; the fp32 CPU's own sum
+// is unrounded), and bit for bit what layernorm_forward makes of that sum on the GPU.
+static void test_residual_layernorm(int N, int C, size_t offset) {
+    char name[160];
+    size_t n = (size_t)N * C;
+    float *a = random_array(n + offset, -2, 3), *b = random_array(n + offset, -1, 1);
+    float *w = random_array(C + offset, 0.5, 1.5), *bias = random_array(C + offset, -1, 1);
+    floatX *d_a = upload_x(a, n + offset), *d_b = upload_x(b, n + offset);
+    floatX *d_w = upload_x(w, C + offset), *d_bias = upload_x(bias, C + offset);
+    floatX* d_residual = (floatX*)poisoned((n + offset) * sizeof(floatX));
+    floatX* d_out = (floatX*)poisoned((n + offset) * sizeof(floatX));
+    floatX* d_plain_out = (floatX*)poisoned((n + offset) * sizeof(floatX));
+    float *d_mean = (float*)poisoned(N * sizeof(float)), *d_rstd = (float*)poisoned(N * sizeof(float));
+    float *d_plain_mean = (float*)poisoned(N * sizeof(float)), *d_plain_rstd = (float*)poisoned(N * sizeof(float));
+    residual_layernorm_forward(d_residual + offset, d_out + offset, d_mean, d_rstd, d_a + offset, d_b + offset,
+                               d_w + offset, d_bias + offset, N, C);
+    float *residual = host_floats(n), *out = host_floats(n), *mean = host_floats(N), *rstd = host_floats(N);
+    cpu_residual_layernorm_forward(residual, out, mean, rstd, a + offset, b + offset, w + offset, bias + offset, N, C);
+    snprintf(name, sizeof name, "residual_layernorm_forward residual N=%d C=%d offset=%zu", N, C, offset);
+    check_x(name, d_residual + offset, residual, n, 1);
+    download_x(residual, d_residual + offset, n);
+    cpu_layernorm_forward(out, mean, rstd, residual, w + offset, bias + offset, N, C);
+    snprintf(name, sizeof name, "residual_layernorm_forward out N=%d C=%d offset=%zu", N, C, offset);
+    check_x(name, d_out + offset, out, n, 1);
+    snprintf(name, sizeof name, "residual_layernorm_forward mean N=%d C=%d offset=%zu", N, C, offset);
+    check_f(name, d_mean, mean, N, 1e-5);
+    snprintf(name, sizeof name, "residual_layernorm_forward rstd N=%d C=%d offset=%zu", N, C, offset);
+    check_f(name, d_rstd, rstd, N, 1e-5);
+    layernorm_forward(d_plain_out + offset, d_plain_mean, d_plain_rstd, d_residual + offset, d_w + offset,
+                      d_bias + offset, N, C);
+    snprintf(name, sizeof name,
+             "residual_layernorm_forward N=%d C=%d offset=%zu = layernorm_forward of its sum, bit for bit", N, C,
+             offset);
+    int same = same_bytes(d_out + offset, d_plain_out + offset, n * sizeof(floatX)) &&
+               same_bytes(d_mean, d_plain_mean, N * sizeof(float)) &&
+               same_bytes(d_rstd, d_plain_rstd, N * sizeof(float));
+    test_check(same, name, "%s", same ? "out, mean, rstd equal" : "bits differ");
+    free(a), free(b), free(w), free(bias), free(residual), free(out), free(mean), free(rstd);
+    dev_free(d_a), dev_free(d_b), dev_free(d_w), dev_free(d_bias), dev_free(d_residual), dev_free(d_out);
+    dev_free(d_plain_out), dev_free(d_mean), dev_free(d_rstd), dev_free(d_plain_mean), dev_free(d_plain_rstd);
 }
 
 static void test_matmul(int N, int C, int OC, int with_bias, int sum_rows) {
@@ -206,6 +267,39 @@ static void test_matmul(int N, int C, int OC, int with_bias, int sum_rows) {
     free(inp), free(w), free(bias), free(out), free(dout), free(dw), free(db), free(dinp);
     dev_free(d_inp), dev_free(d_w), dev_free(d_bias), dev_free(d_out), dev_free(d_dout), dev_free(d_dw);
     dev_free(d_db), dev_free(d_dinp);
+}
+
+// matmul_backward twice from the same starting gradients gives the same bits (cuBLASLt's products
+// and the column sums of dbias each run in a fixed order).
+static void test_matmul_backward_rerun(int N, int C, int OC, int sum_rows) {
+    float *inp = random_array((size_t)N * C, -1, 1), *w = random_array((size_t)OC * C, -1, 1);
+    float *dout = random_array((size_t)N * OC, -1, 1), *dw = random_array((size_t)OC * C, -1, 1);
+    float* db = random_array(OC, -1, 1);
+    floatX *d_inp = upload_x(inp, (size_t)N * C), *d_w = upload_x(w, (size_t)OC * C);
+    floatX* d_dout = upload_x(dout, (size_t)N * OC);
+    floatX* d_dinp = (floatX*)poisoned((size_t)N * C * sizeof(floatX));
+    float *d_dw[2], *d_db[2];
+    for (int run = 0; run < 2; run++) {
+        d_dw[run] = upload_f(dw, (size_t)OC * C), d_db[run] = upload_f(db, OC);
+        matmul_backward(d_dinp, d_dw[run], d_db[run], d_dout, d_inp, d_w, N, C, OC, sum_rows);
+    }
+    const char* names[] = {"dweight", "dbias"};
+    const size_t sizes[] = {(size_t)OC * C, (size_t)OC};
+    float** grads[] = {d_dw, d_db};
+    for (int k = 0; k < 2; k++) {
+        float *first = host_floats(sizes[k]), *second = host_floats(sizes[k]);
+        dev_download(first, grads[k][0], sizes[k] * sizeof(float));
+        dev_download(second, grads[k][1], sizes[k] * sizeof(float));
+        char name[160];
+        snprintf(name, sizeof name, "matmul_backward %s N=%d C=%d OC=%d sum_rows=%d: rerun bit for bit", names[k], N,
+                 C, OC, sum_rows);
+        int same = memcmp(first, second, sizes[k] * sizeof(float)) == 0;
+        test_check(same, name, "%s", same ? "equal" : "bits differ");
+        free(first), free(second);
+        dev_free(grads[k][0]), dev_free(grads[k][1]);
+    }
+    free(inp), free(w), free(dout), free(dw), free(db);
+    dev_free(d_inp), dev_free(d_w), dev_free(d_dout), dev_free(d_dinp);
 }
 
 // The backward of a layer (N, OC) -> (N, C) whose input is gelu(pre), pre (N, C), with the GELU's
@@ -292,8 +386,8 @@ static void test_batch_invariance(int B, int T, int C, int OC) {
     dev_free(d_dinp), dev_free(d_ln_out), dev_free(d_mean), dev_free(d_rstd);
 }
 
-// gelu forward and backward, residual; `offset` elements into the arrays makes them misaligned
-// for the 16-byte path.
+// gelu forward and backward; `offset` elements into the arrays makes them misaligned for the
+// 16-byte path.
 static void test_elementwise(size_t n, size_t offset) {
     char name[128];
     float *a = random_array(n + offset, -4, 4), *b = random_array(n + offset, -1, 1);
@@ -307,11 +401,6 @@ static void test_elementwise(size_t n, size_t offset) {
     gelu_backward(d_out + offset, d_a + offset, d_b + offset, n);
     cpu_gelu_backward(want, a + offset, b + offset, n);
     snprintf(name, sizeof name, "gelu_backward n=%zu offset=%zu", n, offset);
-    check_x(name, d_out + offset, want, n, 1);
-    cudaCheck(cudaMemset(d_out, 0xff, (n + offset) * sizeof(floatX)));
-    residual_forward(d_out + offset, d_a + offset, d_b + offset, n);
-    cpu_residual_forward(want, a + offset, b + offset, n);
-    snprintf(name, sizeof name, "residual_forward n=%zu offset=%zu", n, offset);
     check_x(name, d_out + offset, want, n, 1);
     free(a), free(b), free(want);
     dev_free(d_a), dev_free(d_b), dev_free(d_out);
@@ -508,17 +597,34 @@ int main(void) {
     test_encoder(2, 1, 768, 50);
     test_layernorm(1, 37, 1);
     test_layernorm(301, 771, 301);
-    test_layernorm(513, 96, 513); // 16-byte column sums, three row chunks
+    test_layernorm(513, 96, 513); // chunks of 256, 256 and 1 rows
     test_layernorm(900, 96, 300); // three groups of two row chunks each
+    test_layernorm(600, 768, 600); // GPT-2's C; chunks of 256, 256 and 88 rows
+    test_layernorm(520, 1001, 260); // C not a multiple of 8: rows unaligned; two groups of 256 + 4 rows
+    test_layernorm(70, 2101, 35); // wider than the registers hold (2048 in BF16, 1024 in FP32)
+    test_residual_layernorm(7, 13, 0);
+    test_residual_layernorm(7, 13, 1);
+    test_residual_layernorm(64, 768, 0);
+    test_residual_layernorm(64, 768, 3); // C a multiple of 8, arrays unaligned
+    test_residual_layernorm(33, 771, 0);
+    test_residual_layernorm(5, 2101, 0); // wider than the registers hold
+    test_residual_layernorm(3, 1, 0);
     test_matmul(35, 37, 101, 1, 35);
     test_matmul(1, 64, 40, 1, 1);
     test_matmul(133, 96, 288, 0, 133);
     test_matmul(300, 64, 264, 1, 300); // 16-byte column sums for dbias, two row chunks
     test_matmul(600, 64, 264, 1, 300); // two groups of two row chunks: one cuBLASLt call per group
+    test_matmul(512, 128, 384, 1, 128); // four groups
+    test_matmul(64, 40, 20, 1, 32);     // OC not a multiple of 8 (the column sums' element-wise loads)
+    test_matmul(70, 40, 101, 1, 35);    // groups whose rows start off 16-byte alignment
+    test_matmul_backward_rerun(600, 64, 264, 300);
+    test_matmul_backward_rerun(70, 40, 101, 35);
     test_matmul_backward_gelu(37, 96, 384);  // fused
     test_matmul_backward_gelu(35, 40, 101);  // fused (C 40)
     test_matmul_backward_gelu(33, 101, 64);  // unfused (C 101)
     test_batch_invariance(3, 300, 96, 200);
+    test_batch_invariance(2, 600, 768, 768); // GPT-2's C in layernorm_backward's registers
+    test_batch_invariance(2, 35, 40, 101); // rows not 16-byte aligned in every layer
     test_elementwise(1, 0);
     test_elementwise(100003, 0);
     test_elementwise(100003, 3);

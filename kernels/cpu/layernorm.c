@@ -1,4 +1,4 @@
-// LayerNorm over the C channels of each row, fp32 on the CPU.
+// LayerNorm over the C channels of each row, and the residual add that feeds it, fp32 on the CPU.
 #include "kernels/kernels.h"
 #include "common/util.h"
 
@@ -22,6 +22,16 @@ void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
         mean[i] = m;
         rstd[i] = s;
     }
+}
+
+// The sum, then layernorm_forward on it: the fused call's statistics are those of layernorm_forward
+// by construction.
+void residual_layernorm_forward(floatX* residual, floatX* out, float* mean, float* rstd, const floatX* a,
+                                const floatX* b, const floatX* weight, const floatX* bias, int N, int C) {
+    size_t n = (size_t)N * C;
+    #pragma omp parallel for
+    for (size_t i = 0; i < n; i++) residual[i] = a[i] + b[i];
+    layernorm_forward(out, mean, rstd, residual, weight, bias, N, C);
 }
 
 // With norm = (x - mean) * rstd and dnorm = dout * weight:

@@ -1,78 +1,237 @@
-// LayerNorm over rows of C, eps 1e-5, statistics in fp32. One warp per row; the parameter
-// gradients are deterministic column sums (common.cuh).
+// LayerNorm over rows of C, eps 1e-5, statistics in fp32, and the residual add that feeds it.
+// Memory-bound: each kernel reads every input element once, with 16-byte loads. One warp per row;
+// lane l holds the row's vectors of X128 elements at columns (l + 32 v) X128, v < VECS, in registers
+// (VECS fixed at compile time, the smallest that covers C, at most LN_MAX_VECS). Wider rows load
+// their further vectors again where a pass needs them, and the backward then sums the parameter
+// gradients with column_sums_accumulate: right for any C, only slower. Where C is not a multiple of
+// X128, or an array is not 16-byte aligned, rows are not aligned and every load is per element
+// (load_x128's fallback).
+#include <type_traits>
+
 #include "kernels/cuda/common.cuh"
 
-__global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, const floatX* inp,
-                                         const floatX* weight, const floatX* bias, int N, int C) {
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (row >= N) return;
-    const floatX* x = inp + (size_t)row * C;
-    float sum = 0.0f;
-    for (int c = lane; c < C; c += 32) sum += (float)x[c];
-    float m = warp_sum(sum) / C;
-    // Variance from the centred values (a second read of the row, from cache), not E[x^2] - m^2,
-    // which cancels badly when |mean| >> std.
-    float sq = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        float d = (float)x[c] - m;
-        sq += d * d;
+#define LN_WARPS 8       // rows (forward) or row slots (backward) per block of 32 * LN_WARPS threads
+#define LN_MAX_VECS 8    // registers for C up to 2048 in BF16, 1024 in FP32
+// Rows per block of the backward, each block writing one partial sum per column: at N = 65536, 256
+// blocks, one wave on 132 SMs at two blocks each (128 registers per thread in BF16 at C = 768), and
+// 256 partials per column for the second pass.
+#define LN_BWD_CHUNK 256
+
+// Calls launch(std::integral_constant<int, VECS>()) for the smallest VECS <= LN_MAX_VECS with at
+// least ceil(C / (32 X128)) vectors per lane, or LN_MAX_VECS for wider rows.
+template <int VECS = 1, class Launch> static void with_vecs(int C, Launch launch) {
+    if constexpr (VECS < LN_MAX_VECS) {
+        if (VECS * 32 * X128 < C) return with_vecs<VECS + 1>(C, launch);
     }
-    float s = rsqrtf(warp_sum(sq) / C + 1e-5f);
-    for (int c = lane; c < C; c += 32)
-        out[(size_t)row * C + c] = (floatX)(((float)x[c] - m) * s * (float)weight[c] + (float)bias[c]);
+    launch(std::integral_constant<int, VECS>());
+}
+
+static bool aligned16(const void* p) { return (uintptr_t)p % 16 == 0; }
+
+__device__ inline int lane_column(int lane, int v) { return (lane + 32 * v) * X128; }
+
+// residual = a + b rounded to floatX (when b is not NULL; the row is a itself when it is), then out,
+// mean and rstd = the layernorm of those rounded values. layernorm_forward and
+// residual_layernorm_forward are this one kernel, so for the same rows they give the same bits.
+template <int VECS>
+__global__ void __launch_bounds__(32 * LN_WARPS)
+    layernorm_forward_kernel(floatX* __restrict__ residual, floatX* __restrict__ out, float* __restrict__ mean,
+                             float* __restrict__ rstd, const floatX* __restrict__ a, const floatX* __restrict__ b,
+                             const floatX* __restrict__ weight, const floatX* __restrict__ bias, int N, int C,
+                             bool vector) {
+    const int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const size_t start = (size_t)row * C;
+    // The row's values at column c, as layernorm_forward sees them (elements past C are 0).
+    auto load_row = [&](float vals[X128], int c) {
+        load_x128(vals, a + start, c, C, vector);
+        if (b) {
+            float other[X128];
+            load_x128(other, b + start, c, C, vector);
+            for (int k = 0; k < X128; k++) vals[k] = (float)(floatX)(vals[k] + other[k]);
+        }
+    };
+    // f(vals, c) for each vector of this lane: those held in x, then any beyond them loaded again
+    // (the sum again from a and b: never read back from residual, which the read-only path that
+    // __restrict__ allows would not see written).
+    float x[VECS][X128];
+    auto each_vector = [&](auto f) {
+#pragma unroll
+        for (int v = 0; v < VECS; v++)
+            if (lane_column(lane, v) < C) f(x[v], lane_column(lane, v));
+        for (int c = lane_column(lane, VECS); c < C; c += 32 * X128) {
+            float vals[X128];
+            load_row(vals, c);
+            f(vals, c);
+        }
+    };
+    // All loads first, so that they are in flight together.
+#pragma unroll
+    for (int v = 0; v < VECS; v++)
+        if (lane_column(lane, v) < C) load_row(x[v], lane_column(lane, v));
+    float sum = 0.0f;
+    each_vector([&](const float vals[X128], int c) {
+        if (b) store_x128(residual + start, vals, c, C, vector);
+        for (int k = 0; k < X128; k++) sum += vals[k];
+    });
+    const float m = warp_sum(sum) / C;
+    // The variance from the centred values, not E[x^2] - m^2, which cancels badly when |mean| >> std.
+    float squares = 0.0f;
+    each_vector([&](const float vals[X128], int c) {
+        for (int k = 0; k < X128 && c + k < C; k++) squares += (vals[k] - m) * (vals[k] - m);
+    });
+    const float s = rsqrtf(warp_sum(squares) / C + 1e-5f);
+    each_vector([&](const float vals[X128], int c) {
+        float w[X128], bi[X128], y[X128];
+        load_x128(w, weight, c, C, vector);
+        load_x128(bi, bias, c, C, vector);
+        for (int k = 0; k < X128; k++) y[k] = (vals[k] - m) * s * w[k] + bi[k];
+        store_x128(out + start, y, c, C, vector);
+    });
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = s;
     }
 }
 
-void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
-                       const floatX* weight, const floatX* bias, int N, int C) {
-    const int warps = 8;
-    layernorm_forward_kernel<<<ceil_div(N, warps), warps * 32>>>(out, mean, rstd, inp, weight, bias, N, C);
-    launchCheck();
+static void launch_layernorm_forward(floatX* residual, floatX* out, float* mean, float* rstd, const floatX* a,
+                                     const floatX* b, const floatX* weight, const floatX* bias, int N, int C) {
+    if (N == 0) return;
+    const bool vector = C % X128 == 0 && aligned16(a) && (!b || (aligned16(b) && aligned16(residual))) &&
+                        aligned16(out) && aligned16(weight) && aligned16(bias);
+    with_vecs(C, [&](auto vecs) {
+        layernorm_forward_kernel<decltype(vecs)::value><<<ceil_div(N, LN_WARPS), 32 * LN_WARPS>>>(
+            residual, out, mean, rstd, a, b, weight, bias, N, C, vector);
+        launchCheck();
+    });
 }
 
-// dinp += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dout * weight.
-// One warp per row, each lane X128 elements at a time with 16-byte loads (when C is a multiple of
-// X128, which keeps every row aligned); the second pass re-reads the row from cache. With 2-byte
-// loads per lane this kernel was a third of the BF16 step, latency-bound far from DRAM speed.
-__global__ void layernorm_backward_dinp_kernel(floatX* dinp, const floatX* dout, const floatX* inp,
-                                               const floatX* weight, const float* mean,
-                                               const float* rstd, int N, int C) {
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (row >= N) return;
-    bool vector = C % X128 == 0;
-    const floatX* x = inp + (size_t)row * C;
-    const floatX* dy = dout + (size_t)row * C;
-    float m = mean[row], s = rstd[row];
-    float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
-    for (int c = lane * X128; c < C; c += 32 * X128) {
-        float xv[X128], dyv[X128], wv[X128];
-        load_x128(xv, x, c, C, vector);
-        load_x128(dyv, dy, c, C, vector);
-        load_x128(wv, weight, c, C, vector);
-        for (int k = 0; k < X128; k++) { // elements past C load as 0 and add nothing
-            float dnorm = dyv[k] * wv[k];
-            dnorm_sum += dnorm;
-            dnorm_norm_sum += dnorm * (xv[k] - m) * s;
+void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
+                       const floatX* bias, int N, int C) {
+    launch_layernorm_forward(NULL, out, mean, rstd, inp, NULL, weight, bias, N, C);
+}
+
+void residual_layernorm_forward(floatX* residual, floatX* out, float* mean, float* rstd, const floatX* a,
+                                const floatX* b, const floatX* weight, const floatX* bias, int N, int C) {
+    launch_layernorm_forward(residual, out, mean, rstd, a, b, weight, bias, N, C);
+}
+
+// The X128 elements of p at i .. i + X128 as stored (0 from end on): one 16-byte load when `vector`.
+// Half the registers of load_x128's floats in BF16, for rows kept across a reduction.
+__device__ inline PackedX load_packed(const floatX* p, size_t i, size_t end, bool vector) {
+    PackedX packed;
+    if (vector) packed = *(const PackedX*)(p + i);
+    else
+        for (int k = 0; k < X128; k++) packed.v[k] = i + k < end ? p[i + k] : (floatX)0.0f;
+    return packed;
+}
+
+// An empty asm that may change p's bits, so that the compiler converts them to float again where
+// they are used next: otherwise it keeps the floats of the first pass over the row alive across the
+// reductions, twice the registers of the packed row in BF16 (158 per thread instead of 128 at
+// C = 768: one block of the backward per SM instead of two).
+__device__ inline void keep_packed(PackedX& p) {
+    uint4& bits = reinterpret_cast<uint4&>(p);
+    asm volatile("" : "+r"(bits.x), "+r"(bits.y), "+r"(bits.z), "+r"(bits.w));
+}
+
+// With norm = (x - mean) * rstd and dnorm = dout * weight:
+// dinp += rstd * (dnorm - mean_c(dnorm) - norm * mean_c(dnorm * norm)), and, per column,
+// dweight += sum over rows of dout * norm, dbias += sum of dout.
+// Block b is chunk `part` of group `group` (LN_BWD_CHUNK rows; chunks never cross a group's end, so
+// a group's sums depend on its rows only); its warps take the chunk's rows in turn, each reading x
+// and dout once, updating dinp and adding its columns' dout * norm and dout in registers; at the end
+// the warps' sums are added in warp order and written as the chunk's partials: dweight's at
+// partials[blockIdx.x * C], dbias's gridDim.x * C further on, for add_column_partials_kernel.
+// partials NULL (rows wider than the registers hold): dinp only.
+template <int VECS>
+__global__ void __launch_bounds__(32 * LN_WARPS)
+    layernorm_backward_kernel(floatX* __restrict__ dinp, float* __restrict__ partials,
+                              const floatX* __restrict__ dout, const floatX* __restrict__ inp,
+                              const floatX* __restrict__ weight, const float* __restrict__ mean,
+                              const float* __restrict__ rstd, int C, int sum_rows, bool vector) {
+    const int parts = (sum_rows + LN_BWD_CHUNK - 1) / LN_BWD_CHUNK, group = blockIdx.x / parts;
+    const int row0 = group * sum_rows + blockIdx.x % parts * LN_BWD_CHUNK;
+    const int row_end = min(row0 + LN_BWD_CHUNK, (group + 1) * sum_rows);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float dweight[VECS][X128] = {}, dbias[VECS][X128] = {};
+    for (int r = row0 + warp; r < row_end; r += LN_WARPS) {
+        const size_t start = (size_t)r * C;
+        const float m = mean[r], s = rstd[r];
+        PackedX x[VECS], dy[VECS];
+#pragma unroll
+        for (int v = 0; v < VECS; v++) {
+            if (lane_column(lane, v) >= C) continue;
+            x[v] = load_packed(inp + start, lane_column(lane, v), C, vector);
+            dy[v] = load_packed(dout + start, lane_column(lane, v), C, vector);
         }
+        // f(x, dy, norm, dnorm, c, v) for each vector of this lane: the VECS loaded above, then any
+        // beyond them loaded again (v = VECS). Past C, x and dy are 0 and so are dnorm and dy * norm.
+        auto each_vector = [&](auto f) {
+            auto terms = [&](const PackedX& xv, const PackedX& dyv, int c, int v) {
+                float w[X128], norm[X128], dnorm[X128];
+                load_x128(w, weight, c, C, vector);
+                for (int k = 0; k < X128; k++) {
+                    norm[k] = ((float)xv.v[k] - m) * s;
+                    dnorm[k] = (float)dyv.v[k] * w[k];
+                }
+                f(dyv, norm, dnorm, c, v);
+            };
+#pragma unroll
+            for (int v = 0; v < VECS; v++)
+                if (lane_column(lane, v) < C) terms(x[v], dy[v], lane_column(lane, v), v);
+            for (int c = lane_column(lane, VECS); c < C; c += 32 * X128)
+                terms(load_packed(inp + start, c, C, vector), load_packed(dout + start, c, C, vector), c, VECS);
+        };
+        float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
+        each_vector([&](const PackedX& dyv, const float norm[X128], const float dnorm[X128], int, int v) {
+            for (int k = 0; k < X128; k++) {
+                dnorm_sum += dnorm[k];
+                dnorm_norm_sum += dnorm[k] * norm[k];
+                if (v < VECS) {
+                    dweight[v][k] += (float)dyv.v[k] * norm[k];
+                    dbias[v][k] += (float)dyv.v[k];
+                }
+            }
+        });
+        const float dnorm_mean = warp_sum(dnorm_sum) / C, dnorm_norm_mean = warp_sum(dnorm_norm_sum) / C;
+#pragma unroll
+        for (int v = 0; v < VECS; v++) {
+            keep_packed(x[v]);
+            keep_packed(dy[v]);
+        }
+        each_vector([&](const PackedX&, const float norm[X128], const float dnorm[X128], int c, int) {
+            float dx[X128];
+            load_x128(dx, dinp + start, c, C, vector);
+            for (int k = 0; k < X128; k++) dx[k] += s * (dnorm[k] - dnorm_mean - norm[k] * dnorm_norm_mean);
+            store_x128(dinp + start, dx, c, C, vector);
+        });
     }
-    float dnorm_mean = warp_sum(dnorm_sum) / C, dnorm_norm_mean = warp_sum(dnorm_norm_sum) / C;
-    floatX* dx = dinp + (size_t)row * C;
-    for (int c = lane * X128; c < C; c += 32 * X128) {
-        float xv[X128], dyv[X128], wv[X128], dxv[X128];
-        load_x128(xv, x, c, C, vector);
-        load_x128(dyv, dy, c, C, vector);
-        load_x128(wv, weight, c, C, vector);
-        load_x128(dxv, dx, c, C, vector);
-        for (int k = 0; k < X128; k++)
-            dxv[k] += s * (dyv[k] * wv[k] - dnorm_mean - (xv[k] - m) * s * dnorm_norm_mean);
-        store_x128(dx, dxv, c, C, vector);
+    if (!partials) return;
+    // Warp 0's sums, plus warp 1's, ... in turn through shared memory ([v][k][lane]: no bank
+    // conflicts); the last warp writes the totals.
+    __shared__ float block_sums[2][VECS * X128][32];
+    for (int w = 0; w < LN_WARPS; w++) {
+        if (warp == w) {
+#pragma unroll
+            for (int v = 0; v < VECS; v++) {
+                for (int k = 0; k < X128; k++) {
+                    float totals[2] = {dweight[v][k], dbias[v][k]};
+                    for (int j = 0; j < 2; j++) {
+                        float* sum = &block_sums[j][v * X128 + k][lane];
+                        if (w > 0) totals[j] += *sum;
+                        if (w < LN_WARPS - 1) *sum = totals[j];
+                        else if (lane_column(lane, v) + k < C)
+                            partials[((size_t)j * gridDim.x + blockIdx.x) * C + lane_column(lane, v) + k] = totals[j];
+                    }
+                }
+            }
+        }
+        __syncthreads();
     }
 }
 
-// dout * norm, the weight's gradient per element.
+// The weight's gradient per element for the column sums of rows wider than the registers hold.
 struct DoutTimesNorm {
     const floatX *dout, *inp;
     const float *mean, *rstd;
@@ -89,10 +248,24 @@ struct DoutTimesNorm {
 void layernorm_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
                         const floatX* inp, const floatX* weight, const float* mean,
                         const float* rstd, int N, int C, int sum_rows) {
-    const int warps = 8;
-    layernorm_backward_dinp_kernel<<<ceil_div(N, warps), warps * 32>>>(dinp, dout, inp, weight, mean,
-                                                                       rstd, N, C);
-    launchCheck();
-    column_sums_accumulate(dweight, N, C, sum_rows, DoutTimesNorm{dout, inp, mean, rstd, C});
-    column_sums_accumulate(dbias, N, C, sum_rows, MatrixColumns{dout, C});
+    check_row_groups("layernorm_backward", N, sum_rows);
+    if (N == 0) return;
+    const bool vector = C % X128 == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(weight);
+    const bool in_registers = C <= LN_MAX_VECS * 32 * X128;
+    const int groups = N / sum_rows, parts = (int)ceil_div(sum_rows, LN_BWD_CHUNK), chunks = groups * parts;
+    float* partials = in_registers ? column_partials_buffer(2 * (size_t)chunks * C) : NULL;
+    with_vecs(C, [&](auto vecs) {
+        layernorm_backward_kernel<decltype(vecs)::value><<<chunks, 32 * LN_WARPS>>>(
+            dinp, partials, dout, inp, weight, mean, rstd, C, sum_rows, vector);
+        launchCheck();
+    });
+    if (in_registers) {
+        add_column_partials_kernel<<<ceil_div(C, 256), 256>>>(dweight, partials, groups, parts, C);
+        launchCheck();
+        add_column_partials_kernel<<<ceil_div(C, 256), 256>>>(dbias, partials + (size_t)chunks * C, groups, parts, C);
+        launchCheck();
+    } else {
+        column_sums_accumulate(dweight, N, C, sum_rows, DoutTimesNorm{dout, inp, mean, rstd, C});
+        column_sums_accumulate(dbias, N, C, sum_rows, MatrixColumns{dout, C});
+    }
 }
