@@ -415,13 +415,13 @@ static float validation_loss(GPT2* model, DataLoader* val, int seqs, int B) {
         gpt2_forward(model, inputs, targets, rows, (int)T, 0.0f);
         size_t count;
         const float* losses = gpt2_losses(model, &count);
-        sum += (double)gpt2_mean_loss(losses, count) * rows;
+        sum += gpt2_loss_sum(losses, count);
         done += rows;
     }
     free(inputs);
     free(targets);
     comm_allreduce_host(&sum, 1, COMM_SUM);
-    return (float)(sum / seqs / comm_world());
+    return (float)(sum / ((double)seqs * T * comm_world()));
 }
 
 // --hellaswag: the examples evaluated and where their scores go.
@@ -1016,19 +1016,17 @@ int main(int argc, char** argv) {
             gpt2_forward(&model, train.inputs + row, train.targets + row, B, o.T, 1.0f / (float)total_batch);
             gpt2_backward(&model);
         }
-        // The step's one wait for the GPU before the gradient reduction (which waits anyway).
+        // The step's one wait for the GPU before the gradient reduction (which waits anyway), and
+        // the mean over all the step's positions.
         size_t count;
         const float* losses = gpt2_losses(&model, &count);
-        double loss_sum = 0.0;
-        for (int micro = 0; micro < accum; micro++)
-            loss_sum += gpt2_mean_loss(losses + (size_t)micro * B * o.T, (size_t)B * o.T);
+        double mean_loss = gpt2_loss_sum(losses, count) / (double)count;
         // Fault injection for the tests, on the last rank: the others learn of it only through the
         // decision that all ranks take together.
         if (rank == world - 1 && o.inject_nan_grad && step_listed(o.inject_nan_grad, "--inject-nan-grad", step + 1))
             gpt2_inject_nan_gradient(&model);
         if (rank == world - 1 && o.inject_nan_loss && step_listed(o.inject_nan_loss, "--inject-nan-loss", step + 1))
-            loss_sum = NAN;
-        double mean_loss = loss_sum / accum;
+            mean_loss = NAN;
         float norm = gpt2_reduce_gradients(&model, &mean_loss);
         float loss = (float)mean_loss;
         int window = guard.history.count; // the values the z-scores compare with

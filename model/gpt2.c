@@ -433,10 +433,10 @@ const float* gpt2_losses(GPT2* model, size_t* count) {
     return model->host_losses;
 }
 
-float gpt2_mean_loss(const float* losses, size_t n) {
+double gpt2_loss_sum(const float* losses, size_t n) {
     double sum = 0.0;
     for (size_t i = 0; i < n; i++) sum += losses[i];
-    return (float)(sum / (double)n);
+    return sum;
 }
 
 void gpt2_zero_grad(GPT2* model) {

@@ -139,8 +139,11 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
 // after forward (B x T each, row-major), in host memory valid until the next forward; *count says
 // how many. A training step calls it once, after all its micro-batches: one wait per step.
 const float* gpt2_losses(GPT2* model, size_t* count);
-// The mean of n losses, summed in double and rounded once to float: a forward's loss as reported.
-float gpt2_mean_loss(const float* losses, size_t n);
+// The sum of n losses in double, in order. A loss reported as this sum over all its positions
+// divided by their number does not depend on how the positions were batched: with
+// --batch-invariant, B 8 and B 64 log the same bits (a mean of per-batch means rounded to float
+// differed in the last bit).
+double gpt2_loss_sum(const float* losses, size_t n);
 // Backward of the last forward (called with dloss > 0): adds into the gradients.
 void gpt2_backward(GPT2* model);
 void gpt2_zero_grad(GPT2* model);

@@ -149,7 +149,7 @@ static int dump(const Options* o) {
     gpt2_forward(&model, loader.inputs, loader.targets, o->B, o->T, 1.0f / (float)(o->B * o->T));
     size_t count;
     const float* losses = gpt2_losses(&model, &count);
-    float loss = gpt2_mean_loss(losses, count);
+    float loss = (float)(gpt2_loss_sum(losses, count) / (double)count);
     gpt2_backward(&model);
 
     size_t n = model.num_parameters;
