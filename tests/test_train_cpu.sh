@@ -8,7 +8,9 @@
 #  5. --batch-invariant: micro-batches of 8, 2 and 1 sequences (the same 8 per step) train to the same
 #     model file bit for bit with groups of 1, B 4 and 2 with groups of 2; without the option B 8 and
 #     B 1 differ (so the option is what makes them equal); a -b or -d the groups do not divide is
-#     refused.
+#     refused;
+#  6. recompute: -r 1 (GELU) and -r 2 (GELU and layernorms) train the model file and losses of -r 0
+#     bit for bit (the backward rebuilds those activations with the forward's own kernels).
 set -euo pipefail
 BUILD=${BUILD:-.}
 DATA=$(cd "${1:?usage: tests/test_train_cpu.sh DATA_DIR (the directory scripts/get_data.sh fills)}" && pwd)
@@ -99,3 +101,12 @@ done
 cmp -s "$tmp/var8/model_00000006.bin" "$tmp/var1/model_00000006.bin" &&
     fail "without --batch-invariant B 8 and B 1 trained the same bits: the check above proves nothing"
 echo "PASS without --batch-invariant, B 8 and B 1 differ in the last bits (as expected)"
+
+# 6. recompute levels
+for r in 1 2; do
+    "$BUILD/train_gpt_cpu" "${small[@]}" -b 8 -d 512 -x 6 -l 1e-3 -v 0 -s 0 -r $r -o "$tmp/r$r" > /dev/null
+    cmp -s "$tmp/var8/model_00000006.bin" "$tmp/r$r/model_00000006.bin" || fail "-r $r trained other weights than -r 0"
+    [ "$(cut -d, -f1,2 "$tmp/var8/log.csv")" = "$(cut -d, -f1,2 "$tmp/r$r/log.csv")" ] ||
+        fail "-r $r logged other train losses than -r 0"
+done
+echo "PASS -r 1 and -r 2 train the weights and losses of -r 0 bit for bit"
