@@ -6,6 +6,7 @@
 #   BF16: the first step's loss within 1e-2 relative (bf16 activations: a few 2^-8 roundings per
 #         layer), and the loss still falling after 20 steps.
 #   --batch-invariant 1: B 16, 4 and 1 train the same model file bit for bit (see below).
+#   -r 1 and -r 2 train the model file and losses of -r 0 bit for bit.
 #   Generation and HellaSwag scores of the 20-step model against the CPU's (see below).
 # Usage: BUILD=dir GPU_ARCH=90 tests/test_gpu_model.sh   (needs a GPU; scripts/get_data.sh fetches the data)
 set -eu
@@ -77,6 +78,18 @@ for p in FP32 BF16; do
     else
         pass "$p without --batch-invariant, B 16 and B 1 differ in the last bits (as expected)"
     fi
+    # Recompute rebuilds GELU (-r 1) and the layernorms (-r 2) with the forward's own kernels (the
+    # fused residual + layernorm is one kernel with layernorm_forward), so every level trains the
+    # bits of -r 0.
+    for r in 1 2; do
+        "$BUILD/model-$p/train_gpt" "${ARGS[@]}" -b 16 -d 1024 -x 8 -r $r -o "$WORK/r$r-$p" > /dev/null
+        if cmp -s "$WORK/var-$p-16/$m" "$WORK/r$r-$p/$m" &&
+            [ "$(cut -d, -f1,2 "$WORK/var-$p-16/log.csv")" = "$(cut -d, -f1,2 "$WORK/r$r-$p/log.csv")" ]; then
+            pass "$p -r $r trains the model file and losses of -r 0 bit for bit"
+        else
+            fail "$p -r $r trains other bits than -r 0"
+        fi
+    done
 done
 
 # Generation: greedy tokens against the argmax of an independent forward on the GPU (tests/test_generate.c;
