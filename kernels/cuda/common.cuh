@@ -139,6 +139,15 @@ template <class Op> void map2(floatX* out, const floatX* a, const floatX* b, siz
 // on), so each thread reads 16 bytes per row: with one 2-byte element per thread the sums were
 // latency-bound. Every column's sum runs in the same order either way.
 #define COLSUM_ROWS 256
+// Rows [*row0, *row_end) of chunk `chunk` when each group of sum_rows rows is cut into chunks of
+// chunk_rows (the last one of a group shorter): chunk c is part c % parts of group c / parts, and no
+// chunk crosses a group's end, so a group's partial sums depend on its own rows only.
+// (chunk is a block index, unsigned: its division and remainder stay unsigned ones.)
+__device__ inline void group_chunk_rows(unsigned chunk, int sum_rows, int chunk_rows, int* row0, int* row_end) {
+    const int parts = (sum_rows + chunk_rows - 1) / chunk_rows, group = chunk / parts;
+    *row0 = group * sum_rows + chunk % parts * chunk_rows;
+    *row_end = min(*row0 + chunk_rows, (group + 1) * sum_rows);
+}
 #define COLSUM_COLS (32 * X128)
 // The plain value functor: the elements of a row-major matrix with C columns.
 struct MatrixColumns {
@@ -151,11 +160,10 @@ struct MatrixColumns {
 template <class Value>
 __global__ void column_partial_sums_kernel(float* partials, int C, int sum_rows, Value value) {
     __shared__ float sums[8][X128][33]; // [row lane][element][thread]: conflict-free
-    // blockIdx.y is chunk `part` of group `group`, chunks never crossing a group's end.
-    const int parts = (sum_rows + COLSUM_ROWS - 1) / COLSUM_ROWS, group = blockIdx.y / parts;
-    const int part = blockIdx.y % parts;
-    const int col = (blockIdx.x * 32 + threadIdx.x) * X128, row0 = group * sum_rows + part * COLSUM_ROWS;
-    const int row_end = min(row0 + COLSUM_ROWS, (group + 1) * sum_rows);
+    // blockIdx.y is the chunk of rows.
+    int row0, row_end;
+    group_chunk_rows(blockIdx.y, sum_rows, COLSUM_ROWS, &row0, &row_end);
+    const int col = (blockIdx.x * 32 + threadIdx.x) * X128;
     float sum[X128] = {};
     if (col < C)
         for (int r = row0 + threadIdx.y; r < row_end; r += 8) {

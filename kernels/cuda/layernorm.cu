@@ -138,8 +138,7 @@ __device__ inline void keep_packed(PackedX& p) {
 // With norm = (x - mean) * rstd and dnorm = dout * weight:
 // dinp += rstd * (dnorm - mean_c(dnorm) - norm * mean_c(dnorm * norm)), and, per column,
 // dweight += sum over rows of dout * norm, dbias += sum of dout.
-// Block b is chunk `part` of group `group` (LN_BWD_CHUNK rows; chunks never cross a group's end, so
-// a group's sums depend on its rows only); its warps take the chunk's rows in turn, each reading x
+// Block b is chunk b of LN_BWD_CHUNK rows (group_chunk_rows: within one group); its warps take the chunk's rows in turn, each reading x
 // and dout once, updating dinp and adding its columns' dout * norm and dout in registers; at the end
 // the warps' sums are added in warp order and written as the chunk's partials: dweight's at
 // partials[blockIdx.x * C], dbias's gridDim.x * C further on, for add_column_partials_kernel.
@@ -150,9 +149,8 @@ __global__ void __launch_bounds__(32 * LN_WARPS)
                               const floatX* __restrict__ dout, const floatX* __restrict__ inp,
                               const floatX* __restrict__ weight, const float* __restrict__ mean,
                               const float* __restrict__ rstd, int C, int sum_rows, bool vector) {
-    const int parts = (sum_rows + LN_BWD_CHUNK - 1) / LN_BWD_CHUNK, group = blockIdx.x / parts;
-    const int row0 = group * sum_rows + blockIdx.x % parts * LN_BWD_CHUNK;
-    const int row_end = min(row0 + LN_BWD_CHUNK, (group + 1) * sum_rows);
+    int row0, row_end;
+    group_chunk_rows(blockIdx.x, sum_rows, LN_BWD_CHUNK, &row0, &row_end);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float dweight[VECS][X128] = {}, dbias[VECS][X128] = {};
     for (int r = row0 + warp; r < row_end; r += LN_WARPS) {
