@@ -27,6 +27,7 @@ void cpu_dev_upload_async(void* dst_dev, const void* src_host, size_t bytes);
 void cpu_dev_download_async(void* dst_host, const void* src_dev, size_t bytes);
 void cpu_floatX_from_float(float* dst, const float* src, size_t n);
 void cpu_float_from_floatX(float* dst, const float* src, size_t n);
+void cpu_float_accumulate(float* dst, const float* src, size_t n);
 void cpu_init_normal(float* dst, size_t n, float mean, float std, unsigned long long seed,
                      unsigned long long offset);
 void cpu_encoder_forward(float* out, const int* inp, const float* wte, const float* wpe, int B, int T, int C);
@@ -82,6 +83,7 @@ void cpu_adamw_update(float* param, float* master, const float* grad, float* m, 
 #define dev_download_async cpu_dev_download_async
 #define floatX_from_float cpu_floatX_from_float
 #define float_from_floatX cpu_float_from_floatX
+#define float_accumulate cpu_float_accumulate
 #define init_normal cpu_init_normal
 #define encoder_forward cpu_encoder_forward
 #define encoder_backward cpu_encoder_backward

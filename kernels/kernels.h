@@ -70,6 +70,8 @@ void dev_download_async(void* dst_host, const void* src_dev, size_t bytes);
 // Conversions between fp32 arrays and floatX arrays, both in device memory (a copy on the CPU).
 void floatX_from_float(floatX* dst, const float* src, size_t n);
 void float_from_floatX(float* dst, const floatX* src, size_t n);
+// dst[i] += src[i] for n floats in device memory (src and dst do not overlap).
+void float_accumulate(float* dst, const float* src, size_t n);
 // n normally distributed floats (mean, std) from cuRAND's Philox4_32_10 generator with this seed,
 // starting at this offset of its sequence: the host API on the CPU, the device API on the GPU, the
 // same numbers in both. dst is device memory.

@@ -482,6 +482,23 @@ static void test_grad_norm(size_t n) {
     dev_free(d_g);
 }
 
+// dst += src against the CPU's sums (exact: one fp32 addition each), n odd so that no vector width
+// divides it.
+static void test_float_accumulate(size_t n) {
+    char name[128];
+    float *dst = random_array(n, -1, 1), *src = random_array(n, -1, 1);
+    float* d_dst = upload_f(dst, n);
+    float* d_src = upload_f(src, n);
+    float_accumulate(d_dst, d_src, n);
+    cpu_float_accumulate(dst, src, n);
+    snprintf(name, sizeof name, "float_accumulate n=%zu", n);
+    check_f(name, d_dst, dst, n, 0.0);
+    free(dst);
+    free(src);
+    dev_free(d_dst);
+    dev_free(d_src);
+}
+
 static void test_adamw(size_t n) {
     char name[128];
     float *w = random_array(n, -1, 1), *g = random_array(n, -1, 1);
@@ -636,6 +653,7 @@ int main(void) {
     test_attention(3, 37, 192, 3);
     test_attention(2, 130, 128, 2);
     test_grad_norm(1000003);
+    test_float_accumulate(1000003);
     test_adamw(100003);
     test_init_normal(1000, 42, 0);
     test_init_normal(1001, 42, 12345);

@@ -71,6 +71,11 @@ void floatX_from_float(floatX* dst, const float* src, size_t n) { memmove(dst, s
 
 void float_from_floatX(float* dst, const floatX* src, size_t n) { memmove(dst, src, n * sizeof(float)); }
 
+void float_accumulate(float* dst, const float* src, size_t n) {
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}
+
 static void check_curand(curandStatus_t status, const char* call) {
     if (status != CURAND_STATUS_SUCCESS) fatal("%s failed with cuRAND status %d", call, (int)status);
 }

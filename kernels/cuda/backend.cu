@@ -130,6 +130,16 @@ template <class Dst, class Src> static void convert(Dst* dst, const Src* src, si
 void floatX_from_float(floatX* dst, const float* src, size_t n) { convert(dst, src, n); }
 void float_from_floatX(float* dst, const floatX* src, size_t n) { convert(dst, src, n); }
 
+__global__ void float_accumulate_kernel(float* dst, const float* src, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] += src[i];
+}
+void float_accumulate(float* dst, const float* src, size_t n) {
+    if (n == 0) return;
+    float_accumulate_kernel<<<ceil_div(n, 256) < 65536 ? ceil_div(n, 256) : 65536, 256>>>(dst, src, n);
+    launchCheck();
+}
+
 // The normals come from cuRAND's HOST generator, then are uploaded: its device generator gives the
 // same Philox bits but its Box-Muller uses the GPU's logf/sincosf, so the values differ from the
 // host generator's by a few ulp (seen on an H200 with CUDA 13.0), and the two backends must start
