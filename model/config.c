@@ -63,6 +63,15 @@ int gpt2_preset(const char* name, GPT2Config* cfg) {
 
 int gpt2_padded_vocab(int V) { return (V + 127) / 128 * 128; }
 
+int gpt2_head_slice_sequences(int B, int T, int G) {
+    int fit = T < GPT2_HEAD_SLICE_TOKENS ? GPT2_HEAD_SLICE_TOKENS / T : 1;
+    int s = fit;
+    if (G > 0 && G <= fit) s = fit / G * G;
+    else if (G > fit)
+        while (G % s != 0) s--;
+    return s < B ? s : B;
+}
+
 const char* gpt2_config_problem(const GPT2Config* cfg) {
     if (cfg->max_seq_len < 1 || cfg->max_seq_len > (1 << 20)) return "max sequence length must be in 1..1048576";
     if (cfg->vocab_size < 1 || cfg->vocab_size > 65536) return "vocabulary size must be in 1..65536 (tokens are uint16)";

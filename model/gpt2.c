@@ -47,7 +47,7 @@ static void carve_activations(Activations* a, const GPT2Config* cfg, size_t B, s
     a->lnf = carve(c, BT * C * X);
     a->lnf_mean = carve(c, BT * sizeof(float));
     a->lnf_rstd = carve(c, BT * sizeof(float));
-    a->logits = carve(c, BT * Vp * X);
+    a->logits = carve(c, (size_t)gpt2_head_slice_sequences((int)B, (int)T, 0) * T * Vp * X); // the largest slice
     a->losses = carve(c, BT * sizeof(float));
     a->dresidual = carve(c, BT * C * X);
     a->dbuf_c = carve(c, BT * C * X);
@@ -73,7 +73,7 @@ MemoryPlan gpt2_memory_plan(const GPT2Config* cfg, int B, int T, int recompute, 
     int has_master = sizeof(floatX) != sizeof(float);
     MemoryPlan p;
     p.parameters = padded * sizeof(floatX);
-    p.gradients = padded * sizeof(float);
+    p.gradients = (padded + sizes[P_WTE]) * sizeof(float); // and the encoder's share of wte's (gpt2_backward)
     p.optimizer = (2 + (size_t)has_master) * opt_alloc * sizeof(float);
     Activations unused;
     Carver sizing = {NULL, 0};
@@ -134,6 +134,9 @@ static void build(GPT2* model, const GPT2Config* cfg, int B, int T, int recomput
     if (training) {
         model->grads = dev_malloc(padded * sizeof(float), "gradients");
         dev_memset_zero(model->grads, padded * sizeof(float));
+        size_t wte = model->param_sizes[P_WTE];
+        model->wte_encoder_grad = dev_malloc(wte * sizeof(float), "wte gradient of the encoder");
+        dev_memset_zero(model->wte_encoder_grad, wte * sizeof(float));
         if (sizeof(floatX) != sizeof(float)) {
             model->master = dev_malloc(opt_alloc * sizeof(float), "master weights");
             dev_memset_zero(model->master, opt_alloc * sizeof(float));
@@ -165,6 +168,7 @@ void gpt2_build_forward_only(GPT2* model, const GPT2Config* cfg, int B, int T) {
 void gpt2_free(GPT2* model) {
     dev_free(model->params.t[0]);
     dev_free(model->grads);
+    dev_free(model->wte_encoder_grad);
     dev_free(model->master);
     dev_free(model->adam_m);
     dev_free(model->adam_v);
@@ -353,6 +357,11 @@ static void linear_forward(floatX* out, const floatX* inp, const floatX* weight,
         matmul_forward(out + (size_t)r0 * OC, inp + (size_t)r0 * C, weight, bias, rows, C, OC);
 }
 
+// The gradient of a parameter: at the same offset in the gradients as the parameter in the parameters.
+static float* grad_of(const GPT2* model, const floatX* param) {
+    return model->grads + (param - model->params.t[0]);
+}
+
 // Copies n tokens into the next staging slot and queues their upload to dst.
 static void upload_tokens(GPT2* model, int* dst, const int* tokens, size_t n) {
     if (model->staged_used + n > model->staged_capacity) {
@@ -409,10 +418,23 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
                                        model->params.t[P_LNFW], model->params.t[P_LNFB], N, C);
         }
     }
-    linear_forward(a->logits, a->lnf, model->params.t[P_WTE], NULL, N, rows, C, Vp);
-    if (!targets) return;
+    if (!targets) return; // gpt2_logits_row makes the logits it is asked for
 
-    fused_classifier(a->logits, a->losses, a->targets, dloss, N, V, Vp, dloss > 0.0f);
+    // The head, one slice of sequences at a time (gpt2_head_slice_sequences): the logits, the
+    // classifier's losses (with dloss, dlogits over the logits), and with dloss the head's backward:
+    // dL/dlnf into dbuf_c, where gpt2_backward starts, and the head's share of wte's gradient.
+    const floatX* wte = model->params.t[P_WTE];
+    int head_G = G && B % G == 0 ? G : 0, slice = gpt2_head_slice_sequences(B, T, head_G);
+    for (int b0 = 0; b0 < B; b0 += slice) {
+        int n = (b0 + slice <= B ? slice : B - b0) * T;
+        int part = head_G ? (slice < head_G ? slice : head_G) * T : n; // rows per product and gradient sum
+        size_t r0 = (size_t)b0 * T;
+        linear_forward(a->logits, a->lnf + r0 * C, wte, NULL, n, part, C, Vp);
+        fused_classifier(a->logits, a->losses + r0, a->targets + r0, dloss, n, V, Vp, dloss > 0.0f);
+        if (dloss > 0.0f)
+            matmul_backward(a->dbuf_c + r0 * C, grad_of(model, wte), NULL, a->logits, a->lnf + r0 * C, wte, n, C, Vp,
+                            part);
+    }
     size_t pending = model->losses_pending;
     if (pending + N > model->losses_capacity) {
         dev_synchronize(); // the pending downloads have landed
@@ -441,11 +463,7 @@ double gpt2_loss_sum(const float* losses, size_t n) {
 
 void gpt2_zero_grad(GPT2* model) {
     dev_memset_zero(model->grads, model->num_parameters * sizeof(float));
-}
-
-// The gradient of a parameter: at the same offset in the gradients as the parameter in the parameters.
-static float* grad_of(const GPT2* model, const floatX* param) {
-    return model->grads + (param - model->params.t[0]);
+    if (model->sum_sequences) dev_memset_zero(model->wte_encoder_grad, model->param_sizes[P_WTE] * sizeof(float));
 }
 
 void gpt2_backward(GPT2* model) {
@@ -453,16 +471,11 @@ void gpt2_backward(GPT2* model) {
     int B = model->fwd_B, T = model->fwd_T, N = B * T, G = model->sum_sequences ? model->sum_sequences : B;
     if (B % G != 0) fatal("backward: a micro-batch of %d sequences does not split into groups of %d", B, G);
     int sum_rows = G * T;
-    int C = cfg->channels, NH = cfg->num_heads, L = cfg->num_layers, Vp = cfg->padded_vocab_size;
+    int C = cfg->channels, NH = cfg->num_heads, L = cfg->num_layers;
     Activations* a = &model->acts;
     ParameterTensors* p = &model->params;
 
-    // The classifier left dloss * dL/dlogits in the logits buffer. The head is tied to wte, whose
-    // gradient the encoder's backward adds to as well. With groups of G < B sequences the two must
-    // be added group by group, head then encoder, as micro-batches of G sequences would: the head's
-    // part waits for the end of the backward (dlogits and lnf are still there then).
-    float* dwte = grad_of(model, p->t[P_WTE]);
-    matmul_backward(a->dbuf_c, G < B ? NULL : dwte, NULL, a->logits, a->lnf, p->t[P_WTE], N, C, Vp, sum_rows);
+    // The head's backward ran in the forward, slice by slice, and left dL/dlnf in dbuf_c.
     dev_memset_zero(a->dresidual, (size_t)N * C * sizeof(floatX));
     floatX* final_residual = layer_acts(model, L - 1, B, T).residual3;
     layernorm_backward(a->dresidual, grad_of(model, p->t[P_LNFW]), grad_of(model, p->t[P_LNFB]), a->dbuf_c,
@@ -495,21 +508,22 @@ void gpt2_backward(GPT2* model) {
         layernorm_backward(a->dresidual, grad_of(model, w.ln1w), grad_of(model, w.ln1b), a->dbuf_c, s.input,
                            w.ln1w, s.ln1_mean, s.ln1_rstd, N, C, sum_rows);
     }
-    if (G == B) {
-        encoder_backward(dwte, grad_of(model, p->t[P_WPE]), a->dresidual, a->inputs, B, T, C);
-        return;
-    }
+    // The encoder's share of wte's gradient (wte is tied to the head). With --batch-invariant it is
+    // kept apart until gpt2_reduce_gradients adds it: micro-batches of G sequences give head,
+    // encoder, head, encoder, ..., a micro-batch of several groups all heads first (its forward),
+    // and each order must add up to the same bits.
+    float* dwte_encoder = model->sum_sequences ? model->wte_encoder_grad : grad_of(model, p->t[P_WTE]);
     for (int b = 0; b < B; b += G) {
         size_t row0 = (size_t)b * T;
-        matmul_backward(NULL, dwte, NULL, a->logits + row0 * Vp, a->lnf + row0 * C, p->t[P_WTE], sum_rows, C, Vp,
-                        sum_rows);
-        encoder_backward(dwte, grad_of(model, p->t[P_WPE]), a->dresidual + row0 * C, a->inputs + row0, G, T, C);
+        encoder_backward(dwte_encoder, grad_of(model, p->t[P_WPE]), a->dresidual + row0 * C, a->inputs + row0, G, T,
+                         C);
     }
 }
 
 float gpt2_reduce_gradients(GPT2* model, double* loss) {
     float* grads = model->grads;
     size_t shard = model->shard;
+    if (model->sum_sequences) float_accumulate(grads, model->wte_encoder_grad, model->param_sizes[P_WTE]);
     if (model->zero_stage == 1) comm_reduce_scatter_sum(grads, shard, COMM_FLOAT);
     else comm_allreduce_sum(grads, model->num_parameters, COMM_FLOAT);
     // The norm adds up the ranks' shards in both stages, so ZeRO changes no arithmetic.
@@ -544,7 +558,11 @@ void gpt2_inject_nan_gradient(GPT2* model) {
 
 void gpt2_logits_row(GPT2* model, int b, int t, int T, float* host_out) {
     const GPT2Config* cfg = &model->config;
-    const floatX* row = model->acts.logits + ((size_t)b * T + t) * cfg->padded_vocab_size;
-    float_from_floatX(model->acts.row, row, cfg->vocab_size);
-    dev_download(host_out, model->acts.row, cfg->vocab_size * sizeof(float));
+    Activations* a = &model->acts;
+    int C = cfg->channels;
+    // The row's lnf first moves to the start of dbuf_c: cuBLASLt assumes aligned operands.
+    dev_copy(a->dbuf_c, a->lnf + ((size_t)b * T + t) * C, (size_t)C * sizeof(floatX));
+    matmul_forward(a->logits, a->dbuf_c, model->params.t[P_WTE], NULL, 1, C, cfg->padded_vocab_size);
+    float_from_floatX(a->row, a->logits, cfg->vocab_size);
+    dev_download(host_out, a->row, cfg->vocab_size * sizeof(float));
 }

@@ -37,11 +37,12 @@ typedef struct {
     floatX* lnf;         // (B, T, C)
     float* lnf_mean;     // (B, T)
     float* lnf_rstd;     // (B, T)
-    floatX* logits;      // (B, T, Vp); overwritten by dlogits when a backward follows
+    floatX* logits;      // (S, T, Vp), the head's slice of S sequences (gpt2_head_slice_sequences);
+                         // overwritten by dlogits when a backward follows
     float* losses;       // (B, T)
     // backward working buffers, reused by every layer
     floatX* dresidual;   // (B, T, C) gradient of the residual stream
-    floatX* dbuf_c;      // (B, T, C)
+    floatX* dbuf_c;      // (B, T, C); from a forward with dloss to its backward: dL/dlnf
     floatX* dbuf_3c;     // (B, T, 3C)
     floatX* dbuf_4c;     // (B, T, 4C)
     char* att_scratch;   // attention_scratch_bytes(B, T, C, NH)
@@ -72,6 +73,9 @@ typedef struct {
     size_t num_parameters;
     ParameterTensors params;
     float* grads; // the parameters' gradients, fp32 in every build, each at its parameter's offset
+    // With sum_sequences: the encoder's share of wte's gradient (the head's goes into grads during
+    // the forward), added to grads by gpt2_reduce_gradients.
+    float* wte_encoder_grad;
     // Data parallelism over comm_world() ranks: parameters and gradients are padded to world * shard
     // elements, and rank r owns the shard [r * shard, (r + 1) * shard). This rank keeps master
     // weights and AdamW moments for parameters [opt_offset, opt_offset + opt_count): all of them
@@ -132,8 +136,9 @@ void gpt2_get_optimizer_state(const GPT2* model, float* weights, float* m, float
 // Forward pass over B x T tokens (host arrays, copied before it returns; B, T at most what was
 // built). It queues the work and returns without waiting for the GPU. With targets, the B x T
 // losses follow it to the host: gpt2_losses returns them. dloss > 0 means a backward follows: the
-// logits buffer is overwritten with dloss * dL/dlogits (dloss = 1 / (tokens of the whole step)
-// averages over micro-batches).
+// forward also runs the head's backward (dloss * dL/dlogits, dloss = 1 / (tokens of the whole step)
+// averaging over micro-batches), adding the head's share of wte's gradient, so that the logits are
+// only ever stored one slice of the batch at a time. Without targets it stops before the head.
 void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T, float dloss);
 // Waits for the losses of the forwards with targets since the last call and returns them, forward
 // after forward (B x T each, row-major), in host memory valid until the next forward; *count says
@@ -149,8 +154,8 @@ void gpt2_backward(GPT2* model);
 void gpt2_zero_grad(GPT2* model);
 // A training step ends in two calls, so that the caller can decide between them, from values that
 // are the same on every rank, whether to apply the update (train.c skips non-finite and outlier steps):
-// gpt2_reduce_gradients sums the gradients over the ranks (all-reduce, or reduce-scatter with ZeRO
-// stage 1) and returns the global gradient norm. *loss is this rank's mean loss of the step on entry
+// gpt2_reduce_gradients completes wte's gradient (wte_encoder_grad), sums the gradients over the
+// ranks (all-reduce, or reduce-scatter with ZeRO stage 1) and returns the global gradient norm. *loss is this rank's mean loss of the step on entry
 // and the mean over the ranks on return: it travels in the all-reduce of the norm, which the step
 // waits for anyway. Collective: every rank calls it.
 float gpt2_reduce_gradients(GPT2* model, double* loss);
@@ -163,7 +168,8 @@ void gpt2_update(GPT2* model, float norm, float lr, float beta1, float beta2, fl
 // For the tests of the divergence guard only (train_gpt's --inject-nan-grad): makes one gradient
 // value NaN, as an overflow in the backward would. Call between gpt2_backward and gpt2_reduce_gradients.
 void gpt2_inject_nan_gradient(GPT2* model);
-// fp32 logits of position t of batch row b of the last forward (run without dloss), V values.
+// fp32 logits of position t of batch row b of the last forward (T tokens per row), V values, made
+// from its lnf by a product of that one row.
 void gpt2_logits_row(GPT2* model, int b, int t, int T, float* host_out);
 
 #ifdef __cplusplus

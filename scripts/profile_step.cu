@@ -159,6 +159,9 @@ int main(int argc, char** argv) {
         g[i] = grads + offset;
     }
 
+    // With --batch-invariant the encoder adds into a wte gradient of its own (gpt2_backward).
+    float* dwte_encoder = batch_invariant ? (float*)dev_malloc(sizes[P_WTE] * sizeof(float), "wte encoder grad") : g[P_WTE];
+
     // ---- activations of one layer plus the head, as carve_activations lays them out for layer 0
     const size_t NC = (size_t)N * C, X = sizeof(floatX);
     floatX* encoded = (floatX*)dev_malloc(NC * X, "encoded");
@@ -178,7 +181,12 @@ int main(int argc, char** argv) {
     floatX* lnf = (floatX*)dev_malloc(NC * X, "lnf");
     float* lnf_mean = (float*)dev_malloc((size_t)N * sizeof(float), "lnf mean");
     float* lnf_rstd = (float*)dev_malloc((size_t)N * sizeof(float), "lnf rstd");
-    floatX* logits = (floatX*)dev_malloc((size_t)N * Vp * X, "logits");
+    // The head runs over slices of `slice` sequences (HN rows), as in gpt2_forward: the logits buffer
+    // holds one slice, and each call of a head row below is the first slice's, counted once per slice
+    // (a last, shorter slice counted as a full one).
+    const int slice = gpt2_head_slice_sequences(B, T, batch_invariant), slices = ceil_div(B, slice);
+    const int HN = slice * T, head_sum_rows = batch_invariant ? T : HN;
+    floatX* logits = (floatX*)dev_malloc((size_t)HN * Vp * X, "logits");
     float* losses = (float*)dev_malloc((size_t)N * sizeof(float), "losses");
     floatX* dresidual = (floatX*)dev_malloc(NC * X, "dresidual");
     floatX* dbuf_c = (floatX*)dev_malloc(NC * X, "dbuf_c");
@@ -229,7 +237,11 @@ int main(int argc, char** argv) {
     const double att_fwd_flops = 4.0 * B * NH * (double)T * T * HS / 2;
 
     // ---- gpt2_zero_grad
-    time_call("zero_grad (memset)", 1, 0, n * 4.0, [&] { dev_memset_zero(grads, n * sizeof(float)); });
+    const size_t zeroed = n + (batch_invariant ? sizes[P_WTE] : 0);
+    time_call("zero_grad (memset)", 1, 0, zeroed * 4.0, [&] {
+        dev_memset_zero(grads, n * sizeof(float));
+        if (batch_invariant) dev_memset_zero(dwte_encoder, sizes[P_WTE] * sizeof(float));
+    });
 
     // ---- gpt2_forward
     const int forward_start = num_rows;
@@ -261,11 +273,15 @@ int main(int argc, char** argv) {
     time_call("residual_layernorm_forward lnf", 1, 0, residual_ln_fwd_bytes, [&] {
         residual_layernorm_forward(residual3, lnf, lnf_mean, lnf_rstd, residual2, dbuf_c, p[P_LNFW], p[P_LNFB], N, C);
     });
-    time_call("matmul_forward lm head", 1, mm * Vp, 0,
-              [&] { matmul_forward(logits, lnf, p[P_WTE], NULL, N, C, Vp); });
+    const double head_mm = 2.0 * HN * C;
+    time_call("matmul_forward lm head", slices, head_mm * Vp, 0,
+              [&] { matmul_forward(logits, lnf, p[P_WTE], NULL, HN, C, Vp); });
     // reads the logits and targets, writes the losses and the dlogits over the logits
-    time_call("fused_classifier", 1, 0, 2.0 * N * Vp * X + 2.0 * N * sizeof(int), [&] {
-        fused_classifier(logits, losses, targets, 1.0f / (float)N, N, V, Vp, 1);
+    time_call("fused_classifier", slices, 0, 2.0 * HN * Vp * X + 2.0 * HN * sizeof(int), [&] {
+        fused_classifier(logits, losses, targets, 1.0f / (float)N, HN, V, Vp, 1);
+    });
+    time_call("matmul_backward lm head", slices, 2 * head_mm * Vp, 0, [&] {
+        matmul_backward(dbuf_c, g[P_WTE], NULL, logits, lnf, p[P_WTE], HN, C, Vp, head_sum_rows);
     });
     time_call("download losses", 1, 0, N * sizeof(float),
               [&] { dev_download(host_losses, losses, (size_t)N * sizeof(float)); });
@@ -273,8 +289,6 @@ int main(int argc, char** argv) {
     // ---- gpt2_backward
     const int backward_start = num_rows;
     const int sum_rows = batch_invariant ? T : N;
-    time_call("matmul_backward lm head", 1, 2 * mm * Vp, 0,
-              [&] { matmul_backward(dbuf_c, g[P_WTE], NULL, logits, lnf, p[P_WTE], N, C, Vp, sum_rows); });
     time_call("zero dresidual (memset)", 1, 0, NC * X, [&] { dev_memset_zero(dresidual, NC * X); });
     time_call("layernorm_backward lnf", 1, 0, ln_bwd_bytes, [&] {
         layernorm_backward(dresidual, g[P_LNFW], g[P_LNFB], dbuf_c, residual3, p[P_LNFW], lnf_mean,
@@ -302,14 +316,19 @@ int main(int argc, char** argv) {
         layernorm_backward(dresidual, g[P_LN1W], g[P_LN1B], dbuf_c, encoded, p[P_LN1W], ln1_mean,
                            ln1_rstd, N, C, sum_rows);
     });
-    // reads dout and the ids, adds into the dwte rows of the distinct ids and into dwpe's T rows
+    // reads dout and the ids, adds into the dwte rows of the distinct ids and into dwpe's T rows (with
+    // --batch-invariant the model adds into a wte gradient of its own, then adds that to grads in
+    // gpt2_reduce_gradients)
     time_call("encoder_backward", 1, 0, NC * X + N * sizeof(int) + 2.0 * (distinct + T) * C * X,
-              [&] { encoder_backward(g[P_WTE], g[P_WPE], dresidual, inputs, B, T, C); });
+              [&] { encoder_backward(dwte_encoder, g[P_WPE], dresidual, inputs, B, T, C); });
 
     // ---- gpt2_reduce_gradients (one process: the norm) and gpt2_update (clip 1.0, weight decay 0.1 on
     // the 2-D weights, step 1)
     const int update_start = num_rows;
     float norm = 0.0f;
+    if (batch_invariant)
+        time_call("float_accumulate wte", 1, 0, 3.0 * sizes[P_WTE] * sizeof(float),
+                  [&] { float_accumulate(g[P_WTE], dwte_encoder, sizes[P_WTE]); });
     time_call("grad_norm_squared", 1, 0, n * 4.0, [&] { norm = sqrtf(grad_norm_squared(grads, n)); });
     const float grad_scale = norm > 1.0f ? 1.0f / norm : 1.0f;
     // reads grad, m, v and the fp32 weights; writes m, v, the parameters and the master weights

@@ -21,9 +21,12 @@ static GPT2Config preset(const char* name, int max_T) {
 }
 
 // Activation bytes of the CPU build (float everywhere) counted tensor by tensor, before the
-// 256-byte alignment of each of the 27 regions.
+// 256-byte alignment of each of the 27 regions. The logits hold the head's largest slice: 8192
+// tokens of whole sequences, at least one (GPT2_HEAD_SLICE_TOKENS, model/config.h).
 static size_t expected_activations(const GPT2Config* cfg, size_t B, size_t T, int recompute) {
     size_t C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads, Vp = cfg->padded_vocab_size;
+    size_t head_seqs = T < 8192 ? 8192 / T : 1;
+    if (head_seqs > B) head_seqs = B;
     size_t BT = B * T, L_ln = recompute >= 2 ? 1 : L, L_gelu = recompute >= 1 ? 1 : L;
 #ifdef ATTN_NAIVE
     size_t saved = B * NH * T * T, scratch = B * NH * T * T; // probabilities; dP
@@ -32,7 +35,7 @@ static size_t expected_activations(const GPT2Config* cfg, size_t B, size_t T, in
 #endif
     size_t per_layer_kept = BT * C * (3 + 1 + 1 + 4 + 1) + 4 * BT + saved; // qkv atty res2 fch res3, stats
     size_t floats = L * per_layer_kept + 2 * L_ln * BT * C + L_gelu * BT * 4 * C
-                  + BT * C + BT * C + 2 * BT + BT * Vp + BT       // encoded, lnf, its stats, logits, losses
+                  + BT * C + BT * C + 2 * BT + head_seqs * T * Vp + BT // encoded, lnf, its stats, logits, losses
                   + BT * C * (1 + 1 + 3 + 4) + scratch + 2 * BT + Vp; // backward buffers, inputs, targets, row
     return floats * sizeof(float);
 }
@@ -40,15 +43,16 @@ static size_t expected_activations(const GPT2Config* cfg, size_t B, size_t T, in
 static void test_plan_sizes(void) {
     GPT2Config d12 = preset("d12", 1024);
     const size_t n = 124475904; // GPT-2 124M with the vocabulary padded to 50304 (llm.c's count)
+    const size_t wte = 50304 * 768; // and a second gradient of wte, the encoder's share (model/gpt2.h)
     MemoryPlan p = gpt2_memory_plan(&d12, 4, 1024, 0, 0, 1);
-    test_check(p.parameters == n * 4 && p.gradients == n * 4, "plan: d12 parameters and gradients",
-               "%zu and %zu bytes, want %zu", p.parameters, p.gradients, n * 4);
+    test_check(p.parameters == n * 4 && p.gradients == (n + wte) * 4, "plan: d12 parameters and gradients",
+               "%zu and %zu bytes, want %zu and %zu", p.parameters, p.gradients, n * 4, (n + wte) * 4);
     test_check(p.optimizer == 2 * n * 4 && p.staging == n * 4, "plan: d12 AdamW m, v and the fp32 staging",
                "optimizer %zu, staging %zu bytes", p.optimizer, p.staging);
     int bad = 0;
     for (int r = 0; r <= 2; r++) {
-        int shapes[][2] = {{1, 64}, {4, 1024}, {3, 67}};
-        for (int s = 0; s < 3; s++) {
+        int shapes[][2] = {{1, 64}, {4, 1024}, {3, 67}, {64, 1024}, {2, 16384}};
+        for (int s = 0; s < 5; s++) {
             MemoryPlan q = gpt2_memory_plan(&d12, shapes[s][0], shapes[s][1], r, 0, 1);
             size_t want = expected_activations(&d12, shapes[s][0], shapes[s][1], r);
             if (q.activations < want || q.activations > want + 27 * 256) {
@@ -200,7 +204,34 @@ static void test_advice(void) {
                "advice: ZeRO stage 1 on 8 GPUs", "'%s'", advice);
 }
 
+// The head's slices (gpt2_head_slice_sequences): within the logits buffer the plan sizes (the G = 0
+// slice), at least one sequence, and with groups of G made of whole groups or splitting each group
+// evenly, the same for every B that is a multiple of G (the products and gradient sums of a slice
+// have shapes set by G and T only).
+static void test_head_slices(void) {
+    int Ts[] = {1, 7, 64, 67, 1000, 1024, 4096, 8192, 10000, 16384};
+    int wrong = 0, cases = 0;
+    for (int t = 0; t < (int)(sizeof Ts / sizeof Ts[0]); t++) {
+        int T = Ts[t], fit = T < 8192 ? 8192 / T : 1;
+        for (int B = 1; B <= 200; B++) {
+            int s0 = gpt2_head_slice_sequences(B, T, 0);
+            if (s0 != (B < fit ? B : fit)) wrong++;
+            for (int G = 1; G <= B; G++) {
+                if (B % G != 0) continue;
+                int s = gpt2_head_slice_sequences(B, T, G), unbounded = gpt2_head_slice_sequences(G << 20, T, G);
+                cases++;
+                if (s < 1 || s > s0 || (s % G != 0 && G % s != 0) || s != (B < unbounded ? B : unbounded)) {
+                    if (wrong++ < 5) printf("  B %d T %d G %d: slices of %d sequences\n", B, T, G, s);
+                }
+            }
+        }
+    }
+    test_check(wrong == 0, "head slices: whole groups or even parts of one, at most the planned buffer",
+               "%d of %d cases wrong", wrong, cases);
+}
+
 int main(void) {
+    test_head_slices();
     test_plan_sizes();
     test_fit_grid();
     test_fit_example();

@@ -10,7 +10,11 @@
 #     B 1 differ (so the option is what makes them equal); a -b or -d the groups do not divide is
 #     refused;
 #  6. recompute: -r 1 (GELU) and -r 2 (GELU and layernorms) train the model file and losses of -r 0
-#     bit for bit (the backward rebuilds those activations with the forward's own kernels).
+#     bit for bit (the backward rebuilds those activations with the forward's own kernels);
+#  7. the head's slices (8192 tokens, model/config.h): a micro-batch of 160 sequences of 64 tokens
+#     runs the head in two slices (128 + 32 sequences), and with --batch-invariant 32 trains the
+#     bits of five micro-batches of 32 (one slice each); without the option its losses stay within
+#     1e-5 of them.
 set -euo pipefail
 BUILD=${BUILD:-.}
 DATA=$(cd "${1:?usage: tests/test_train_cpu.sh DATA_DIR (the directory scripts/get_data.sh fills)}" && pwd)
@@ -110,3 +114,17 @@ for r in 1 2; do
         fail "-r $r logged other train losses than -r 0"
 done
 echo "PASS -r 1 and -r 2 train the weights and losses of -r 0 bit for bit"
+
+# 7. head slices
+wide=(--layers 1 --channels 16 --heads 2 --max-seq 64 -t 64 --seed 7 -d 10240 -x 2 -l 1e-3 -v 0 -s 0
+      -i "$DATA/tinyshakespeare/tiny_shakespeare_train.bin")
+"$BUILD/train_gpt_cpu" "${wide[@]}" -b 160 --batch-invariant 32 -o "$tmp/head160" > /dev/null
+"$BUILD/train_gpt_cpu" "${wide[@]}" -b 32 --batch-invariant 32 -o "$tmp/head32" > /dev/null
+cmp -s "$tmp/head160/model_00000002.bin" "$tmp/head32/model_00000002.bin" ||
+    fail "--batch-invariant 32: B 160 (two head slices) trained other weights than B 32 (one)"
+"$BUILD/train_gpt_cpu" "${wide[@]}" -b 160 -o "$tmp/head160any" > /dev/null
+awk -F, 'NR == FNR { if (FNR > 1) want[$1] = $2; next }
+         FNR > 1 { d = $2 - want[$1]; if (d < 0) d = -d; if (d > 1e-5 * want[$1]) bad = 1; n++ }
+         END { exit bad || n != 2 }' "$tmp/head32/log.csv" "$tmp/head160any/log.csv" ||
+    fail "B 160 without --batch-invariant: train losses beyond 1e-5 of B 32's: $(cat "$tmp/head160any/log.csv")"
+echo "PASS the head in two slices of a micro-batch trains the bits of one slice per micro-batch (--batch-invariant 32)"
