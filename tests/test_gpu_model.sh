@@ -7,6 +7,7 @@
 #         layer), and the loss still falling after 20 steps.
 #   --batch-invariant 1: B 16, 4 and 1 train the same model file bit for bit (see below).
 #   -r 1 and -r 2 train the model file and losses of -r 0 bit for bit.
+#   Tuned matmuls train the bits of untuned ones (MATMUL_TUNE=0).
 #   Generation and HellaSwag scores of the 20-step model against the CPU's (see below).
 # Usage: BUILD=dir GPU_ARCH=90 tests/test_gpu_model.sh   (needs a GPU; scripts/get_data.sh fetches the data)
 set -eu
@@ -90,6 +91,23 @@ for p in FP32 BF16; do
             fail "$p -r $r trains other bits than -r 0"
         fi
     done
+done
+
+# cuBLASLt's algorithms are tuned per product shape (kernels/cuda/matmul.cu), but only among those
+# that compute the bits of its heuristic's first choice: at GPT-2 124M's widths (C 768, the whole
+# vocabulary; 2 layers, T 256, B 16) the tuned run and MATMUL_TUNE=0 train the same model file and
+# losses, while the tuning picked another algorithm than the first for some shapes (printed).
+for p in FP32 BF16; do
+    WIDE=("${ARGS[@]}" --channels 768 --heads 12 --max-seq 256 -t 256 -b 16 -x 4)
+    MATMUL_TUNE=0 "$BUILD/model-$p/train_gpt" "${WIDE[@]}" -o "$WORK/untuned-$p" > /dev/null
+    MATMUL_TUNE=2 "$BUILD/model-$p/train_gpt" "${WIDE[@]}" -o "$WORK/tuned-$p" > /dev/null 2> "$WORK/tuned-$p.err"
+    others=$(grep -c "^matmul .*: candidate [2-9]" "$WORK/tuned-$p.err" || true)
+    if cmp -s "$WORK/untuned-$p/model_00000004.bin" "$WORK/tuned-$p/model_00000004.bin" &&
+        [ "$(cut -d, -f1,2 "$WORK/untuned-$p/log.csv")" = "$(cut -d, -f1,2 "$WORK/tuned-$p/log.csv")" ]; then
+        pass "$p tuned matmuls train the bits of MATMUL_TUNE=0 ($others of $(grep -c "^matmul " "$WORK/tuned-$p.err") tuned shapes on another algorithm)"
+    else
+        fail "$p tuned matmuls train other bits than MATMUL_TUNE=0"
+    fi
 done
 
 # Generation: greedy tokens against the argmax of an independent forward on the GPU (tests/test_generate.c;
