@@ -647,6 +647,7 @@ int main(void) {
     test_elementwise(100003, 3);
     test_classifier(5, 1000, 1024);
     test_classifier(3, 101, 107);
+    test_classifier(4, 50257, 50304); // GPT-2's rows: cached, several loads in flight per thread, a ragged last vector
     test_classifier(3, 120001, 120008); // rows too long for shared memory: read from device memory twice
     // head sizes 32 and 64: what both attention builds support (flash BF16 takes 32, 64 and 128)
     test_attention(2, 1, 64, 2);
