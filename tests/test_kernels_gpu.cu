@@ -562,12 +562,21 @@ static void test_adamw(size_t n) {
     dev_upload(d_m, m, n * sizeof(float));
     dev_upload(d_v, v, n * sizeof(float));
     adamw_update(d_w, d_master, d_g, d_m, d_v, n, 0, lr, b1, b2, eps, wd, scale, t + 1, seed);
+    float* whole_master = host_floats(n);
+    dev_download(whole_master, d_master, n * sizeof(float));
     dev_upload(d_master, w, n * sizeof(float));
     dev_upload(d_m, m, n * sizeof(float));
     dev_upload(d_v, v, n * sizeof(float));
     adamw_update(d_pieces, d_master, d_g, d_m, d_v, cut, 0, lr, b1, b2, eps, wd, scale, t + 1, seed);
     adamw_update(d_pieces + cut, d_master + cut, d_g + cut, d_m + cut, d_v + cut, n - cut, cut, lr,
                  b1, b2, eps, wd, scale, t + 1, seed);
+    // The second piece starts 8 bytes past a 16-byte boundary: one element at a time, where the
+    // whole went four at a time; the master weights must not tell the two apart.
+    dev_download(master, d_master, n * sizeof(float));
+    snprintf(name, sizeof name, "adamw_update in two pieces (the second unaligned) updates like the whole n=%zu", n);
+    test_check(memcmp(master, whole_master, n * sizeof(float)) == 0, name, "%s",
+               memcmp(master, whole_master, n * sizeof(float)) == 0 ? "master weights bit for bit" : "the master weights differ");
+    free(whole_master);
     download_x(master, d_w, n);
     download_x(param, d_pieces, n);
     snprintf(name, sizeof name, "adamw_update in two pieces rounds like the whole n=%zu", n);

@@ -30,20 +30,51 @@ __device__ inline floatX param_from_master(float w, size_t index, int t, unsigne
 #endif
 }
 
+struct AdamWStep {
+    float lr, beta1, beta2, eps, weight_decay, grad_scale, bias_correction1, bias_correction2;
+    int t;
+    unsigned long long seed;
+};
+
+// One element's update: m and v from the gradient, the fp32 weight w moved, and the parameter that
+// w rounds to (element `index` of the whole tensor).
+__device__ inline floatX adamw_element(float g, float& mi, float& vi, float& w, size_t index, const AdamWStep& s) {
+    g *= s.grad_scale;
+    mi = s.beta1 * mi + (1.0f - s.beta1) * g;
+    vi = s.beta2 * vi + (1.0f - s.beta2) * g * g;
+    w -= s.lr * (mi / s.bias_correction1 / (sqrtf(vi / s.bias_correction2) + s.eps) + s.weight_decay * w);
+    return param_from_master(w, index, s.t, s.seed);
+}
+
+// Four elements per thread and iteration with 16-byte loads where every array is 16-byte aligned
+// (ncu on an H100: one 4-byte element per thread left the update at 80% of the memory bandwidth);
+// the elements past the last multiple of 4, or all of them otherwise, one at a time. Either way
+// each element gets the same arithmetic, so the result does not depend on the path.
 __global__ void adamw_kernel(floatX* param, float* master, const float* grad, float* m, float* v,
-                             size_t n, size_t index0, float lr, float beta1, float beta2, float eps,
-                             float weight_decay, float grad_scale, float bias_correction1,
-                             float bias_correction2, int t, unsigned long long seed) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float g = grad[i] * grad_scale;
-        float mi = beta1 * m[i] + (1.0f - beta1) * g;
-        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+                             size_t n, size_t index0, AdamWStep step, bool vector) {
+    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+    const size_t n4 = vector ? n / 4 : 0;
+    for (size_t i = first; i < n4; i += stride) {
+        const float4 g = ((const float4*)grad)[i];
+        float4 mi = ((float4*)m)[i], vi = ((float4*)v)[i], w;
+        if (master) w = ((float4*)master)[i];
+        else w = make_float4((float)param[4 * i], (float)param[4 * i + 1], (float)param[4 * i + 2], (float)param[4 * i + 3]);
+        floatX p[4];
+        p[0] = adamw_element(g.x, mi.x, vi.x, w.x, index0 + 4 * i, step);
+        p[1] = adamw_element(g.y, mi.y, vi.y, w.y, index0 + 4 * i + 1, step);
+        p[2] = adamw_element(g.z, mi.z, vi.z, w.z, index0 + 4 * i + 2, step);
+        p[3] = adamw_element(g.w, mi.w, vi.w, w.w, index0 + 4 * i + 3, step);
+        ((float4*)m)[i] = mi;
+        ((float4*)v)[i] = vi;
+        if (master) ((float4*)master)[i] = w;
+        for (int k = 0; k < 4; k++) param[4 * i + k] = p[k];
+    }
+    for (size_t i = 4 * n4 + first; i < n; i += stride) {
+        float mi = m[i], vi = v[i], w = master ? master[i] : (float)param[i];
+        param[i] = adamw_element(grad[i], mi, vi, w, index0 + i, step);
         m[i] = mi;
         v[i] = vi;
-        float w = master ? master[i] : (float)param[i];
-        w -= lr * (mi / bias_correction1 / (sqrtf(vi / bias_correction2) + eps) + weight_decay * w);
         if (master) master[i] = w;
-        param[i] = param_from_master(w, index0 + i, t, seed);
     }
 }
 
@@ -70,10 +101,13 @@ void adamw_update(floatX* param, float* master, const float* grad, float* m, flo
     if (master) fatal("adamw_update: the FP32 build keeps no master weights (master must be NULL)");
 #endif
     if (n == 0) return;
-    float bias_correction1 = 1.0f - powf(beta1, (float)t), bias_correction2 = 1.0f - powf(beta2, (float)t);
-    unsigned int blocks = ceil_div(n, 256) < 65536 ? ceil_div(n, 256) : 65536;
-    adamw_kernel<<<blocks, 256>>>(param, master, grad, m, v, n, index0, lr, beta1, beta2, eps, weight_decay,
-                                  grad_scale, bias_correction1, bias_correction2, t, seed);
+    const AdamWStep step = {lr, beta1, beta2, eps, weight_decay, grad_scale, 1.0f - powf(beta1, (float)t),
+                            1.0f - powf(beta2, (float)t), t, seed};
+    auto aligned = [](const void* p) { return (uintptr_t)p % 16 == 0; };
+    const bool vector = aligned(grad) && aligned(m) && aligned(v) && (master ? aligned(master) : aligned(param));
+    const size_t threads = vector ? (n + 3) / 4 : n;
+    unsigned int blocks = ceil_div(threads, 256) < 65536 ? ceil_div(threads, 256) : 65536;
+    adamw_kernel<<<blocks, 256>>>(param, master, grad, m, v, n, index0, step, vector);
     launchCheck();
 }
 
