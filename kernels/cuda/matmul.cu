@@ -24,9 +24,13 @@ enum Epilogue { PLAIN, GELU_BACKWARD };
 // do not depend on which candidate wins the timing: reruns stay bit-identical, and a reference
 // curve made without tuning still holds. Products that accumulate into their output (the weight
 // gradients) are not tuned: each timing run would add again; for them the heuristic's choice was
-// within 3% of the best. MATMUL_TUNE=0 turns the tuning off, =2 also prints each shape's choice
-// on stderr.
+// within 3% of the best. Nor are products under TUNE_MIN_FLOPS: tuning runs a shape's product
+// about 32 times, which only hundreds of calls of that shape repay, and generation makes a new
+// shape with every token (GPT-2 124M's products there are 4.8 GFLOP at most; in training at 64K
+// tokens, 77 to 630 GFLOP). MATMUL_TUNE=0 turns the tuning off, =2 also prints each shape's
+// choice on stderr.
 #define TUNE_CANDIDATES 8
+#define TUNE_MIN_FLOPS 1e10
 
 struct MatmulShape { // everything the heuristic sees
     int m, n, k, lda, ldb, ldd;
@@ -196,7 +200,8 @@ static void matmul_cublaslt(void* d, const floatX* a, const floatX* b, const flo
     };
     const MatmulShape shape = {m, n, k, lda, ldb, ldd, transpose_a, transpose_b, bias != NULL, mode, d_type};
     const size_t d_bytes = ((size_t)ldd * (n - 1) + m) * (d_type == CUDA_R_32F ? 4 : 2);
-    run(choose_algo(shape, desc, layout_a, layout_b, layout_d, !accumulate && tuning_level() > 0, d, d_bytes, run));
+    const bool tune = !accumulate && 2.0 * m * n * k >= TUNE_MIN_FLOPS && tuning_level() > 0;
+    run(choose_algo(shape, desc, layout_a, layout_b, layout_d, tune, d, d_bytes, run));
     cublasCheck(cublasLtMatrixLayoutDestroy(layout_a));
     cublasCheck(cublasLtMatrixLayoutDestroy(layout_b));
     cublasCheck(cublasLtMatrixLayoutDestroy(layout_d));
