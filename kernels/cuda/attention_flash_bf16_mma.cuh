@@ -160,22 +160,34 @@ template <size_t ALIGN> __device__ __forceinline__ unsigned char* align_shared(u
 }
 
 // Copies rows row0 .. row0 + ROWS - 1 of a (T, HS) matrix whose rows are `stride` elements apart
-// into a tile; rows at or past T are zeros.
+// into a tile; rows at or past T are zeros. Thread x copies chunk x % CHUNKS of rows x / CHUNKS,
+// x / CHUNKS + THREADS / CHUNKS, ...: a trip count known at compile time, so the loop unrolls
+// and each thread's column and swizzle are computed once (a loop from threadIdx.x to ROWS * CHUNKS
+// compiled to a generic loop whose index arithmetic cost the dK/dV kernel about a fifth of its
+// instructions).
 template <class Mma, int ROWS, int THREADS>
 __device__ __forceinline__ void load_tile_async(floatX* tile, const floatX* src, int row0, int T, size_t stride) {
     constexpr int CHUNKS = Mma::HS / 8; // 16-byte chunks per row
+    constexpr int ROWS_PER_PASS = THREADS / CHUNKS;
+    static_assert(THREADS % CHUNKS == 0, "every pass copies whole rows");
+    const int c = threadIdx.x % CHUNKS;
 #pragma unroll
-    for (int i = threadIdx.x; i < ROWS * CHUNKS; i += THREADS) {
-        const int r = i / CHUNKS, c = i % CHUNKS;
+    for (int pass = 0; pass < (ROWS + ROWS_PER_PASS - 1) / ROWS_PER_PASS; pass++) {
+        const int r = threadIdx.x / CHUNKS + pass * ROWS_PER_PASS;
+        if (ROWS % ROWS_PER_PASS != 0 && r >= ROWS) break;
         const bool valid = row0 + r < T;
         cp_async_16(tile + Mma::offset(r, c * 8), src + (valid ? (size_t)(row0 + r) * stride + c * 8 : 0), valid);
     }
 }
 
-// COLS floats from src[col0 ..] (zeros at or past T).
+// COLS floats from src[col0 ..] (zeros at or past T); as load_tile_async, a trip count known at
+// compile time.
 template <int COLS, int THREADS>
 __device__ __forceinline__ void load_vector_async(float* dst, const float* src, int col0, int T) {
-    for (int i = threadIdx.x; i < COLS; i += THREADS) {
+#pragma unroll
+    for (int pass = 0; pass < (COLS + THREADS - 1) / THREADS; pass++) {
+        const int i = threadIdx.x + pass * THREADS;
+        if (COLS % THREADS != 0 && i >= COLS) break;
         const bool valid = col0 + i < T;
         cp_async_4(dst + i, src + (valid ? col0 + i : 0), valid);
     }
