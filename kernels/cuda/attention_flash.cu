@@ -38,6 +38,7 @@
 //
 // Built only with -DATTN_FLASH; kernels/cuda/attention_naive.cu is the ATTN=naive variant.
 #if defined(ATTN_FLASH)
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -277,11 +278,16 @@ static void backward_bf16(floatX* dqkv, float* dq_accum, const float* lse2, cons
     }
 }
 
-// cp.async moves 16-byte chunks: head vectors must start on 16-byte boundaries.
-static void check_bf16_inputs(const void* a, const void* b, int HS) {
+// cp.async moves 16-byte chunks: head vectors must start on 16-byte boundaries. The tile loads
+// address a sequence's rows with 32-bit offsets.
+static void check_bf16_inputs(const void* a, const void* b, int T, int C, int HS) {
     if (HS != 32 && HS != 64 && HS != 128) {
         fatal("flash attention (BF16): head size %d is not supported (32, 64 or 128; choose the number of heads "
               "so that channels / heads is one of these)", HS);
+    }
+    if ((size_t)T * 3 * C > INT_MAX) {
+        fatal("flash attention (BF16): a sequence of T %d x 3C %d elements is above 2^31 - 1 (use a shorter -t)", T,
+              3 * C);
     }
     if (((uintptr_t)a | (uintptr_t)b) % 16 != 0) {
         fatal("flash attention (BF16): the qkv and output buffers must be 16-byte aligned");
@@ -291,7 +297,7 @@ static void check_bf16_inputs(const void* a, const void* b, int HS) {
 void attention_forward(floatX* out, void* saved, const floatX* qkv, int B, int T, int C, int NH) {
     check_shapes(B, T, C, NH);
     const int HS = C / NH;
-    check_bf16_inputs(qkv, out, HS);
+    check_bf16_inputs(qkv, out, T, C, HS);
     float* m = (float*)saved;
     float* l = m + (size_t)B * NH * T;
     switch (flash_config()) {
@@ -305,8 +311,8 @@ void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, const f
                         const floatX* out, const void* saved, int B, int T, int C, int NH) {
     check_shapes(B, T, C, NH);
     const int HS = C / NH;
-    check_bf16_inputs(qkv, dqkv, HS);
-    check_bf16_inputs(dout, out, HS);
+    check_bf16_inputs(qkv, dqkv, T, C, HS);
+    check_bf16_inputs(dout, out, T, C, HS);
     const float* m = (const float*)saved;
     const float* l = m + (size_t)B * NH * T;
     float* dq_accum = deterministic_dq() ? NULL : (float*)scratch; // first: 16-byte aligned for float4

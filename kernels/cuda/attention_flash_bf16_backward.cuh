@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int C = NH * HS, b = blockIdx.y / NH, h = blockIdx.y % NH;
     const int k0 = blockIdx.x * ROWS; // the first key blocks see the most queries: they start first
-    const size_t stride = 3 * (size_t)C;
+    const int stride = 3 * C; // between rows of qkv and dqkv; T * stride < 2^31 (checked at launch)
     const floatX* q_src = qkv + (size_t)b * T * stride + h * HS;
     const floatX* k_src = q_src + C;
     const floatX* v_src = q_src + 2 * C;
@@ -130,16 +130,16 @@ __global__ void __launch_bounds__(WARPS * 32)
             if (c0 < r0 + 15 || c0 + COLS > T)
                 mask_scores<1, COLS>(p, [&](int key, int col) { return c0 + col < r0 + key || c0 + col >= T; });
 #pragma unroll
-            for (int nt = 0; nt < COLS / 8; nt++)
+            for (int nt = 0; nt < COLS / 8; nt++) {
+                // The thread's two columns are adjacent: one 8-byte load of each vector.
+                const float2 lse = *(const float2*)(lse_tile + nt * 8 + lane % 4 * 2);
+                const float2 d = *(const float2*)(d_tile + nt * 8 + lane % 4 * 2);
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
-                    const int col = nt * 8 + lane % 4 * 2 + i % 2;
-                    p[0][nt][i] = fast_exp2(p[0][nt][i] * scale_log2 - lse_tile[col]);
+                    p[0][nt][i] = fast_exp2(p[0][nt][i] * scale_log2 - (i % 2 ? lse.y : lse.x));
+                    ds[0][nt][i] = p[0][nt][i] * (ds[0][nt][i] - (i % 2 ? d.y : d.x));
                 }
-#pragma unroll
-            for (int nt = 0; nt < COLS / 8; nt++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) ds[0][nt][i] = p[0][nt][i] * (ds[0][nt][i] - d_tile[nt * 8 + lane % 4 * 2 + i % 2]);
+            }
             Mma::template gemm_c_b<1, COLS>(dv_acc, p, do_tile); // dV += P^T dO
             Mma::template gemm_c_b<1, COLS>(dk_acc, ds, q_tile); // dK += dS^T Q (scaled at the end)
             Mma::wait(dv_acc, dk_acc);
@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int C = NH * HS, b = blockIdx.y / NH, h = blockIdx.y % NH;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * ROWS; // the longest rows start first
-    const size_t stride = 3 * (size_t)C;
+    const int stride = 3 * C; // between rows of qkv and dqkv; T * stride < 2^31 (checked at launch)
     const floatX* q_src = qkv + (size_t)b * T * stride + h * HS;
     const floatX* k_src = q_src + C;
     const floatX* v_src = q_src + 2 * C;

@@ -164,9 +164,10 @@ template <size_t ALIGN> __device__ __forceinline__ unsigned char* align_shared(u
 // x / CHUNKS + THREADS / CHUNKS, ...: a trip count known at compile time, so the loop unrolls
 // and each thread's column and swizzle are computed once (a loop from threadIdx.x to ROWS * CHUNKS
 // compiled to a generic loop whose index arithmetic cost the dK/dV kernel about a fifth of its
-// instructions).
+// instructions). Offsets within the sequence are 32-bit (T * stride < 2^31, checked at launch):
+// one multiply-add per chunk instead of 64-bit products and selects.
 template <class Mma, int ROWS, int THREADS>
-__device__ __forceinline__ void load_tile_async(floatX* tile, const floatX* src, int row0, int T, size_t stride) {
+__device__ __forceinline__ void load_tile_async(floatX* tile, const floatX* src, int row0, int T, int stride) {
     constexpr int CHUNKS = Mma::HS / 8; // 16-byte chunks per row
     constexpr int ROWS_PER_PASS = THREADS / CHUNKS;
     static_assert(THREADS % CHUNKS == 0, "every pass copies whole rows");
@@ -175,8 +176,8 @@ __device__ __forceinline__ void load_tile_async(floatX* tile, const floatX* src,
     for (int pass = 0; pass < (ROWS + ROWS_PER_PASS - 1) / ROWS_PER_PASS; pass++) {
         const int r = threadIdx.x / CHUNKS + pass * ROWS_PER_PASS;
         if (ROWS % ROWS_PER_PASS != 0 && r >= ROWS) break;
-        const bool valid = row0 + r < T;
-        cp_async_16(tile + Mma::offset(r, c * 8), src + (valid ? (size_t)(row0 + r) * stride + c * 8 : 0), valid);
+        const int row = min(row0 + r, T - 1); // past T: an address inside the matrix, nothing read
+        cp_async_16(tile + Mma::offset(r, c * 8), src + (row * stride + c * 8), row0 + r < T);
     }
 }
 
@@ -197,7 +198,7 @@ __device__ __forceinline__ void load_vector_async(float* dst, const float* src, 
 // commit group; past the last tile the group is empty, so there is always one group per tile.
 template <class Mma, int COLS, int THREADS, int STAGES>
 __device__ __forceinline__ void load_kv_stage(floatX* k_tiles, floatX* v_tiles, const floatX* k_src, const floatX* v_src,
-                                              int tile, int num_tiles, int T, size_t stride) {
+                                              int tile, int num_tiles, int T, int stride) {
     if (tile < num_tiles) {
         const int stage = tile % STAGES;
         load_tile_async<Mma, COLS, THREADS>(k_tiles + stage * COLS * Mma::STRIDE, k_src, tile * COLS, T, stride);
