@@ -16,10 +16,11 @@
 // FLASH_ATTN_DETERMINISTIC=0 (ATOMIC_DQ): the dK/dV kernel also adds each tile's dQ = dS K into an
 // fp32 buffer (B, T, C) with atomics, and a last kernel converts it: 5 tile products, 4 bytes per
 // activation of scratch, and dQ's sums in a different order on every run. It runs on mma.sync
-// tiles in every configuration. Measured on an H200 (d12 shapes, 64K tokens), forward + backward
-// against the mma.sync default: 4% slower at T = 1024 (172.3 vs 179.8 TFLOP/s), 5% faster at
-// T = 16384 (244.5 vs 233.2); against the wgmma default: 10% slower (171.2 vs 190.9) and 7%
-// slower (244.3 vs 263.1).
+// tiles in every configuration. Measured on an H100 (d12 shapes, 64K tokens, 2026-11-25, after
+// the lean tile loads), forward + backward against the wgmma default: 178.5 vs 242.6 TFLOP/s at
+// T = 1024, 269.1 vs 327.7 at 16384; against the mma.sync default (FLASH_ATTN_CONFIG=sm80): 172.3
+// vs 198.4 at 1024, 231.4 vs 242.4 at 4096. (On an H200 with the older loads it was 4% slower
+// than the mma.sync default at T = 1024 and 5% faster at 16384.)
 #pragma once
 #include <math.h>
 
