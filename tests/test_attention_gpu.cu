@@ -6,7 +6,8 @@
 // (FLASH_ATTN_DETERMINISTIC=1 and 0). GPU outputs are poisoned with 0xFF
 // bytes (NaN in fp32 and bf16) before every run, so an unwritten element fails, and every case runs
 // twice to check that the results are bit-identical (with atomic dQ: all but dQ, and both runs' dQ
-// against the reference). The seed is printed; TEST_SEED=n repeats a run.
+// against the reference). The seed is printed; TEST_SEED=n repeats a run. In the BF16 build a
+// sequence of more than 2^31 - 1 qkv elements (T x 3C) must be refused, in forked children.
 //
 // The backward is checked on its own: the GPU and the CPU get the same inputs (the reference's O
 // rounded to floatX, its m and l), so an error of the forward cannot hide one of the backward.
@@ -249,6 +250,20 @@ static int gpu_is_sm90(void) {
 }
 #endif
 
+#if defined(PRECISION_BF16)
+// The BF16 tile loads address a sequence's rows with 32-bit offsets: T x 3C past 2^31 - 1 elements
+// (here T = 2^20, C = 768: 2.4e9) must be refused before anything runs (hence NULL buffers).
+static const int TOO_LONG_T = 1 << 20, TOO_LONG_C = 768, TOO_LONG_NH = 12;
+static void forward_too_long(const void* arg) {
+    (void)arg;
+    attention_forward(NULL, NULL, NULL, 1, TOO_LONG_T, TOO_LONG_C, TOO_LONG_NH);
+}
+static void backward_too_long(const void* arg) {
+    (void)arg;
+    attention_backward(NULL, NULL, NULL, NULL, NULL, NULL, 1, TOO_LONG_T, TOO_LONG_C, TOO_LONG_NH);
+}
+#endif
+
 static void run_case(Case c, TestRng* rng) {
     Problem p = make_problem(c, rng);
     Results first = {host_floats(p.n_out), host_floats(2 * p.n_stat), host_floats(p.n_qkv)};
@@ -304,6 +319,12 @@ int main(void) {
     const unsigned long long seed = seed_env ? strtoull(seed_env, NULL, 10) : (unsigned long long)time(NULL);
     printf("test_attention_gpu: seed %llu (TEST_SEED=%llu repeats this run)\n", seed, seed);
     TestRng rng = test_rng(seed);
+#if defined(PRECISION_BF16) // in forked children, before this process touches the GPU
+    test_expect_fatal("a sequence of T x 3C above 2^31 - 1 is refused (forward)", forward_too_long, NULL,
+                      "T 1048576 x 3C 2304", "2^31 - 1");
+    test_expect_fatal("a sequence of T x 3C above 2^31 - 1 is refused (backward)", backward_too_long, NULL,
+                      "T 1048576 x 3C 2304", "2^31 - 1");
+#endif
     cudaCheck(cudaSetDevice(0));
 
     test_check(strcmp(attention_name(), "flash") == 0, "attention_name is flash", "got %s", attention_name());
