@@ -22,7 +22,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int C = NH * HS, b = blockIdx.y / NH, h = blockIdx.y % NH;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * ROWS; // the longest rows start first
-    const int stride = 3 * C; // between rows of qkv and dqkv; T * stride < 2^31 (checked at launch)
+    const int stride = 3 * C; // between rows of qkv; T * stride < 2^31 (checked at launch)
     const floatX* q_src = qkv + (size_t)b * T * stride + h * HS;
     const floatX* k_src = q_src + C;
     const floatX* v_src = q_src + 2 * C;
