@@ -283,9 +283,9 @@ static void backward_bf16(floatX* dqkv, float* dq_accum, const float* lse2, cons
     }
 }
 
-// cp.async moves 16-byte chunks: head vectors must start on 16-byte boundaries. The tile loads
-// address a sequence's rows with 32-bit offsets.
-static void check_bf16_inputs(const void* a, const void* b, int T, int C, int HS) {
+// The head sizes the tensor-core tiles exist for; the tile loads address a sequence's rows with
+// 32-bit offsets.
+static void check_bf16_shape(int T, int C, int HS) {
     if (HS != 32 && HS != 64 && HS != 128) {
         fatal("flash attention (BF16): head size %d is not supported (32, 64 or 128; choose the number of heads "
               "so that channels / heads is one of these)", HS);
@@ -294,6 +294,10 @@ static void check_bf16_inputs(const void* a, const void* b, int T, int C, int HS
         fatal("flash attention (BF16): a sequence of T %d x 3C %d elements is above 2^31 - 1 (use a shorter -t)", T,
               3 * C);
     }
+}
+
+// cp.async moves 16-byte chunks: head vectors must start on 16-byte boundaries.
+static void check_bf16_alignment(const void* a, const void* b) {
     if (((uintptr_t)a | (uintptr_t)b) % 16 != 0) {
         fatal("flash attention (BF16): the qkv and output buffers must be 16-byte aligned");
     }
@@ -302,7 +306,8 @@ static void check_bf16_inputs(const void* a, const void* b, int T, int C, int HS
 void attention_forward(floatX* out, void* saved, const floatX* qkv, int B, int T, int C, int NH) {
     check_shapes(B, T, C, NH);
     const int HS = C / NH;
-    check_bf16_inputs(qkv, out, T, C, HS);
+    check_bf16_shape(T, C, HS);
+    check_bf16_alignment(qkv, out);
     float* m = (float*)saved;
     float* l = m + (size_t)B * NH * T;
     switch (flash_config()) {
@@ -316,8 +321,9 @@ void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, const f
                         const floatX* out, const void* saved, int B, int T, int C, int NH) {
     check_shapes(B, T, C, NH);
     const int HS = C / NH;
-    check_bf16_inputs(qkv, dqkv, T, C, HS);
-    check_bf16_inputs(dout, out, T, C, HS);
+    check_bf16_shape(T, C, HS);
+    check_bf16_alignment(qkv, dqkv);
+    check_bf16_alignment(dout, out);
     const float* m = (const float*)saved;
     const float* l = m + (size_t)B * NH * T;
     float* dq_accum = deterministic_dq() ? NULL : (float*)scratch; // first: 16-byte aligned for float4
