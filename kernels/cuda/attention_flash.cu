@@ -16,7 +16,9 @@
 // BF16 build: tensor cores, bf16 in, fp32 accumulate, through mma.sync m16n8k16 with ldmatrix
 // from shared memory rows padded by 16 bytes, or on H100/H200 (sm_90a) with HS 64 through wgmma
 // reading K, V, Q and dO straight from 128-byte-swizzled shared memory (see "Mma" in
-// attention_flash_bf16_mma.cuh); cp.async double buffering with one barrier per streamed tile;
+// attention_flash_bf16_mma.cuh); double buffering of the streamed tiles, by cp.async or on
+// H100/H200 by TMA (one thread copies a tile, an mbarrier says when it has landed), with one
+// barrier per streamed tile;
 // Q, K, V are read straight from the qkv buffer. Head sizes 32, 64 and 128. Three configurations
 // are picked at launch from the GPU: sm90 (wgmma) for H100/H200, sm80 (mma.sync) for A100, sm86
 // for RTX 3090/4090 class GPUs with 100 KB of shared memory per SM (every block stays under
@@ -28,10 +30,12 @@
 // host code and includes the others, which hold the kernels.
 //   attention_flash.cu                 the attention_* functions of kernels/kernels.h, the scratch
 //                                      layout, the D/lse kernel of both builds, the BF16 tile
-//                                      configurations and their choice (FLASH_ATTN_CONFIG), and
-//                                      every launch
-//   attention_flash_bf16_ptx.cuh       PTX wrappers: cp.async, ldmatrix, mma.sync, wgmma
-//   attention_flash_bf16_mma.cuh       the MmaSync and Wgmma policies and the tile loads and stores
+//                                      configurations and their choice (FLASH_ATTN_CONFIG), the TMA
+//                                      tensor maps, and every launch
+//   attention_flash_bf16_ptx.cuh       PTX wrappers: cp.async, ldmatrix, mma.sync, wgmma, TMA and
+//                                      mbarriers
+//   attention_flash_bf16_mma.cuh       the MmaSync and Wgmma policies and the tile loads, streams
+//                                      and stores
 //   attention_flash_bf16_forward.cuh   the BF16 forward kernel
 //   attention_flash_bf16_backward.cuh  the BF16 dK/dV, dQ and atomic-dQ kernels
 //   attention_flash_fp32.cuh           the FP32 build's kernels
@@ -179,6 +183,34 @@ template <int HS> constexpr int tile_cols() { return HS > 64 ? 32 : 64; }
 template <int HS> constexpr int warps_for(int warps) { return HS > 64 ? 4 : warps; }
 template <int HS> constexpr int m_tiles_for(int m_tiles) { return HS > 64 ? 1 : m_tiles; }
 
+// ---- TMA --------------------------------------------------------------------------------------
+// The tensor maps through which the Wgmma kernels' streamed tiles come (TileStream): a (B, T,
+// width) matrix of bf16 (qkv, width 3C, or dout, width C) in boxes of 64 rows by one 64-element
+// head vector, with the 128-byte swizzle of the Wgmma tiles; rows at or past T (outside the tensor)
+// arrive as zeros, as cp.async makes them. cuTensorMapEncodeTiled is a driver function: reached
+// through the runtime, so that nothing links libcuda.
+static CUtensorMap head_tensor_map(const floatX* base, int B, int T, int width) {
+    static decltype(&cuTensorMapEncodeTiled) encode = NULL;
+    if (!encode) {
+        cudaDriverEntryPointQueryResult found;
+        cudaCheck(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void**)&encode, 12000, cudaEnableDefault,
+                                                   &found));
+        if (found != cudaDriverEntryPointSuccess || !encode)
+            fatal("flash attention (BF16): the CUDA driver has no cuTensorMapEncodeTiled (TMA needs CUDA 12)");
+    }
+    const cuuint64_t dims[3] = {(cuuint64_t)width, (cuuint64_t)T, (cuuint64_t)B};
+    const cuuint64_t strides[2] = {(cuuint64_t)width * sizeof(floatX), (cuuint64_t)T * width * sizeof(floatX)};
+    const cuuint32_t box[3] = {64, 64, 1}, element_strides[3] = {1, 1, 1};
+    CUtensorMap map;
+    const CUresult result = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void*)base, dims, strides, box,
+                                   element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (result != CUDA_SUCCESS)
+        fatal("flash attention (BF16): cuTensorMapEncodeTiled failed (error %d) for a (%d, %d, %d) matrix", (int)result,
+              B, T, width);
+    return map;
+}
+
 // ---- launch ---------------------------------------------------------------------------------
 template <int HS, class Tiles> struct FlashBf16 {
     using Mma = std::conditional_t<Tiles::WGMMA && HS == 64, Wgmma, MmaSync<HS>>;
@@ -196,12 +228,21 @@ template <int HS, class Tiles> struct FlashBf16 {
 
     static constexpr auto forward_kernel() { return flash_forward_kernel<Mma, FWD_WARPS, FWD_M_TILES, COLS, STAGES>; }
 
+    // The tensor map of a (B, T, width) matrix where the kernels load by TMA; the other kernels
+    // ignore the (empty) map they get.
+    static CUtensorMap tile_map(const floatX* base, int B, int T, int width) {
+        CUtensorMap map = {};
+        if constexpr (Mma::TMA) map = head_tensor_map(base, B, T, width);
+        return map;
+    }
+
     static void forward(floatX* out, float* m, float* l, const floatX* qkv, int B, int T, int NH) {
         constexpr int ROWS = 16 * FWD_WARPS * FWD_M_TILES;
         const size_t smem = smem_bytes<Mma>(ROWS, 0);
         auto kernel = forward_kernel();
         allow_shared_memory(kernel, smem);
-        kernel<<<dim3(ceil_div(T, ROWS), B * NH), FWD_WARPS * 32, smem>>>(out, m, l, qkv, T, NH);
+        const CUtensorMap qkv_map = tile_map(qkv, B, T, 3 * NH * HS);
+        kernel<<<dim3(ceil_div(T, ROWS), B * NH), FWD_WARPS * 32, smem>>>(out, m, l, qkv, qkv_map, T, NH);
         launchCheck();
     }
 
@@ -215,8 +256,9 @@ template <int HS, class Tiles> struct FlashBf16 {
             cudaCheck(cudaMemsetAsync(dq_accum, 0, n * sizeof(float)));
             auto kernel = flash_backward_dkv_kernel<MmaSync<HS>, ATOMIC_DKV_WARPS, COLS, STAGES, true>;
             allow_shared_memory(kernel, smem);
-            kernel<<<dim3(ceil_div(T, ROWS), B * NH), ATOMIC_DKV_WARPS * 32, smem>>>(dqkv, dq_accum, dout, qkv, lse2, D,
-                                                                                    T, NH);
+            const CUtensorMap none = {};
+            kernel<<<dim3(ceil_div(T, ROWS), B * NH), ATOMIC_DKV_WARPS * 32, smem>>>(dqkv, dq_accum, dout, qkv, none, none,
+                                                                                    lse2, D, T, NH);
             launchCheck();
             flash_backward_dq_convert_kernel<<<ceil_div(n / 8, 256), 256>>>(dqkv, dq_accum, n, NH * HS,
                                                                            1.0f / sqrtf((float)HS));
@@ -227,11 +269,14 @@ template <int HS, class Tiles> struct FlashBf16 {
         const size_t dkv_smem = smem_bytes<Mma>(2 * DKV_ROWS, 2), dq_smem = smem_bytes<Mma>(2 * DQ_ROWS, 0);
         auto dkv_kernel = flash_backward_dkv_kernel<Mma, DKV_WARPS, COLS, STAGES, false>;
         allow_shared_memory(dkv_kernel, dkv_smem);
-        dkv_kernel<<<dim3(ceil_div(T, DKV_ROWS), B * NH), DKV_WARPS * 32, dkv_smem>>>(dqkv, NULL, dout, qkv, lse2, D, T, NH);
+        const CUtensorMap qkv_map = tile_map(qkv, B, T, 3 * NH * HS), dout_map = tile_map(dout, B, T, NH * HS);
+        dkv_kernel<<<dim3(ceil_div(T, DKV_ROWS), B * NH), DKV_WARPS * 32, dkv_smem>>>(dqkv, NULL, dout, qkv, qkv_map, dout_map,
+                                                                                      lse2, D, T, NH);
         launchCheck();
         auto dq_kernel = flash_backward_dq_kernel<Mma, DQ_WARPS, DQ_M_TILES, COLS, STAGES>;
         allow_shared_memory(dq_kernel, dq_smem);
-        dq_kernel<<<dim3(ceil_div(T, DQ_ROWS), B * NH), DQ_WARPS * 32, dq_smem>>>(dqkv, dout, qkv, lse2, D, T, NH);
+        dq_kernel<<<dim3(ceil_div(T, DQ_ROWS), B * NH), DQ_WARPS * 32, dq_smem>>>(dqkv, dout, qkv, qkv_map, lse2, D, T,
+                                                                                  NH);
         launchCheck();
     }
 };

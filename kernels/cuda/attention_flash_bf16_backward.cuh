@@ -16,11 +16,11 @@
 // FLASH_ATTN_DETERMINISTIC=0 (ATOMIC_DQ): the dK/dV kernel also adds each tile's dQ = dS K into an
 // fp32 buffer (B, T, C) with atomics, and a last kernel converts it: 5 tile products, 4 bytes per
 // activation of scratch, and dQ's sums in a different order on every run. It runs on mma.sync
-// tiles in every configuration. Measured on an H100 (d12 shapes, 64K tokens, 2026-11-25, after
-// the lean tile loads), forward + backward against the wgmma default: 178.5 vs 242.6 TFLOP/s at
-// T = 1024, 269.1 vs 327.7 at 16384; against the mma.sync default (FLASH_ATTN_CONFIG=sm80): 172.3
-// vs 198.4 at 1024, 231.4 vs 242.4 at 4096. (On an H200 with the older loads it was 4% slower
-// than the mma.sync default at T = 1024 and 5% faster at 16384.)
+// tiles in every configuration. Measured on an H100 (d12 shapes, 64K tokens, 2026-11-25, with the
+// wgmma kernels' tiles by TMA), forward + backward against the wgmma default: 185.2 vs 253.9
+// TFLOP/s at T = 1024, 273.2 vs 340.9 at 16384; (before TMA) against the mma.sync default
+// (FLASH_ATTN_CONFIG=sm80): 172.3 vs 198.4 at 1024, 231.4 vs 242.4 at 4096. (On an H200 with the
+// older loads it was 4% slower than the mma.sync default at T = 1024 and 5% faster at 16384.)
 #pragma once
 #include <math.h>
 
@@ -57,14 +57,16 @@ __device__ __forceinline__ void atomic_add_rows(float* dst, const float acc[NCOL
 // dQ = dS K (COLS x HS, unscaled) into the fp32 buffer dq_accum (B, T, C) with atomics.
 template <class Mma, int WARPS, int COLS, int STAGES, bool ATOMIC_DQ>
 __global__ void __launch_bounds__(WARPS * 32)
-    flash_backward_dkv_kernel(floatX* dqkv, float* dq_accum, const floatX* dout, const floatX* qkv, const float* lse2,
-                              const float* D, int T, int NH) {
+    flash_backward_dkv_kernel(floatX* dqkv, float* dq_accum, const floatX* dout, const floatX* qkv,
+                              const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
+                              const float* lse2, const float* D, int T, int NH) {
     constexpr int HS = Mma::HS, ROWS = 16 * WARPS, THREADS = 32 * WARPS, STRIDE = Mma::STRIDE;
     // dQ tile work: each of the COLS / 16 query m-tiles is split over SPLIT warps by head dimension.
     constexpr int DQ_MTILES = COLS / 16, SPLIT = WARPS / DQ_MTILES, DQ_DIMS = HS / SPLIT, DS_STRIDE = COLS + 8;
     static_assert(!ATOMIC_DQ || (WARPS % DQ_MTILES == 0 && DQ_DIMS % 16 == 0), "dQ tile split");
     static_assert(!ATOMIC_DQ || Mma::GROUP_WARPS == 1, "atomic dQ multiplies with mma.sync");
     extern __shared__ __align__(16) unsigned char smem[];
+    __shared__ uint64_t landed[STAGES];
     floatX* k_tile = (floatX*)align_shared<Mma::ALIGN>(smem);
     floatX* v_tile = k_tile + ROWS * STRIDE;
     floatX* q_tiles = v_tile + ROWS * STRIDE; // STAGES stages each
@@ -84,19 +86,23 @@ __global__ void __launch_bounds__(WARPS * 32)
     const float* d_src = D + ((size_t)b * NH + h) * T;
     const int first_tile = k0 / COLS, num_tiles = (T + COLS - 1) / COLS; // tiles above the diagonal skipped
 
-    auto load_query_tile = [&](int tile) { // one commit group per tile, empty past the last
+    const TileStream<Mma, COLS, THREADS, STAGES> qdo = {q_tiles, do_tiles, landed, first_tile, num_tiles, T,
+                                                        q_src, do_src, stride, C,
+                                                        &qkv_map, &dout_map, h * HS, h * HS, b};
+    auto load_query_tile = [&](int tile) { // one commit group per tile (lse and D), empty past the last
+        qdo.load(tile);
         if (tile < num_tiles) {
-            const int stage = tile % STAGES, c0 = tile * COLS;
-            load_tile_async<Mma, COLS, THREADS>(q_tiles + stage * COLS * STRIDE, q_src, c0, T, stride);
-            load_tile_async<Mma, COLS, THREADS>(do_tiles + stage * COLS * STRIDE, do_src, c0, T, C);
+            const int stage = qdo.stage(tile), c0 = tile * COLS;
             load_vector_async<COLS, THREADS>(lse_tiles + stage * COLS, lse_src, c0, T);
             load_vector_async<COLS, THREADS>(d_tiles + stage * COLS, d_src, c0, T);
         }
         cp_async_commit();
     };
 
+    qdo.init();
     load_tile_async<Mma, ROWS, THREADS>(k_tile, k_src, k0, T, stride); // in the first tile's group
     load_tile_async<Mma, ROWS, THREADS>(v_tile, v_src, k0, T, stride);
+    __syncthreads(); // the barriers initialised
     for (int tile = first_tile; tile < first_tile + STAGES - 1; tile++) load_query_tile(tile);
     cp_async_wait<STAGES - 2>();
     __syncthreads();
@@ -109,18 +115,17 @@ __global__ void __launch_bounds__(WARPS * 32)
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * LOG2E;
     float dk_acc[1][HS / 8][4] = {}, dv_acc[1][HS / 8][4] = {};
     for (int tile = first_tile; tile < num_tiles; tile++) {
-        cp_async_wait<STAGES - 2>(); // as in the forward: one barrier per tile
-        Mma::tiles_ready();
+        qdo.wait(tile); // as in the forward: one barrier per tile
         __syncthreads();
         load_query_tile(tile + STAGES - 1);
-        const int c0 = tile * COLS, stage = tile % STAGES;
+        const int c0 = tile * COLS, stage = qdo.stage(tile);
         if (c0 + COLS - 1 >= group_first_row) { // some query of the tile sees some key of the warp group
             if constexpr (Mma::RELOAD_A) {
                 load_a_fragments<Mma, 1>(k_frag, k_tile, warp * 16);
                 load_a_fragments<Mma, 1>(v_frag, v_tile, warp * 16);
             }
-            const floatX* q_tile = q_tiles + stage * COLS * STRIDE;
-            const floatX* do_tile = do_tiles + stage * COLS * STRIDE;
+            const floatX* q_tile = qdo.a_tile(tile);
+            const floatX* do_tile = qdo.b_tile(tile);
             const float* lse_tile = lse_tiles + stage * COLS;
             const float* d_tile = d_tiles + stage * COLS;
             float p[1][COLS / 8][4], ds[1][COLS / 8][4];
@@ -178,10 +183,12 @@ __global__ void __launch_bounds__(WARPS * 32)
 // K/V tiles at or below the diagonal, recomputes P and dP, and accumulates dQ = scale dS K.
 template <class Mma, int WARPS, int M_TILES, int COLS, int STAGES>
 __global__ void __launch_bounds__(WARPS * 32)
-    flash_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse2,
-                             const float* D, int T, int NH) {
+    flash_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv,
+                             const __grid_constant__ CUtensorMap qkv_map, const float* lse2, const float* D, int T,
+                             int NH) {
     constexpr int HS = Mma::HS, ROWS = 16 * WARPS * M_TILES, THREADS = 32 * WARPS, STRIDE = Mma::STRIDE;
     extern __shared__ __align__(16) unsigned char smem[];
+    __shared__ uint64_t landed[STAGES];
     floatX* q_tile = (floatX*)align_shared<Mma::ALIGN>(smem);
     floatX* do_tile = q_tile + ROWS * STRIDE;
     floatX* k_tiles = do_tile + ROWS * STRIDE; // STAGES stages each
@@ -191,15 +198,19 @@ __global__ void __launch_bounds__(WARPS * 32)
     const int q0 = (gridDim.x - 1 - blockIdx.x) * ROWS; // the longest rows start first
     const int stride = 3 * C; // between rows of qkv and dqkv; T * stride < 2^31 (checked at launch)
     const floatX* q_src = qkv + (size_t)b * T * stride + h * HS;
-    const floatX* k_src = q_src + C;
-    const floatX* v_src = q_src + 2 * C;
     const int num_tiles = (min(q0 + ROWS, T) + COLS - 1) / COLS;
-    auto load_kv_tile = [&](int tile) {
-        load_kv_stage<Mma, COLS, THREADS, STAGES>(k_tiles, v_tiles, k_src, v_src, tile, num_tiles, T, stride);
+    const TileStream<Mma, COLS, THREADS, STAGES> kv = {k_tiles, v_tiles, landed, 0, num_tiles, T,
+                                                       q_src + C, q_src + 2 * C, stride, stride,
+                                                       &qkv_map, &qkv_map, C + h * HS, 2 * C + h * HS, b};
+    auto load_kv_tile = [&](int tile) { // as in the forward
+        kv.load(tile);
+        cp_async_commit();
     };
 
+    kv.init();
     load_tile_async<Mma, ROWS, THREADS>(q_tile, q_src, q0, T, stride); // in the first tile's group
     load_tile_async<Mma, ROWS, THREADS>(do_tile, dout + (size_t)b * T * C + h * HS, q0, T, C);
+    __syncthreads(); // the barriers initialised
     for (int tile = 0; tile < STAGES - 1; tile++) load_kv_tile(tile);
     cp_async_wait<STAGES - 2>();
     __syncthreads();
@@ -222,15 +233,14 @@ __global__ void __launch_bounds__(WARPS * 32)
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * LOG2E;
     float dq_acc[M_TILES][HS / 8][4] = {};
     for (int tile = 0; tile < num_tiles; tile++) {
-        cp_async_wait<STAGES - 2>(); // as in the forward: one barrier per tile
-        Mma::tiles_ready();
+        kv.wait(tile); // as in the forward: one barrier per tile
         __syncthreads();
         load_kv_tile(tile + STAGES - 1);
         const int c0 = tile * COLS;
         if (c0 <= group_last_row) {
             if constexpr (Mma::RELOAD_A) load_a_fragments<Mma, M_TILES>(q_frag, q_tile, warp * 16 * M_TILES);
-            const floatX* k_tile = k_tiles + tile % STAGES * COLS * STRIDE;
-            const floatX* v_tile = v_tiles + tile % STAGES * COLS * STRIDE;
+            const floatX* k_tile = kv.a_tile(tile);
+            const floatX* v_tile = kv.b_tile(tile);
             // S and dP one after the other: both in flight at once spill on sm_90 with 2 m-tiles.
             float p[M_TILES][COLS / 8][4];
             Mma::template gemm_a_bt<M_TILES, COLS>(p, q_frag, k_tile); // S = Q K^T

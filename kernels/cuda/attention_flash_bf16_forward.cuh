@@ -1,7 +1,7 @@
 // The forward kernel of the BF16 flash attention: each thread block owns a block of query rows of
 // one (batch, head) and streams the K/V tiles at or below the diagonal through shared memory
-// (cp.async, double-buffered, one barrier per tile); an online softmax keeps the running max and
-// sum in registers; it writes O and (m, l). Its products and tile loads are in
+// (TileStream: cp.async or TMA, double-buffered, one barrier per tile); an online softmax keeps
+// the running max and sum in registers; it writes O and (m, l). Its products and tile loads are in
 // attention_flash_bf16_mma.cuh; its tile shapes and launch in attention_flash.cu; the backward in
 // attention_flash_bf16_backward.cuh.
 #pragma once
@@ -13,9 +13,11 @@
 
 template <class Mma, int WARPS, int M_TILES, int COLS, int STAGES>
 __global__ void __launch_bounds__(WARPS * 32)
-    flash_forward_kernel(floatX* out, float* m_out, float* l_out, const floatX* qkv, int T, int NH) {
+    flash_forward_kernel(floatX* out, float* m_out, float* l_out, const floatX* qkv,
+                         const __grid_constant__ CUtensorMap qkv_map, int T, int NH) {
     constexpr int HS = Mma::HS, ROWS = 16 * WARPS * M_TILES, THREADS = 32 * WARPS, STRIDE = Mma::STRIDE;
     extern __shared__ __align__(16) unsigned char smem[];
+    __shared__ uint64_t landed[STAGES];
     floatX* q_tile = (floatX*)align_shared<Mma::ALIGN>(smem);
     floatX* k_tiles = q_tile + ROWS * STRIDE; // STAGES stages each
     floatX* v_tiles = k_tiles + STAGES * COLS * STRIDE;
@@ -24,14 +26,18 @@ __global__ void __launch_bounds__(WARPS * 32)
     const int q0 = (gridDim.x - 1 - blockIdx.x) * ROWS; // the longest rows start first
     const int stride = 3 * C; // between rows of qkv; T * stride < 2^31 (checked at launch)
     const floatX* q_src = qkv + (size_t)b * T * stride + h * HS;
-    const floatX* k_src = q_src + C;
-    const floatX* v_src = q_src + 2 * C;
     const int num_tiles = (min(q0 + ROWS, T) + COLS - 1) / COLS; // tiles above the diagonal skipped
-    auto load_kv_tile = [&](int tile) {
-        load_kv_stage<Mma, COLS, THREADS, STAGES>(k_tiles, v_tiles, k_src, v_src, tile, num_tiles, T, stride);
+    const TileStream<Mma, COLS, THREADS, STAGES> kv = {k_tiles, v_tiles, landed, 0, num_tiles, T,
+                                                       q_src + C, q_src + 2 * C, stride, stride,
+                                                       &qkv_map, &qkv_map, C + h * HS, 2 * C + h * HS, b};
+    auto load_kv_tile = [&](int tile) { // one commit group per tile (empty with TMA or past the last)
+        kv.load(tile);
+        cp_async_commit();
     };
 
+    kv.init();
     load_tile_async<Mma, ROWS, THREADS>(q_tile, q_src, q0, T, stride); // in the first tile's group
+    __syncthreads(); // the barriers initialised
     for (int tile = 0; tile < STAGES - 1; tile++) load_kv_tile(tile);
     cp_async_wait<STAGES - 2>();
     __syncthreads();
@@ -53,17 +59,16 @@ __global__ void __launch_bounds__(WARPS * 32)
         }
 
     for (int tile = 0; tile < num_tiles; tile++) {
-        cp_async_wait<STAGES - 2>(); // this tile has arrived,
-        Mma::tiles_ready();
-        __syncthreads();             // and every warp is done with the previous one, whose stage
+        kv.wait(tile);      // this tile has arrived,
+        __syncthreads();    // and every warp is done with the previous one, whose stage
         load_kv_tile(tile + STAGES - 1); // takes the tile STAGES - 1 ahead
         const int c0 = tile * COLS;
         // Tile 0 holds key 0, which every row sees, so every running max is finite after it (and
         // a later tile masked whole for a warp of a wgmma group leaves its rows as they were).
         if (c0 <= group_last_row) { // some key of the tile is visible to some row of the warp group
             if constexpr (Mma::RELOAD_A) load_a_fragments<Mma, M_TILES>(q_frag, q_tile, warp * 16 * M_TILES);
-            const floatX* k_tile = k_tiles + tile % STAGES * COLS * STRIDE;
-            const floatX* v_tile = v_tiles + tile % STAGES * COLS * STRIDE;
+            const floatX* k_tile = kv.a_tile(tile);
+            const floatX* v_tile = kv.b_tile(tile);
             float s[M_TILES][COLS / 8][4];
             Mma::template gemm_a_bt<M_TILES, COLS>(s, q_frag, k_tile);
             Mma::wait(s);

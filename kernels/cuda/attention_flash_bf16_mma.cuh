@@ -1,10 +1,12 @@
 // The building blocks of the BF16 flash kernels (attention_flash_bf16_forward.cuh,
 // attention_flash_bf16_backward.cuh): the two matrix-product policies, MmaSync (mma.sync, every
 // GPU from sm_80) and Wgmma (wgmma, H100/H200), and the tile work both directions share: cp.async
-// loads of tiles and vectors into shared memory, A fragments from a tile, the causal mask of a
-// score fragment, and the bf16 store of an accumulator. The PTX underneath is in
+// loads of tiles and vectors into shared memory, the streaming of tiles (TileStream: cp.async, or
+// TMA with Wgmma), A fragments from a tile, the causal mask of a score fragment, and the bf16
+// store of an accumulator. The PTX underneath is in
 // attention_flash_bf16_ptx.cuh; which policy and tile shapes run is chosen in attention_flash.cu.
 #pragma once
+#include <cuda.h> // CUtensorMap
 #include <math.h>
 
 #include "kernels/cuda/attention_flash_bf16_ptx.cuh"
@@ -25,6 +27,7 @@
 template <int HEAD_SIZE> struct MmaSync {
     static constexpr int HS = HEAD_SIZE, STRIDE = HS + 8, GROUP_WARPS = 1;
     static constexpr bool RELOAD_A = false; // see Wgmma
+    static constexpr bool TMA = false;      // streamed tiles by cp.async (TileStream)
     static constexpr size_t ALIGN = 16;
     __device__ static int offset(int row, int col) { return row * STRIDE + col; }
     __device__ static void tiles_ready() {} // ldmatrix reads what cp.async wrote once the barrier is passed
@@ -99,6 +102,7 @@ struct Wgmma {
     // with the fragments carried around the loop, it gave their registers to P after the first
     // tile (as if a wgmma's A operand died with it), and every later tile multiplied P by K.
     static constexpr bool RELOAD_A = true;
+    static constexpr bool TMA = true; // streamed tiles by TMA (TileStream), which writes this same swizzle
     static constexpr size_t ALIGN = 1024; // the swizzle pattern repeats from 1024-byte boundaries
     __device__ static int offset(int row, int col) { return row * STRIDE + ((col / 8) ^ (row % 8)) * 8 + col % 8; }
     // cp.async writes through the generic proxy, wgmma reads through the async proxy.
@@ -194,18 +198,57 @@ __device__ __forceinline__ void load_vector_async(float* dst, const float* src, 
     }
 }
 
-// K and V tile `tile` (COLS rows each) into its stage of the STAGES-deep buffers, as one cp.async
-// commit group; past the last tile the group is empty, so there is always one group per tile.
-template <class Mma, int COLS, int THREADS, int STAGES>
-__device__ __forceinline__ void load_kv_stage(floatX* k_tiles, floatX* v_tiles, const floatX* k_src, const floatX* v_src,
-                                              int tile, int num_tiles, int T, int stride) {
-    if (tile < num_tiles) {
-        const int stage = tile % STAGES;
-        load_tile_async<Mma, COLS, THREADS>(k_tiles + stage * COLS * Mma::STRIDE, k_src, tile * COLS, T, stride);
-        load_tile_async<Mma, COLS, THREADS>(v_tiles + stage * COLS * Mma::STRIDE, v_src, tile * COLS, T, stride);
+// Two matrices' tiles of COLS rows, streamed through STAGES stages of shared memory: K and V in the
+// forward and the dQ kernel, Q and dO in the dK/dV kernel, tiles first_tile, first_tile + 1, ...
+// MmaSync: by cp.async from every thread (rows at or past T zeros), in the commit group the kernel
+// closes for each tile. Wgmma: by TMA from thread 0 out of tensor maps of the two matrices
+// (attention_flash.cu; rows past T are outside the tensor: zeros too), with one mbarrier per
+// stage that the copies signal: the other threads spend no instructions on addresses (the cp.async
+// loads' were about 45 per thread and tile in the forward, which got 5-11% faster without them).
+template <class Mma, int COLS, int THREADS, int STAGES> struct TileStream {
+    floatX *a_tiles, *b_tiles; // STAGES stages each
+    uint64_t* landed;          // STAGES mbarriers (TMA)
+    int first_tile, num_tiles, T;
+    const floatX *a_src, *b_src; // cp.async: row 0 of this (batch, head)'s matrices,
+    int a_stride, b_stride;      // and their rows' distance in elements
+    const CUtensorMap *a_map, *b_map; // TMA: the matrices as (B, T, width) tensors,
+    int a_col, b_col, batch;          // and where this head's columns start
+
+    __device__ int stage(int tile) const { return (tile - first_tile) % STAGES; }
+    __device__ floatX* a_tile(int tile) const { return a_tiles + stage(tile) * COLS * Mma::STRIDE; }
+    __device__ floatX* b_tile(int tile) const { return b_tiles + stage(tile) * COLS * Mma::STRIDE; }
+
+    // Before the block's first barrier.
+    __device__ void init() const {
+        if constexpr (Mma::TMA) {
+            if (threadIdx.x == 0)
+                for (int i = 0; i < STAGES; i++) mbarrier_init(&landed[i], 1);
+        }
     }
-    cp_async_commit();
-}
+    // Starts tile `tile` into its stage (nothing past the last tile). The stage's previous tile must
+    // be done with: the kernels call this after a barrier that every warp reaches once it is.
+    __device__ void load(int tile) const {
+        if (tile >= num_tiles) return;
+        if constexpr (Mma::TMA) {
+            if (threadIdx.x == 0) {
+                uint64_t* bar = &landed[stage(tile)];
+                mbarrier_expect_bytes(bar, 2 * COLS * Mma::HS * sizeof(floatX));
+                tma_load_3d(a_tile(tile), a_map, a_col, tile * COLS, batch, bar);
+                tma_load_3d(b_tile(tile), b_map, b_col, tile * COLS, batch, bar);
+            }
+        } else {
+            load_tile_async<Mma, COLS, THREADS>(a_tile(tile), a_src, tile * COLS, T, a_stride);
+            load_tile_async<Mma, COLS, THREADS>(b_tile(tile), b_src, tile * COLS, T, b_stride);
+        }
+    }
+    // Waits until tile `tile` and the rest of its tile's cp.async group (STAGES - 2 newer groups may
+    // be in flight) are in shared memory, for the products; the kernels then hold a barrier.
+    __device__ void wait(int tile) const {
+        cp_async_wait<STAGES - 2>();
+        if constexpr (Mma::TMA) mbarrier_wait(&landed[stage(tile)], (tile - first_tile) / STAGES % 2);
+        else Mma::tiles_ready();
+    }
+};
 
 // A fragments of the warp's 16 * M_TILES rows starting at tile row `row0`, all HS columns.
 template <class Mma, int M_TILES>

@@ -1,7 +1,8 @@
 // PTX wrappers of the BF16 flash attention (kernels/cuda/attention_flash.cu and the files it
 // includes, listed there): cp.async (global to shared memory without registers), ldmatrix,
-// mma.sync m16n8k16 and its fragment layouts, and wgmma (sm_90a) with its shared-memory descriptor,
-// fences and register pins. Nothing here knows about attention: the matrix-product policies built
+// mma.sync m16n8k16 and its fragment layouts, wgmma (sm_90a) with its shared-memory descriptor,
+// fences and register pins, and TMA tile copies with the mbarriers they signal (sm_90a). Nothing
+// here knows about attention: the matrix-product policies built
 // on these, and the tile loads and stores, are in attention_flash_bf16_mma.cuh.
 #pragma once
 #if !defined(PRECISION_BF16)
@@ -96,6 +97,53 @@ __device__ __forceinline__ void wgmma_m64n64k16(float d[8][4], const uint32_t a[
     __trap();
 #endif
 }
+// TMA (PTX ISA, "cp.async.bulk.tensor"), sm_90a only like wgmma: one thread copies a whole tile,
+// described by a tensor map, into shared memory and the copy signals an mbarrier when its bytes have
+// landed; the other threads wait on that barrier's phase.
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, int count) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_address(bar)), "r"(count));
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); // visible to the TMA unit
+#else
+    (void)bar, (void)count;
+    __trap();
+#endif
+}
+// Arrives on the barrier and tells it to wait for `bytes` more from the copies that signal it.
+__device__ __forceinline__ void mbarrier_expect_bytes(uint64_t* bar, uint32_t bytes) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_address(bar)), "r"(bytes)
+                 : "memory");
+#else
+    (void)bar, (void)bytes;
+    __trap();
+#endif
+}
+// Waits until the barrier's phase `parity` (0, 1, 0, ... for its 1st, 2nd, 3rd completion) is over.
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, int parity) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("{\n.reg .pred done;\nwait:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra wait;\n}\n" ::"r"(smem_address(bar)), "r"(parity)
+                 : "memory");
+#else
+    (void)bar, (void)parity;
+    __trap();
+#endif
+}
+// The box at coordinates (x, y, z) of a 3-D tensor map into shared memory at dst, signalling bar;
+// elements outside the tensor are zeros.
+__device__ __forceinline__ void tma_load_3d(void* dst, const void* tensor_map, int x, int y, int z, uint64_t* bar) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+                 "[%5];\n" ::"r"(smem_address(dst)), "l"(tensor_map), "r"(x), "r"(y), "r"(z), "r"(smem_address(bar))
+                 : "memory");
+#else
+    (void)dst, (void)tensor_map, (void)x, (void)y, (void)z, (void)bar;
+    __trap();
+#endif
+}
+
 // Orders this thread's register accesses before the wgmmas that follow (wgmma.fence); closes a
 // group of issued wgmmas; waits for every group issued.
 __device__ __forceinline__ void wgmma_fence() {
