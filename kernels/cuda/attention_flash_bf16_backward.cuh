@@ -105,12 +105,19 @@ __global__ void __launch_bounds__(WARPS * 32)
     __syncthreads(); // the barriers initialised
     for (int tile = first_tile; tile < first_tile + STAGES - 1; tile++) load_query_tile(tile);
     cp_async_wait<STAGES - 2>();
+    Mma::tiles_ready(); // K and V, which wgmma reads with SHARED_A
     __syncthreads();
     const int r0 = k0 + warp * 16; // this warp's first key row
     const int group_first_row = k0 + warp / Mma::GROUP_WARPS * Mma::GROUP_WARPS * 16; // of the warps that multiply together
+    // K and V as A operands: fragments in registers for the whole loop, or with SHARED_A (wgmma)
+    // the group's rows of the tiles, which frees their 32 registers (3 blocks per SM instead of 2).
     uint32_t k_frag[1][HS / 16][4], v_frag[1][HS / 16][4];
-    load_a_fragments<Mma, 1>(k_frag, k_tile, warp * 16);
-    load_a_fragments<Mma, 1>(v_frag, v_tile, warp * 16);
+    if constexpr (!Mma::SHARED_A) {
+        load_a_fragments<Mma, 1>(k_frag, k_tile, warp * 16);
+        load_a_fragments<Mma, 1>(v_frag, v_tile, warp * 16);
+    }
+    const floatX* k_group = k_tile + Mma::offset(group_first_row - k0, 0);
+    const floatX* v_group = v_tile + Mma::offset(group_first_row - k0, 0);
 
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * LOG2E;
     float dk_acc[1][HS / 8][4] = {}, dv_acc[1][HS / 8][4] = {};
@@ -120,17 +127,18 @@ __global__ void __launch_bounds__(WARPS * 32)
         load_query_tile(tile + STAGES - 1);
         const int c0 = tile * COLS, stage = qdo.stage(tile);
         if (c0 + COLS - 1 >= group_first_row) { // some query of the tile sees some key of the warp group
-            if constexpr (Mma::RELOAD_A) {
-                load_a_fragments<Mma, 1>(k_frag, k_tile, warp * 16);
-                load_a_fragments<Mma, 1>(v_frag, v_tile, warp * 16);
-            }
             const floatX* q_tile = qdo.a_tile(tile);
             const floatX* do_tile = qdo.b_tile(tile);
             const float* lse_tile = lse_tiles + stage * COLS;
             const float* d_tile = d_tiles + stage * COLS;
             float p[1][COLS / 8][4], ds[1][COLS / 8][4];
-            Mma::template gemm_a_bt<1, COLS>(p, k_frag, q_tile);   // S^T = K Q^T
-            Mma::template gemm_a_bt<1, COLS>(ds, v_frag, do_tile); // dP^T = V dO^T
+            if constexpr (Mma::SHARED_A) {
+                Mma::template gemm_shared_a_bt<COLS>(p, k_group, q_tile);   // S^T = K Q^T
+                Mma::template gemm_shared_a_bt<COLS>(ds, v_group, do_tile); // dP^T = V dO^T
+            } else {
+                Mma::template gemm_a_bt<1, COLS>(p, k_frag, q_tile);
+                Mma::template gemm_a_bt<1, COLS>(ds, v_frag, do_tile);
+            }
             Mma::wait(p, ds);
             // Masked: queries before the key (diagonal tiles) and queries at or past T (last tile).
             if (c0 < r0 + 15 || c0 + COLS > T)
@@ -213,12 +221,23 @@ __global__ void __launch_bounds__(WARPS * 32)
     __syncthreads(); // the barriers initialised
     for (int tile = 0; tile < STAGES - 1; tile++) load_kv_tile(tile);
     cp_async_wait<STAGES - 2>();
+    Mma::tiles_ready(); // Q and dO, which wgmma reads with SHARED_A
     __syncthreads();
     const int r0 = q0 + warp * 16 * M_TILES; // this warp's first query row
-    const int group_last_row = q0 + (warp / Mma::GROUP_WARPS + 1) * Mma::GROUP_WARPS * 16 * M_TILES - 1; // as in the forward
+    constexpr int GROUP_ROWS = Mma::GROUP_WARPS * 16 * M_TILES; // of the warps that multiply together
+    const int group_row = warp / Mma::GROUP_WARPS * GROUP_ROWS; // their first, in the block
+    const int group_last_row = q0 + group_row + GROUP_ROWS - 1; // as in the forward
+    // Q and dO as A operands: fragments, or with SHARED_A and one m-tile per warp (the group's
+    // rows are then one block of the tiles) the tiles' rows, read by the tensor cores: no
+    // registers, no fragment reloads.
+    constexpr bool SHARED_A = Mma::SHARED_A && M_TILES == 1;
     uint32_t q_frag[M_TILES][HS / 16][4], do_frag[M_TILES][HS / 16][4];
-    load_a_fragments<Mma, M_TILES>(q_frag, q_tile, warp * 16 * M_TILES);
-    load_a_fragments<Mma, M_TILES>(do_frag, do_tile, warp * 16 * M_TILES);
+    if constexpr (!SHARED_A) {
+        load_a_fragments<Mma, M_TILES>(q_frag, q_tile, warp * 16 * M_TILES);
+        load_a_fragments<Mma, M_TILES>(do_frag, do_tile, warp * 16 * M_TILES);
+    }
+    const floatX* q_group = q_tile + Mma::offset(group_row, 0);
+    const floatX* do_group = do_tile + Mma::offset(group_row, 0);
     float row_lse[M_TILES][2], row_d[M_TILES][2]; // rows g and g + 8 of each m-tile
 #pragma unroll
     for (int mt = 0; mt < M_TILES; mt++)
@@ -238,12 +257,16 @@ __global__ void __launch_bounds__(WARPS * 32)
         load_kv_tile(tile + STAGES - 1);
         const int c0 = tile * COLS;
         if (c0 <= group_last_row) {
-            if constexpr (Mma::RELOAD_A) load_a_fragments<Mma, M_TILES>(q_frag, q_tile, warp * 16 * M_TILES);
             const floatX* k_tile = kv.a_tile(tile);
             const floatX* v_tile = kv.b_tile(tile);
             // S and dP one after the other: both in flight at once spill on sm_90 with 2 m-tiles.
             float p[M_TILES][COLS / 8][4];
-            Mma::template gemm_a_bt<M_TILES, COLS>(p, q_frag, k_tile); // S = Q K^T
+            if constexpr (SHARED_A) {
+                Mma::template gemm_shared_a_bt<COLS>(p, q_group, k_tile); // S = Q K^T
+            } else {
+                if constexpr (Mma::RELOAD_A) load_a_fragments<Mma, M_TILES>(q_frag, q_tile, warp * 16 * M_TILES);
+                Mma::template gemm_a_bt<M_TILES, COLS>(p, q_frag, k_tile);
+            }
             Mma::wait(p);
             if (c0 + COLS - 1 > r0)
                 mask_scores<M_TILES, COLS>(p, [&](int row, int col) { return c0 + col > r0 + row; });
@@ -254,9 +277,13 @@ __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
                     for (int i = 0; i < 4; i++)
                         p[mt][nt][i] = fast_exp2(p[mt][nt][i] * scale_log2 - row_lse[mt][i / 2]);
-            if constexpr (Mma::RELOAD_A) load_a_fragments<Mma, M_TILES>(do_frag, do_tile, warp * 16 * M_TILES);
             float ds[M_TILES][COLS / 8][4];
-            Mma::template gemm_a_bt<M_TILES, COLS>(ds, do_frag, v_tile); // dP = dO V^T
+            if constexpr (SHARED_A) {
+                Mma::template gemm_shared_a_bt<COLS>(ds, do_group, v_tile); // dP = dO V^T
+            } else {
+                if constexpr (Mma::RELOAD_A) load_a_fragments<Mma, M_TILES>(do_frag, do_tile, warp * 16 * M_TILES);
+                Mma::template gemm_a_bt<M_TILES, COLS>(ds, do_frag, v_tile);
+            }
             Mma::wait(ds);
 #pragma unroll
             for (int mt = 0; mt < M_TILES; mt++)

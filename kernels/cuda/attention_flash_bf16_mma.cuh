@@ -28,6 +28,7 @@ template <int HEAD_SIZE> struct MmaSync {
     static constexpr int HS = HEAD_SIZE, STRIDE = HS + 8, GROUP_WARPS = 1;
     static constexpr bool RELOAD_A = false; // see Wgmma
     static constexpr bool TMA = false;      // streamed tiles by cp.async (TileStream)
+    static constexpr bool SHARED_A = false; // A operands from fragments only (see Wgmma)
     static constexpr size_t ALIGN = 16;
     __device__ static int offset(int row, int col) { return row * STRIDE + col; }
     __device__ static void tiles_ready() {} // ldmatrix reads what cp.async wrote once the barrier is passed
@@ -103,6 +104,8 @@ struct Wgmma {
     // tile (as if a wgmma's A operand died with it), and every later tile multiplied P by K.
     static constexpr bool RELOAD_A = true;
     static constexpr bool TMA = true; // streamed tiles by TMA (TileStream), which writes this same swizzle
+    // gemm_shared_a_bt: A from shared memory too, no registers (the dK/dV kernel's K and V).
+    static constexpr bool SHARED_A = true;
     static constexpr size_t ALIGN = 1024; // the swizzle pattern repeats from 1024-byte boundaries
     __device__ static int offset(int row, int col) { return row * STRIDE + ((col / 8) ^ (row % 8)) * 8 + col % 8; }
     // cp.async writes through the generic proxy, wgmma reads through the async proxy.
@@ -123,6 +126,18 @@ struct Wgmma {
         for (int mt = 0; mt < M_TILES; mt++)
 #pragma unroll
             for (int k = 0; k < HS / 16; k++) wgmma_m64n64k16<0>(acc[mt], a[mt][k], wgmma_descriptor(b_tile + k * 16), k > 0);
+        wgmma_commit();
+    }
+
+    // As gemm_a_bt with A the warpgroup's 64 rows of a tile (from a_rows), read from shared memory
+    // by the tensor cores.
+    template <int COLS>
+    __device__ static void gemm_shared_a_bt(float acc[1][COLS / 8][4], const floatX* a_rows, const floatX* b_tile) {
+        static_assert(COLS == 64, "wgmma tiles are 64 wide");
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < HS / 16; k++)
+            wgmma_m64n64k16_shared_a<0>(acc[0], wgmma_descriptor(a_rows + k * 16), wgmma_descriptor(b_tile + k * 16), k > 0);
         wgmma_commit();
     }
 

@@ -78,20 +78,37 @@ __device__ __forceinline__ uint64_t wgmma_descriptor(const floatX* tile) {
 // d (this warp's 16 rows of a 64 x 64 accumulator) = (accumulate ? d : 0) + a (this warp's 16 x 16
 // fragment) b, b (16 x 64) in shared memory: rows of 64 (TRANS_B 1, "MN-major") or, TRANS_B 0,
 // the transpose of a (64 x 16) block of rows of 64 ("K-major").
+#define WGMMA_D_REGISTERS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+                          "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define WGMMA_D_OPERANDS(d)                                                                                           \
+    "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),        \
+        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),    \
+        "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),    \
+        "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),    \
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
 template <int TRANS_B>
 __device__ __forceinline__ void wgmma_m64n64k16(float d[8][4], const uint32_t a[4], uint64_t b, bool accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-                 "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, %37;\n}\n"
-                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
-                   "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
-                   "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
-                   "+f"(d[7][2]), "+f"(d[7][3])
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WGMMA_D_REGISTERS
+                 ", {%32, %33, %34, %35}, %36, p, 1, 1, %37;\n}\n"
+                 : WGMMA_D_OPERANDS(d)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(TRANS_B), "r"((int)accumulate));
+#else
+    (void)d, (void)a, (void)b, (void)accumulate;
+    __trap();
+#endif
+}
+// The same with a from shared memory too: the K-major (64 x 16) block of a tile of rows of 64
+// that descriptor a starts at.
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_m64n64k16_shared_a(float d[8][4], uint64_t a, uint64_t b, bool accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %35, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WGMMA_D_REGISTERS
+                 ", %32, %33, p, 1, 1, 0, %34;\n}\n"
+                 : WGMMA_D_OPERANDS(d)
+                 : "l"(a), "l"(b), "n"(TRANS_B), "r"((int)accumulate));
 #else
     (void)d, (void)a, (void)b, (void)accumulate;
     __trap();
