@@ -166,22 +166,17 @@ struct TilesSm86 { // RTX 3090/4090: 100 KB per SM; 16-row warps keep the forwar
     static constexpr int STAGES = 2;
     static constexpr bool WGMMA = false;
 };
-// H100, H200 with the sm_90a build: wgmma for HS 64 (atomic dQ stays on mma.sync). Measured on an
-// H200 against the sm80 shapes on wgmma: forward 8 warps x 16 rows (two warpgroups, 109 registers)
-// 5 to 8% faster than 4 x 32 (220 registers) and 4 x 16. dK/dV blocks of 4 warps (one warpgroup,
-// two blocks per SM that meet at barriers of their own): on an H100 (2026-11-25, after the lean
-// tile loads) forward + backward 5% faster than 8 warps at T = 1024, 1-3% at 2048 and 4096, the
-// same at 8192 and 16384; with K and V read by wgmma from shared memory (Wgmma::SHARED_A: 168
-// registers instead of 187, three blocks per SM) 2-7% faster again (8 warps, tried after TMA and
-// before this, lost 2-5%). dQ
-// with fragments in registers was best at 4 warps x 32 rows (252 registers; 8 x 16 lost 6-8%);
-// with Q and dO read from shared memory, which needs one m-tile per warp (122 registers), 8 warps
-// x 16 rows beat that by 0-4% and 4 x 16 (four blocks per SM) by 0-3% (H100, T 1024 to 16384).
-// A forward of 4 warps was 5% faster alone at T = 1024 but no faster or slower from T = 4096:
-// not taken; 3 stages were no faster.
+// H100, H200 with the sm_90a build: wgmma for HS 64 (atomic dQ stays on mma.sync), with the
+// resident A operands read from shared memory (Wgmma::SHARED_A), which takes one m-tile per warp.
+// Measured on an H100 (2026-11-25, T 1024 to 16384, with TMA): dK/dV 4 warps, 168 registers (three
+// blocks per SM; with fragments 187 and two blocks, 2-7% slower; 8 warps lost 2-5%); dQ 8 warps x
+// 16 rows, 122 registers, 0-4% faster than 4 x 16 and than 4 x 32 with fragments (252 registers);
+// forward 4 warps x 16 rows, 90 registers, forward 3-8% faster than 8 x 16 at T <= 8192 and level
+// at 16384 (with fragments 8 x 16 had been best, 5-8% ahead of 4 x 32 and 4 x 16 on an H200).
+// 3 stages were no faster.
 struct TilesSm90 : TilesSm80 {
     static constexpr bool WGMMA = true;
-    static constexpr int FWD_WARPS = 8, FWD_M_TILES = 1, DQ_WARPS = 8, DQ_M_TILES = 1;
+    static constexpr int FWD_WARPS = 4, FWD_M_TILES = 1, DQ_WARPS = 8, DQ_M_TILES = 1;
 };
 template <int HS> constexpr int tile_cols() { return HS > 64 ? 32 : 64; }
 template <int HS> constexpr int warps_for(int warps) { return HS > 64 ? 4 : warps; }

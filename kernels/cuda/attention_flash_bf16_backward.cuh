@@ -50,7 +50,7 @@ __device__ __forceinline__ void atomic_add_rows(float* dst, const float acc[NCOL
 }
 
 // ---- backward: dK and dV (and dQ by atomics) -----------------------------------------------
-// Each block owns ROWS key rows (16 per warp) with K and V as A fragments in registers, streams
+// Each block owns ROWS key rows (16 per warp) with K and V as A operands (Mma::SHARED_A), streams
 // (Q, dO, lse, D) tiles of COLS queries from its diagonal to the end, and accumulates
 // dV = P^T dO and dK = scale dS^T Q in registers, working on the transposed scores S^T = K Q^T.
 // ATOMIC_DQ: the block also writes dS^T to shared memory, and its warps add the tile's
@@ -109,8 +109,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     __syncthreads();
     const int r0 = k0 + warp * 16; // this warp's first key row
     const int group_first_row = k0 + warp / Mma::GROUP_WARPS * Mma::GROUP_WARPS * 16; // of the warps that multiply together
-    // K and V as A operands: fragments in registers for the whole loop, or with SHARED_A (wgmma)
-    // the group's rows of the tiles, which frees their 32 registers (3 blocks per SM instead of 2).
+    // K and V as A operands: fragments, or with SHARED_A the group's rows of the tiles.
     uint32_t k_frag[1][HS / 16][4], v_frag[1][HS / 16][4];
     if constexpr (!Mma::SHARED_A) {
         load_a_fragments<Mma, 1>(k_frag, k_tile, warp * 16);
@@ -187,7 +186,7 @@ __global__ void __launch_bounds__(WARPS * 32)
 }
 
 // ---- backward: dQ --------------------------------------------------------------------------
-// Each block owns ROWS query rows (16 M_TILES per warp) with Q and dO as A fragments, streams the
+// Each block owns ROWS query rows (16 M_TILES per warp) with Q and dO as A operands, streams the
 // K/V tiles at or below the diagonal, recomputes P and dP, and accumulates dQ = scale dS K.
 template <class Mma, int WARPS, int M_TILES, int COLS, int STAGES>
 __global__ void __launch_bounds__(WARPS * 32)
@@ -227,12 +226,10 @@ __global__ void __launch_bounds__(WARPS * 32)
     constexpr int GROUP_ROWS = Mma::GROUP_WARPS * 16 * M_TILES; // of the warps that multiply together
     const int group_row = warp / Mma::GROUP_WARPS * GROUP_ROWS; // their first, in the block
     const int group_last_row = q0 + group_row + GROUP_ROWS - 1; // as in the forward
-    // Q and dO as A operands: fragments, or with SHARED_A and one m-tile per warp (the group's
-    // rows are then one block of the tiles) the tiles' rows, read by the tensor cores: no
-    // registers, no fragment reloads.
-    constexpr bool SHARED_A = Mma::SHARED_A && M_TILES == 1;
+    static_assert(!Mma::SHARED_A || M_TILES == 1, "A from shared memory: the group's rows one block of the tile");
+    // Q and dO as A operands: fragments, or with SHARED_A the group's rows of the tiles.
     uint32_t q_frag[M_TILES][HS / 16][4], do_frag[M_TILES][HS / 16][4];
-    if constexpr (!SHARED_A) {
+    if constexpr (!Mma::SHARED_A) {
         load_a_fragments<Mma, M_TILES>(q_frag, q_tile, warp * 16 * M_TILES);
         load_a_fragments<Mma, M_TILES>(do_frag, do_tile, warp * 16 * M_TILES);
     }
@@ -261,12 +258,8 @@ __global__ void __launch_bounds__(WARPS * 32)
             const floatX* v_tile = kv.b_tile(tile);
             // S and dP one after the other: both in flight at once spill on sm_90 with 2 m-tiles.
             float p[M_TILES][COLS / 8][4];
-            if constexpr (SHARED_A) {
-                Mma::template gemm_shared_a_bt<COLS>(p, q_group, k_tile); // S = Q K^T
-            } else {
-                if constexpr (Mma::RELOAD_A) load_a_fragments<Mma, M_TILES>(q_frag, q_tile, warp * 16 * M_TILES);
-                Mma::template gemm_a_bt<M_TILES, COLS>(p, q_frag, k_tile);
-            }
+            if constexpr (Mma::SHARED_A) Mma::template gemm_shared_a_bt<COLS>(p, q_group, k_tile); // S = Q K^T
+            else Mma::template gemm_a_bt<M_TILES, COLS>(p, q_frag, k_tile);
             Mma::wait(p);
             if (c0 + COLS - 1 > r0)
                 mask_scores<M_TILES, COLS>(p, [&](int row, int col) { return c0 + col > r0 + row; });
@@ -278,12 +271,8 @@ __global__ void __launch_bounds__(WARPS * 32)
                     for (int i = 0; i < 4; i++)
                         p[mt][nt][i] = fast_exp2(p[mt][nt][i] * scale_log2 - row_lse[mt][i / 2]);
             float ds[M_TILES][COLS / 8][4];
-            if constexpr (SHARED_A) {
-                Mma::template gemm_shared_a_bt<COLS>(ds, do_group, v_tile); // dP = dO V^T
-            } else {
-                if constexpr (Mma::RELOAD_A) load_a_fragments<Mma, M_TILES>(do_frag, do_tile, warp * 16 * M_TILES);
-                Mma::template gemm_a_bt<M_TILES, COLS>(ds, do_frag, v_tile);
-            }
+            if constexpr (Mma::SHARED_A) Mma::template gemm_shared_a_bt<COLS>(ds, do_group, v_tile); // dP = dO V^T
+            else Mma::template gemm_a_bt<M_TILES, COLS>(ds, do_frag, v_tile);
             Mma::wait(ds);
 #pragma unroll
             for (int mt = 0; mt < M_TILES; mt++)

@@ -40,12 +40,17 @@ __global__ void __launch_bounds__(WARPS * 32)
     __syncthreads(); // the barriers initialised
     for (int tile = 0; tile < STAGES - 1; tile++) load_kv_tile(tile);
     cp_async_wait<STAGES - 2>();
+    Mma::tiles_ready(); // Q, which wgmma reads with SHARED_A
     __syncthreads();
     const int r0 = q0 + warp * 16 * M_TILES; // this warp's first query row
     // The last row of the warps that multiply together (Mma::GROUP_WARPS), who take the same branches.
-    const int group_last_row = q0 + (warp / Mma::GROUP_WARPS + 1) * Mma::GROUP_WARPS * 16 * M_TILES - 1;
-    uint32_t q_frag[M_TILES][HS / 16][4];
-    load_a_fragments<Mma, M_TILES>(q_frag, q_tile, warp * 16 * M_TILES);
+    constexpr int GROUP_ROWS = Mma::GROUP_WARPS * 16 * M_TILES;
+    const int group_row = warp / Mma::GROUP_WARPS * GROUP_ROWS;
+    const int group_last_row = q0 + group_row + GROUP_ROWS - 1;
+    static_assert(!Mma::SHARED_A || M_TILES == 1, "A from shared memory: the group's rows one block of the tile");
+    uint32_t q_frag[M_TILES][HS / 16][4]; // Q as fragments, or with SHARED_A the group's rows of the tile
+    if constexpr (!Mma::SHARED_A) load_a_fragments<Mma, M_TILES>(q_frag, q_tile, warp * 16 * M_TILES);
+    const floatX* q_group = q_tile + Mma::offset(group_row, 0);
 
     const float scale_log2 = LOG2E / sqrtf((float)HS); // scores in log2 units: exp2 is one instruction
     float o_acc[M_TILES][HS / 8][4] = {};
@@ -66,11 +71,11 @@ __global__ void __launch_bounds__(WARPS * 32)
         // Tile 0 holds key 0, which every row sees, so every running max is finite after it (and
         // a later tile masked whole for a warp of a wgmma group leaves its rows as they were).
         if (c0 <= group_last_row) { // some key of the tile is visible to some row of the warp group
-            if constexpr (Mma::RELOAD_A) load_a_fragments<Mma, M_TILES>(q_frag, q_tile, warp * 16 * M_TILES);
             const floatX* k_tile = kv.a_tile(tile);
             const floatX* v_tile = kv.b_tile(tile);
             float s[M_TILES][COLS / 8][4];
-            Mma::template gemm_a_bt<M_TILES, COLS>(s, q_frag, k_tile);
+            if constexpr (Mma::SHARED_A) Mma::template gemm_shared_a_bt<COLS>(s, q_group, k_tile);
+            else Mma::template gemm_a_bt<M_TILES, COLS>(s, q_frag, k_tile);
             Mma::wait(s);
             if (c0 + COLS - 1 > r0) mask_scores<M_TILES, COLS>(s, [&](int row, int col) { return c0 + col > r0 + row; });
 #pragma unroll

@@ -12,23 +12,24 @@
 #include "kernels/cuda/attention_flash_bf16_ptx.cuh"
 
 // ---- warp matrix products ------------------------------------------------------------------
-// Two policies, `Mma`, for the same kernels. Both keep the A operands (Q, dO, K, V, P, dS) in
-// registers in mma.m16n8k16's fragment layout, which is also wgmma's register-A layout, and
+// Two policies, `Mma`, for the same kernels. Both keep the A operands computed in the loop (P, dS)
+// in registers in mma.m16n8k16's fragment layout, which is also wgmma's register-A layout, and
 // accumulate in the m16n8 accumulator layout, which is also what each warp holds of a wgmma m64
-// accumulator (its 16 rows). They differ in where B comes from:
-//   MmaSync<HS> (every GPU from sm_80): mma.sync per warp; B fragments by ldmatrix from tile rows
-//     padded by 16 bytes (rows 16 bytes apart modulo 128, so the 8 row addresses of an ldmatrix
-//     phase fall in 8 different bank groups).
+// accumulator (its 16 rows). They differ in where B and the resident A operands (Q, dO, K, V)
+// come from:
+//   MmaSync<HS> (every GPU from sm_80): mma.sync per warp; A fragments in registers, B fragments
+//     by ldmatrix from tile rows padded by 16 bytes (rows 16 bytes apart modulo 128, so the 8 row
+//     addresses of an ldmatrix phase fall in 8 different bank groups).
 //   Wgmma (sm_90a, that is H100 and H200; HS 64): wgmma per warpgroup of 4 warps; the tensor cores
-//     read B straight from tiles of 128-byte rows stored with the 128-byte swizzle (16-byte chunk
-//     c of row r at chunk c ^ (r % 8), conflict-free for cp.async and ldmatrix too). The 4 warps
-//     of a group multiply together, so they must take the same branches (GROUP_WARPS).
+//     read B and the resident A straight from tiles of 128-byte rows stored with the 128-byte
+//     swizzle (16-byte chunk c of row r at chunk c ^ (r % 8), conflict-free for cp.async and
+//     ldmatrix too). The 4 warps of a group multiply together, so they must take the same
+//     branches (GROUP_WARPS).
 // Tiles of either are addressed through Mma::offset(row, col), col a multiple of 8.
 template <int HEAD_SIZE> struct MmaSync {
     static constexpr int HS = HEAD_SIZE, STRIDE = HS + 8, GROUP_WARPS = 1;
-    static constexpr bool RELOAD_A = false; // see Wgmma
     static constexpr bool TMA = false;      // streamed tiles by cp.async (TileStream)
-    static constexpr bool SHARED_A = false; // A operands from fragments only (see Wgmma)
+    static constexpr bool SHARED_A = false; // A operands (Q, dO, K, V) as fragments in registers
     static constexpr size_t ALIGN = 16;
     __device__ static int offset(int row, int col) { return row * STRIDE + col; }
     __device__ static void tiles_ready() {} // ldmatrix reads what cp.async wrote once the barrier is passed
@@ -98,13 +99,14 @@ template <int HEAD_SIZE> struct MmaSync {
 
 struct Wgmma {
     static constexpr int HS = 64, STRIDE = 64, GROUP_WARPS = 4;
-    // The kernels load their A fragments (Q, dO, K, V) from shared memory again for every tile
-    // instead of keeping them in registers for the whole loop. Measured with CUDA 13.0's ptxas:
-    // with the fragments carried around the loop, it gave their registers to P after the first
-    // tile (as if a wgmma's A operand died with it), and every later tile multiplied P by K.
-    static constexpr bool RELOAD_A = true;
     static constexpr bool TMA = true; // streamed tiles by TMA (TileStream), which writes this same swizzle
-    // gemm_shared_a_bt: A from shared memory too, no registers (the dK/dV kernel's K and V).
+    // The resident A operands (Q, dO, K, V) are read by the tensor cores from their tiles
+    // (gemm_shared_a_bt), not held as fragments: their registers free, the kernels fit more
+    // blocks per SM (dK/dV three instead of two: 2-7% faster; dQ and the forward then faster with
+    // more, smaller blocks), and nothing to reload (CUDA 13.0's ptxas, given fragments carried
+    // around the loop, gave their registers to P after the first tile, so they had to be loaded
+    // again for every tile). A descriptor covers 64 contiguous rows: the warp group's rows must be
+    // one block of the tile, so the kernels run one m-tile per warp.
     static constexpr bool SHARED_A = true;
     static constexpr size_t ALIGN = 1024; // the swizzle pattern repeats from 1024-byte boundaries
     __device__ static int offset(int row, int col) { return row * STRIDE + ((col / 8) ^ (row % 8)) * 8 + col % 8; }
