@@ -256,7 +256,8 @@ __global__ void __launch_bounds__(WARPS * 32)
         if (c0 <= group_last_row) {
             const floatX* k_tile = kv.a_tile(tile);
             const floatX* v_tile = kv.b_tile(tile);
-            // S and dP one after the other: both in flight at once spill on sm_90 with 2 m-tiles.
+            // S and dP one after the other (with fragments and 2 m-tiles, both in flight at once
+            // spilled; with SHARED_A, dP's product run during P's exponentials was no faster).
             float p[M_TILES][COLS / 8][4];
             if constexpr (Mma::SHARED_A) Mma::template gemm_shared_a_bt<COLS>(p, q_group, k_tile); // S = Q K^T
             else Mma::template gemm_a_bt<M_TILES, COLS>(p, q_frag, k_tile);
