@@ -117,22 +117,8 @@ struct Wgmma {
 #endif
     }
 
-    // As MmaSync's, issued only (see wait): acc = A B^T (one m64n64k16 per m-tile and 16 head
-    // dimensions, B K-major).
-    template <int M_TILES, int COLS>
-    __device__ static void gemm_a_bt(float acc[M_TILES][COLS / 8][4], const uint32_t a[M_TILES][HS / 16][4],
-                                     const floatX* b_tile) {
-        static_assert(COLS == 64, "wgmma tiles are 64 wide");
-        wgmma_fence();
-#pragma unroll
-        for (int mt = 0; mt < M_TILES; mt++)
-#pragma unroll
-            for (int k = 0; k < HS / 16; k++) wgmma_m64n64k16<0>(acc[mt], a[mt][k], wgmma_descriptor(b_tile + k * 16), k > 0);
-        wgmma_commit();
-    }
-
-    // As gemm_a_bt with A the warpgroup's 64 rows of a tile (from a_rows), read from shared memory
-    // by the tensor cores.
+    // As MmaSync's gemm_a_bt, issued only (see wait), with A the warpgroup's 64 rows of a tile (from
+    // a_rows) read from shared memory: acc = A B^T (one m64n64k16 per 16 head dimensions, B K-major).
     template <int COLS>
     __device__ static void gemm_shared_a_bt(float acc[1][COLS / 8][4], const floatX* a_rows, const floatX* b_tile) {
         static_assert(COLS == 64, "wgmma tiles are 64 wide");

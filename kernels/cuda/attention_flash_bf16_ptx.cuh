@@ -2,8 +2,8 @@
 // includes, listed there): cp.async (global to shared memory without registers), ldmatrix,
 // mma.sync m16n8k16 and its fragment layouts, wgmma (sm_90a) with its shared-memory descriptor,
 // fences and register pins, and TMA tile copies with the mbarriers they signal (sm_90a). Nothing
-// here knows about attention: the matrix-product policies built
-// on these, and the tile loads and stores, are in attention_flash_bf16_mma.cuh.
+// here knows about attention: the matrix-product policies built on these, and the tile loads and
+// stores, are in attention_flash_bf16_mma.cuh.
 #pragma once
 #if !defined(PRECISION_BF16)
 #error "the tensor-core flash attention (kernels/cuda/attention_flash_bf16_*.cuh) is for the BF16 build"
@@ -75,9 +75,7 @@ __device__ __forceinline__ void a_fragment_of(uint32_t a[4], const float (*c)[4]
 __device__ __forceinline__ uint64_t wgmma_descriptor(const floatX* tile) {
     return (uint64_t)((smem_address(tile) & 0x3FFFF) >> 4) | (uint64_t)(1024 >> 4) << 32 | 1ull << 62;
 }
-// d (this warp's 16 rows of a 64 x 64 accumulator) = (accumulate ? d : 0) + a (this warp's 16 x 16
-// fragment) b, b (16 x 64) in shared memory: rows of 64 (TRANS_B 1, "MN-major") or, TRANS_B 0,
-// the transpose of a (64 x 16) block of rows of 64 ("K-major").
+// The accumulator operands of a wgmma m64n64: d[8][4], %0 .. %31 of its asm.
 #define WGMMA_D_REGISTERS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
                           "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define WGMMA_D_OPERANDS(d)                                                                                           \
@@ -86,6 +84,9 @@ __device__ __forceinline__ uint64_t wgmma_descriptor(const floatX* tile) {
         "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),    \
         "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),    \
         "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+// d (this warp's 16 rows of a 64 x 64 accumulator) = (accumulate ? d : 0) + a (this warp's 16 x 16
+// fragment) b, b (16 x 64) in shared memory: rows of 64 (TRANS_B 1, "MN-major") or, TRANS_B 0,
+// the transpose of a (64 x 16) block of rows of 64 ("K-major").
 template <int TRANS_B>
 __device__ __forceinline__ void wgmma_m64n64k16(float d[8][4], const uint32_t a[4], uint64_t b, bool accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
