@@ -1,9 +1,9 @@
 // The GPU flash attention (kernels/cuda/attention_flash.cu) against the CPU flash reference
 // (kernels/cpu/attention_flash.c, fp32): O, (m, l), dQ, dK, dV on fresh random inputs for T in
-// {1, 7, 64, 65, 127, 1024, 1025, 4096}, several B and NH, head sizes 64, 32 and 128; in the BF16
-// build with every tile configuration the GPU can run (FLASH_ATTN_CONFIG=sm80 and sm86, and sm90,
-// the wgmma kernels, on an H100/H200), each with dQ from its own kernel and summed by atomics
-// (FLASH_ATTN_DETERMINISTIC=1 and 0). GPU outputs are poisoned with 0xFF
+// {1, 7, 64, 65, 127, 1024, 1025, 4096}, several B and NH (up to 96 (b, h)), head sizes 64, 32 and
+// 128; in the BF16 build with every tile configuration the GPU can run (FLASH_ATTN_CONFIG=sm80 and
+// sm86, and sm90, the wgmma kernels, on an H100/H200), each with dQ from its own kernel and summed
+// by atomics (FLASH_ATTN_DETERMINISTIC=1 and 0). GPU outputs are poisoned with 0xFF
 // bytes (NaN in fp32 and bf16) before every run, so an unwritten element fails, and every case runs
 // twice to check that the results are bit-identical (with atomic dQ: all but dQ, and both runs' dQ
 // against the reference). The seed is printed; TEST_SEED=n repeats a run. In the BF16 build a
@@ -336,6 +336,9 @@ int main(void) {
         {2, 127, 1, 64, 2.0f},  {1, 1024, 2, 64, 2.0f}, {2, 1025, 1, 64, 2.0f}, {1, 4096, 2, 64, 2.0f},
         {1, 1025, 2, 64, 4.0f}, // peaked softmax: scores up to about +-30, the running max moves a lot
         {2, 65, 2, 32, 2.0f},   {1, 1025, 2, 32, 2.0f}, {2, 127, 2, 128, 2.0f}, {1, 1025, 1, 128, 2.0f},
+        // 96 (b, h): more than the last (b, h) that start longest first together (causal_tail: 74,
+        // 44 and 53 for the wgmma kernels on an H100), so blocks of both orders run
+        {8, 1025, 12, 64, 2.0f},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) run_case(cases[i], &rng);
     return test_summary("test_attention_gpu");

@@ -59,7 +59,7 @@ template <class Mma, int WARPS, int COLS, int STAGES, bool ATOMIC_DQ>
 __global__ void __launch_bounds__(WARPS * 32)
     flash_backward_dkv_kernel(floatX* dqkv, float* dq_accum, const floatX* dout, const floatX* qkv,
                               const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
-                              const float* lse2, const float* D, int T, int NH) {
+                              const float* lse2, const float* D, int T, int NH, int tail) {
     constexpr int HS = Mma::HS, ROWS = 16 * WARPS, THREADS = 32 * WARPS, STRIDE = Mma::STRIDE;
     // dQ tile work: each of the COLS / 16 query m-tiles is split over SPLIT warps by head dimension.
     constexpr int DQ_MTILES = COLS / 16, SPLIT = WARPS / DQ_MTILES, DQ_DIMS = HS / SPLIT, DS_STRIDE = COLS + 8;
@@ -75,8 +75,9 @@ __global__ void __launch_bounds__(WARPS * 32)
     float* d_tiles = lse_tiles + STAGES * COLS;
     floatX* ds_tile = (floatX*)(d_tiles + STAGES * COLS); // ATOMIC_DQ: dS^T, ROWS x COLS
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int C = NH * HS, b = blockIdx.y / NH, h = blockIdx.y % NH;
-    const int k0 = blockIdx.x * ROWS; // the first key blocks see the most queries: they start first
+    const BlockPlace place = causal_block_place(tail);
+    const int C = NH * HS, b = place.bh / NH, h = place.bh % NH;
+    const int k0 = place.rank * ROWS; // rank 0: the first keys, which see the most queries
     const int stride = 3 * C; // between rows of qkv and dqkv; T * stride < 2^31 (checked at launch)
     const floatX* q_src = qkv + (size_t)b * T * stride + h * HS;
     const floatX* k_src = q_src + C;
@@ -181,8 +182,10 @@ __global__ void __launch_bounds__(WARPS * 32)
         } // dS^T is written again after the next tile's barrier
     }
     const float k_scale[1][2] = {{scale, scale}}, v_scale[1][2] = {{1.0f, 1.0f}};
-    store_rows<1, HS>(dqkv + (size_t)b * T * stride + C + h * HS, dk_acc, k_scale, r0, T, stride);
-    store_rows<1, HS>(dqkv + (size_t)b * T * stride + 2 * C + h * HS, dv_acc, v_scale, r0, T, stride);
+    const BlockPlace out = causal_block_place(tail); // recomputed, not held across the loop
+    const int out_b = out.bh / NH, out_h = out.bh % NH, out_r0 = out.rank * ROWS + warp * 16;
+    store_rows<1, HS>(dqkv + (size_t)out_b * T * stride + C + out_h * HS, dk_acc, k_scale, out_r0, T, stride);
+    store_rows<1, HS>(dqkv + (size_t)out_b * T * stride + 2 * C + out_h * HS, dv_acc, v_scale, out_r0, T, stride);
 }
 
 // ---- backward: dQ --------------------------------------------------------------------------
@@ -192,7 +195,7 @@ template <class Mma, int WARPS, int M_TILES, int COLS, int STAGES>
 __global__ void __launch_bounds__(WARPS * 32)
     flash_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv,
                              const __grid_constant__ CUtensorMap qkv_map, const float* lse2, const float* D, int T,
-                             int NH) {
+                             int NH, int tail) {
     constexpr int HS = Mma::HS, ROWS = 16 * WARPS * M_TILES, THREADS = 32 * WARPS, STRIDE = Mma::STRIDE;
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ uint64_t landed[STAGES];
@@ -201,8 +204,9 @@ __global__ void __launch_bounds__(WARPS * 32)
     floatX* k_tiles = do_tile + ROWS * STRIDE; // STAGES stages each
     floatX* v_tiles = k_tiles + STAGES * COLS * STRIDE;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int C = NH * HS, b = blockIdx.y / NH, h = blockIdx.y % NH;
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * ROWS; // the longest rows start first
+    const BlockPlace place = causal_block_place(tail);
+    const int C = NH * HS, b = place.bh / NH, h = place.bh % NH;
+    const int q0 = (gridDim.x - 1 - place.rank) * ROWS; // rank 0: the last rows, which see the most keys
     const int stride = 3 * C; // between rows of qkv and dqkv; T * stride < 2^31 (checked at launch)
     const floatX* q_src = qkv + (size_t)b * T * stride + h * HS;
     const int num_tiles = (min(q0 + ROWS, T) + COLS - 1) / COLS;
@@ -288,7 +292,9 @@ __global__ void __launch_bounds__(WARPS * 32)
     float q_scale[M_TILES][2];
 #pragma unroll
     for (int mt = 0; mt < M_TILES; mt++) q_scale[mt][0] = q_scale[mt][1] = scale;
-    store_rows<M_TILES, HS>(dqkv + (size_t)b * T * stride + h * HS, dq_acc, q_scale, r0, T, stride);
+    const BlockPlace out = causal_block_place(tail); // recomputed, not held across the loop
+    const int out_b = out.bh / NH, out_h = out.bh % NH, out_r0 = (gridDim.x - 1 - out.rank) * ROWS + warp * 16 * M_TILES;
+    store_rows<M_TILES, HS>(dqkv + (size_t)out_b * T * stride + out_h * HS, dq_acc, q_scale, out_r0, T, stride);
 }
 
 // dQ (the first third of each dqkv row) = scale * dq_accum (B, T, C), 8 elements per thread.

@@ -14,7 +14,7 @@
 template <class Mma, int WARPS, int M_TILES, int COLS, int STAGES>
 __global__ void __launch_bounds__(WARPS * 32)
     flash_forward_kernel(floatX* out, float* m_out, float* l_out, const floatX* qkv,
-                         const __grid_constant__ CUtensorMap qkv_map, int T, int NH) {
+                         const __grid_constant__ CUtensorMap qkv_map, int T, int NH, int tail) {
     constexpr int HS = Mma::HS, ROWS = 16 * WARPS * M_TILES, THREADS = 32 * WARPS, STRIDE = Mma::STRIDE;
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ uint64_t landed[STAGES];
@@ -22,8 +22,9 @@ __global__ void __launch_bounds__(WARPS * 32)
     floatX* k_tiles = q_tile + ROWS * STRIDE; // STAGES stages each
     floatX* v_tiles = k_tiles + STAGES * COLS * STRIDE;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int C = NH * HS, b = blockIdx.y / NH, h = blockIdx.y % NH;
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * ROWS; // the longest rows start first
+    const BlockPlace place = causal_block_place(tail);
+    const int C = NH * HS, b = place.bh / NH, h = place.bh % NH;
+    const int q0 = (gridDim.x - 1 - place.rank) * ROWS; // rank 0: the last rows, which see the most keys
     const int stride = 3 * C; // between rows of qkv; T * stride < 2^31 (checked at launch)
     const floatX* q_src = qkv + (size_t)b * T * stride + h * HS;
     const int num_tiles = (min(q0 + ROWS, T) + COLS - 1) / COLS; // tiles above the diagonal skipped

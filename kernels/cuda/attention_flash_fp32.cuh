@@ -38,15 +38,17 @@ __device__ inline float dot_f32(const float* a, const float* b, int HS) {
 }
 
 template <int DIMS_PER_LANE>
-__global__ void flash_forward_f32_kernel(float* out, float* m_out, float* l_out, const float* qkv, int T, int NH, int HS) {
+__global__ void flash_forward_f32_kernel(float* out, float* m_out, float* l_out, const float* qkv, int T, int NH, int HS,
+                                        int tail) {
     constexpr int STRIDE = f32_stride<DIMS_PER_LANE>();
     extern __shared__ float smem_f32[];
     float* q_rows = smem_f32;
     float* k_tile = q_rows + F32_ROWS * STRIDE;
     float* v_tile = k_tile + F32_COLS * STRIDE;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int C = NH * HS, b = blockIdx.y / NH, h = blockIdx.y % NH;
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * F32_ROWS;
+    const BlockPlace place = causal_block_place(tail);
+    const int C = NH * HS, b = place.bh / NH, h = place.bh % NH;
+    const int q0 = (gridDim.x - 1 - place.rank) * F32_ROWS;
     const size_t stride = 3 * (size_t)C;
     const float* q_src = qkv + (size_t)b * T * stride + h * HS;
     const float scale = 1.0f / sqrtf((float)HS);
@@ -99,7 +101,7 @@ __global__ void flash_forward_f32_kernel(float* out, float* m_out, float* l_out,
 // dQ: rows are queries; P = exp(s - m) / l and dP = dO V^T recomputed per key tile.
 template <int DIMS_PER_LANE>
 __global__ void flash_backward_dq_f32_kernel(float* dqkv, const float* dout, const float* qkv, const float* m,
-                                             const float* l, const float* D, int T, int NH, int HS) {
+                                             const float* l, const float* D, int T, int NH, int HS, int tail) {
     constexpr int STRIDE = f32_stride<DIMS_PER_LANE>();
     extern __shared__ float smem_f32[];
     float* q_rows = smem_f32;
@@ -107,8 +109,9 @@ __global__ void flash_backward_dq_f32_kernel(float* dqkv, const float* dout, con
     float* k_tile = do_rows + F32_ROWS * STRIDE;
     float* v_tile = k_tile + F32_COLS * STRIDE;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int C = NH * HS, b = blockIdx.y / NH, h = blockIdx.y % NH;
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * F32_ROWS;
+    const BlockPlace place = causal_block_place(tail);
+    const int C = NH * HS, b = place.bh / NH, h = place.bh % NH;
+    const int q0 = (gridDim.x - 1 - place.rank) * F32_ROWS;
     const size_t stride = 3 * (size_t)C, head_row0 = ((size_t)b * NH + h) * T;
     const float* q_src = qkv + (size_t)b * T * stride + h * HS;
     const float scale = 1.0f / sqrtf((float)HS);
@@ -152,7 +155,7 @@ __global__ void flash_backward_dq_f32_kernel(float* dqkv, const float* dout, con
 // dK and dV: rows are keys, the tiles hold queries from the diagonal on.
 template <int DIMS_PER_LANE>
 __global__ void flash_backward_dkv_f32_kernel(float* dqkv, const float* dout, const float* qkv, const float* m,
-                                              const float* l, const float* D, int T, int NH, int HS) {
+                                              const float* l, const float* D, int T, int NH, int HS, int tail) {
     constexpr int STRIDE = f32_stride<DIMS_PER_LANE>();
     extern __shared__ float smem_f32[];
     float* k_rows = smem_f32;
@@ -160,8 +163,9 @@ __global__ void flash_backward_dkv_f32_kernel(float* dqkv, const float* dout, co
     float* q_tile = v_rows + F32_ROWS * STRIDE;
     float* do_tile = q_tile + F32_COLS * STRIDE;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int C = NH * HS, b = blockIdx.y / NH, h = blockIdx.y % NH;
-    const int k0 = blockIdx.x * F32_ROWS;
+    const BlockPlace place = causal_block_place(tail);
+    const int C = NH * HS, b = place.bh / NH, h = place.bh % NH;
+    const int k0 = place.rank * F32_ROWS;
     const size_t stride = 3 * (size_t)C, head_row0 = ((size_t)b * NH + h) * T;
     const float* q_src = qkv + (size_t)b * T * stride + h * HS;
     const float scale = 1.0f / sqrtf((float)HS);
