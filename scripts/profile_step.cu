@@ -17,14 +17,18 @@
 //
 // Prints one row per call site: calls per step, ms per call, ms per step, share of the summed step,
 // and TFLOP/s (matmuls, attention) or GB/s (the rest; bytes read and written by the call's contract
-// in kernels/kernels.h, not its cache traffic). The last line is the summed step and the tokens/s it
-// implies, to set beside train_gpt's measured step.
+// in kernels/kernels.h, not its cache traffic). Then the summed step and the tokens/s it implies,
+// to set beside train_gpt's measured step, and the step's calls timed once more back to back (what
+// the gaps between kernels add; a CUDA graph of the step could take back part of it).
 // Built by `make BUILD=DIR DIR/profile_step` (kernels/cuda/cuda.mk); scripts/profile_step.sh runs it.
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <functional>
+#include <vector>
 
 #include "kernels/cuda/common.cuh"
 #include "model/config.h"
@@ -53,6 +57,8 @@ typedef struct {
 static Row rows[MAX_ROWS];
 static int num_rows;
 static int repeats = 20;
+// Every row's call, for replaying the whole step back to back (step_back_to_back_ms).
+static std::vector<std::function<void()>> row_calls;
 
 static int compare_floats(const void* a, const void* b) {
     float x = *(const float*)a, y = *(const float*)b;
@@ -78,9 +84,33 @@ template <class Call> static void time_call(const char* name, int calls, double 
     qsort(times, repeats, sizeof(float), compare_floats);
     Row row = {name, calls, 0.5 * ((double)times[(repeats - 1) / 2] + times[repeats / 2]), flops, bytes};
     rows[num_rows++] = row;
+    row_calls.push_back(call);
     free(times);
     cudaCheck(cudaEventDestroy(start));
     cudaCheck(cudaEventDestroy(stop));
+}
+
+// The GPU time of the whole step with every row's call made `calls` times in row order, queued
+// behind one spin kernel long enough for the host to get ahead (it waits only at the calls that
+// synchronise, as in a step). Against the sum of rows, this adds the gaps between kernels: the
+// GPU's latency from one kernel to the next and the host's waits. Run right after the rows, in a
+// short burst at full clock, like them.
+static double step_back_to_back_ms(void) {
+    cudaEvent_t start, stop;
+    cudaCheck(cudaEventCreate(&start));
+    cudaCheck(cudaEventCreate(&stop));
+    spin_kernel<<<1, 1>>>(50 * SPIN_NS);
+    launchCheck();
+    cudaCheck(cudaEventRecord(start));
+    for (int i = 0; i < num_rows; i++)
+        for (int c = 0; c < rows[i].calls; c++) row_calls[i]();
+    cudaCheck(cudaEventRecord(stop));
+    cudaCheck(cudaEventSynchronize(stop));
+    float ms;
+    cudaCheck(cudaEventElapsedTime(&ms, start, stop));
+    cudaCheck(cudaEventDestroy(start));
+    cudaCheck(cudaEventDestroy(stop));
+    return ms;
 }
 
 static double rows_ms(int from, int to) {
@@ -357,5 +387,7 @@ int main(int argc, char** argv) {
            rows_ms(0, forward_start), rows_ms(forward_start, backward_start),
            rows_ms(backward_start, update_start), rows_ms(update_start, num_rows));
     printf("step (sum of rows) %.2f ms, %.0f tokens/s\n", step_ms, N / (step_ms / 1e3));
+    const double whole_ms = step_back_to_back_ms();
+    printf("step (the rows back to back) %.2f ms: %.2f ms between the kernels\n", whole_ms, whole_ms - step_ms);
     return 0;
 }
