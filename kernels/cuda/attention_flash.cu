@@ -29,7 +29,8 @@
 // The files: this one is the only one compiled (the Makefile's attention_$(ATTN).cu); it holds the
 // host code and includes the others, which hold the kernels.
 //   attention_flash.cu                 the attention_* functions of kernels/kernels.h, the scratch
-//                                      layout, the D/lse kernel of both builds, the BF16 tile
+//                                      layout, the D/lse kernel of both builds, the order in which
+//                                      the causal kernels' blocks start, the BF16 tile
 //                                      configurations and their choice (FLASH_ATTN_CONFIG), the TMA
 //                                      tensor maps, and every launch
 //   attention_flash_bf16_ptx.cuh       PTX wrappers: cp.async, ldmatrix, mma.sync, wgmma, TMA and
