@@ -148,13 +148,13 @@ static void flash_backward_prepare(float* D, float* lse2, const floatX* dout, co
 // wgmma kernel in a simulation of 132 SMs at its occupancy). So the last `tail` (b, h) start
 // longest first across all of them (causal_tail below chooses enough of them to keep every block
 // slot busy for a longest block's length): the tail becomes their shortest blocks. Measured on an
-// H100 (d12 heads, 64K tokens, 2026-11-25): the wgmma forward 1-5% faster at T 1024 to 16384,
-// forward + backward 0-4%.
-// The BF16 kernels call causal_block_place again for their epilogue: blockIdx is read through
-// volatile asm so that each call recomputes the place (a few instructions once per block) instead
-// of the compiler holding it in registers across the tile loop, which took the wgmma dK/dV kernel
-// from 168 to 184 registers (two blocks per SM instead of three: its backward 9% slower) and made
-// the mma.sync dQ kernel spill.
+// H100 (d12 heads, 64K tokens, 2026-11-25): the wgmma forward 2-5% faster at T 1024 to 16384,
+// forward + backward 0-4% (within the noise in a second call).
+// The BF16 dK/dV and dQ kernels call causal_block_place again for their epilogue: blockIdx is
+// read through volatile asm so that each call recomputes the place (a few instructions once per
+// block) instead of the compiler holding it in registers across the tile loop, which took the
+// wgmma dK/dV kernel from 168 to 184 registers (two blocks per SM instead of three: its backward 9%
+// slower) and made the mma.sync dQ kernel spill.
 struct BlockPlace {
     int bh, rank; // the (batch * NH + head) and the length rank within it: rank 0 has the most tiles
 };
