@@ -176,8 +176,8 @@ template <class Kernel> static int causal_tail(Kernel kernel, int threads, size_
     cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
     const long long slots = (long long)sms * (per_sm > 0 ? per_sm : 1);
-    const long long tail = (2 * slots + n) / (n + 1); // ceil(2 * slots / (n + 1))
-    return (int)(tail < BH ? (tail > 0 ? tail : 1) : BH);
+    const long long tail = (2 * slots + n) / (n + 1); // ceil(2 * slots / (n + 1)), at least 1
+    return (int)(tail < BH ? tail : BH);
 }
 
 // Launches a causal kernel on its (n, BH) grid with the tail that suits it.
