@@ -10,8 +10,9 @@
 // of query rows and loops over the key blocks, recomputing P and dP). dQ from a kernel of its own
 // costs two more tile products (S and dP recomputed: 7 instead of 5 per tile) but no atomics,
 // so every result is bit-identical from run to run, and no extra memory beyond D and lse.
-// BF16 only, FLASH_ATTN_DETERMINISTIC=0: dQ by float atomics from the dK/dV kernel instead
-// (attention_flash_bf16_backward.cuh, with what was measured and tried).
+// BF16 only, FLASH_ATTN_DETERMINISTIC=0: dQ added into an fp32 buffer by the dK/dV kernel instead
+// (float atomics, or TMA adds on H100/H200), in another order on every run: 5 products, faster
+// at long T (attention_flash_bf16_backward.cuh, with what was measured and tried).
 //
 // BF16 build: tensor cores, bf16 in, fp32 accumulate, through mma.sync m16n8k16 with ldmatrix
 // from shared memory rows padded by 16 bytes, or on H100/H200 (sm_90a) with HS 64 through wgmma
@@ -38,7 +39,7 @@
 //   attention_flash_bf16_mma.cuh       the MmaSync and Wgmma policies and the tile loads, streams
 //                                      and stores
 //   attention_flash_bf16_forward.cuh   the BF16 forward kernel
-//   attention_flash_bf16_backward.cuh  the BF16 dK/dV, dQ and atomic-dQ kernels
+//   attention_flash_bf16_backward.cuh  the BF16 dK/dV and dQ kernels, and the atomic dQ's
 //   attention_flash_fp32.cuh           the FP32 build's kernels
 //
 // Built only with -DATTN_FLASH; kernels/cuda/attention_naive.cu is the ATTN=naive variant.
@@ -57,16 +58,16 @@
 size_t attention_saved_bytes(int B, int T, int NH) { return 2 * (size_t)B * NH * T * sizeof(float); }
 
 #if defined(PRECISION_BF16)
-// BF16: dQ comes from a kernel of its own, deterministic (FLASH_ATTN_DETERMINISTIC=1), or from the
-// dK/dV kernel by float atomics (=0), which adds in a different order on every run (the speed of
-// each, measured: attention_flash_bf16_backward.cuh).
+// BF16: dQ comes from a kernel of its own, deterministic (FLASH_ATTN_DETERMINISTIC=1), or is added
+// up by the dK/dV kernel (=0), in a different order on every run (the speed of each, measured:
+// attention_flash_bf16_backward.cuh).
 static bool deterministic_dq(void) {
     const char* value = getenv("FLASH_ATTN_DETERMINISTIC");
     if (!value || !value[0]) return DETERMINISTIC_DEFAULT;
     if (strcmp(value, "1") == 0) return true;
     if (strcmp(value, "0") == 0) return false;
     fatal("FLASH_ATTN_DETERMINISTIC=%s: use 1 (dQ from its own kernel, identical on every run) or 0 (dQ by "
-          "atomics, not bit-identical from run to run and on an H200 no faster)", value);
+          "atomics, not bit-identical from run to run; on an H100 faster from T 8192, slower below)", value);
 }
 #endif
 
@@ -198,7 +199,8 @@ static void launch_causal(Kernel kernel, int n, int BH, int threads, size_t smem
 // ROWS = 16 * WARPS * M_TILES rows per block; COLS columns per streamed tile, in STAGES buffers.
 // Shared memory, HS 64 (rows of 144 bytes), 2 stages: forward (ROWS + 4 COLS) rows, dK/dV and dQ
 // (2 ROWS + 4 COLS) rows; the atomic-dQ dK/dV kernel adds dS^T (ROWS x (COLS + 8) bf16), 93 KB at
-// 8 warps. HS 128 halves COLS and uses 4 warps everywhere so every kernel stays under 99 KB and
+// 8 warps (on wgmma, 4 warps: dS^T (ROWS x COLS) and a 16 x 64 fp32 dQ tile per warp, 74 KB, three
+// blocks per SM at 168 registers). HS 128 halves COLS and uses 4 warps everywhere so every kernel stays under 99 KB and
 // 255 registers per thread.
 // Measured on an H200 (T 1024 to 16384): forward 4 warps x 32 rows beat 8 x 32 and 4 x 16 by 5 to
 // 15%, and 64 columns beat 128 (which spills, 9 to 16% slower; 2% slower with Q reloaded from
@@ -219,7 +221,7 @@ struct TilesSm86 { // RTX 3090/4090: 100 KB per SM; 16-row warps keep the forwar
     static constexpr int STAGES = 2;
     static constexpr bool WGMMA = false;
 };
-// H100, H200 with the sm_90a build: wgmma for HS 64 (atomic dQ stays on mma.sync), with the
+// H100, H200 with the sm_90a build: wgmma for HS 64 (the atomic dQ's dK/dV blocks too), with the
 // resident A operands read from shared memory (Wgmma::SHARED_A), which takes one m-tile per warp.
 // Measured on an H100 (2026-11-25, T 1024 to 16384, with TMA): dK/dV 4 warps, 168 registers (three
 // blocks per SM; with fragments 187 and two blocks, 2-7% slower; 8 warps lost 2-5%); dQ 8 warps x
@@ -236,12 +238,15 @@ template <int HS> constexpr int warps_for(int warps) { return HS > 64 ? 4 : warp
 template <int HS> constexpr int m_tiles_for(int m_tiles) { return HS > 64 ? 1 : m_tiles; }
 
 // ---- TMA --------------------------------------------------------------------------------------
-// The tensor maps through which the Wgmma kernels' streamed tiles come (TileStream): a (B, T,
-// width) matrix of bf16 (qkv, width 3C, or dout, width C) in boxes of 64 rows by one 64-element
-// head vector, with the 128-byte swizzle of the Wgmma tiles; rows at or past T (outside the tensor)
-// arrive as zeros, as cp.async makes them. cuTensorMapEncodeTiled is a driver function: reached
-// through the runtime, so that nothing links libcuda.
-static CUtensorMap head_tensor_map(const floatX* base, int B, int T, int width) {
+// The tensor maps of the Wgmma kernels: a (B, T, width) matrix in boxes of box_rows rows by 128
+// bytes of a row, with the 128-byte swizzle of the Wgmma tiles. The streamed tiles come through
+// maps of bf16 (qkv, width 3C, or dout, width C) in boxes of 64 rows by one 64-element head vector
+// (TileStream), and rows at or past T (outside the tensor) arrive as zeros, as cp.async makes them;
+// the atomic dQ is added through a map of its fp32 accumulator (B, T, C) in boxes of 16 rows by 32
+// columns, and rows at or past T are not written. cuTensorMapEncodeTiled is a driver function:
+// reached through the runtime, so that nothing links libcuda.
+static CUtensorMap tensor_map_3d(const void* base, CUtensorMapDataType type, size_t element_bytes, int B, int T,
+                                 int width, int box_rows) {
     static decltype(&cuTensorMapEncodeTiled) encode = NULL;
     if (!encode) {
         cudaDriverEntryPointQueryResult found;
@@ -251,10 +256,10 @@ static CUtensorMap head_tensor_map(const floatX* base, int B, int T, int width) 
             fatal("flash attention (BF16): the CUDA driver has no cuTensorMapEncodeTiled (TMA needs CUDA 12)");
     }
     const cuuint64_t dims[3] = {(cuuint64_t)width, (cuuint64_t)T, (cuuint64_t)B};
-    const cuuint64_t strides[2] = {(cuuint64_t)width * sizeof(floatX), (cuuint64_t)T * width * sizeof(floatX)};
-    const cuuint32_t box[3] = {64, 64, 1}, element_strides[3] = {1, 1, 1};
+    const cuuint64_t strides[2] = {(cuuint64_t)width * element_bytes, (cuuint64_t)T * width * element_bytes};
+    const cuuint32_t box[3] = {(cuuint32_t)(128 / element_bytes), (cuuint32_t)box_rows, 1}, element_strides[3] = {1, 1, 1};
     CUtensorMap map;
-    const CUresult result = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void*)base, dims, strides, box,
+    const CUresult result = encode(&map, type, 3, (void*)base, dims, strides, box,
                                    element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (result != CUDA_SUCCESS)
@@ -284,7 +289,7 @@ template <int HS, class Tiles> struct FlashBf16 {
     // ignore the (empty) map they get.
     static CUtensorMap tile_map(const floatX* base, int B, int T, int width) {
         CUtensorMap map = {};
-        if constexpr (Mma::TMA) map = head_tensor_map(base, B, T, width);
+        if constexpr (Mma::TMA) map = tensor_map_3d(base, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, sizeof(floatX), B, T, width, 64);
         return map;
     }
 
@@ -298,25 +303,35 @@ template <int HS, class Tiles> struct FlashBf16 {
     // dq_accum NULL: dQ from its own kernel (deterministic); else by atomics into dq_accum (B, T, C).
     static void backward(floatX* dqkv, float* dq_accum, const float* lse2, const float* D, const floatX* dout,
                          const floatX* qkv, int B, int T, int NH) {
+        constexpr int DKV_ROWS = 16 * DKV_WARPS, DQ_ROWS = 16 * DQ_WARPS * DQ_M_TILES;
+        const CUtensorMap qkv_map = tile_map(qkv, B, T, 3 * NH * HS), dout_map = tile_map(dout, B, T, NH * HS);
+        const CUtensorMap none = {};
         if (dq_accum) {
-            constexpr int ROWS = 16 * ATOMIC_DKV_WARPS;
             const size_t n = (size_t)B * T * NH * HS;
-            const size_t smem = smem_bytes<MmaSync<HS>>(2 * ROWS, 2) + ROWS * (COLS + 8) * sizeof(floatX);
             cudaCheck(cudaMemsetAsync(dq_accum, 0, n * sizeof(float)));
-            const CUtensorMap none = {};
-            launch_causal(flash_backward_dkv_kernel<MmaSync<HS>, ATOMIC_DKV_WARPS, COLS, STAGES, true>,
-                          ceil_div(T, ROWS), B * NH, ATOMIC_DKV_WARPS * 32, smem, dqkv, dq_accum, dout, qkv, none,
-                          none, lse2, D, T, NH);
+            if constexpr (Mma::TMA) { // the dK/dV kernel's blocks, with dS^T and a dQ tile per warp
+                const size_t smem = smem_bytes<Mma>(2 * DKV_ROWS, 2) + DKV_ROWS * COLS * sizeof(floatX) +
+                                    DKV_ROWS * HS * sizeof(float);
+                const CUtensorMap dq_map = tensor_map_3d(dq_accum, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sizeof(float), B, T,
+                                                         NH * HS, 16);
+                launch_causal(flash_backward_dkv_kernel<Mma, DKV_WARPS, COLS, STAGES, true>, ceil_div(T, DKV_ROWS),
+                              B * NH, DKV_WARPS * 32, smem, dqkv, dq_accum, dout, qkv, qkv_map, dout_map, dq_map, lse2,
+                              D, T, NH);
+            } else {
+                constexpr int ROWS = 16 * ATOMIC_DKV_WARPS;
+                const size_t smem = smem_bytes<Mma>(2 * ROWS, 2) + ROWS * (COLS + 8) * sizeof(floatX);
+                launch_causal(flash_backward_dkv_kernel<Mma, ATOMIC_DKV_WARPS, COLS, STAGES, true>, ceil_div(T, ROWS),
+                              B * NH, ATOMIC_DKV_WARPS * 32, smem, dqkv, dq_accum, dout, qkv, none, none, none, lse2, D,
+                              T, NH);
+            }
             flash_backward_dq_convert_kernel<<<ceil_div(n / 8, 256), 256>>>(dqkv, dq_accum, n, NH * HS,
                                                                            1.0f / sqrtf((float)HS));
             launchCheck();
             return;
         }
-        constexpr int DKV_ROWS = 16 * DKV_WARPS, DQ_ROWS = 16 * DQ_WARPS * DQ_M_TILES;
         const size_t dkv_smem = smem_bytes<Mma>(2 * DKV_ROWS, 2), dq_smem = smem_bytes<Mma>(2 * DQ_ROWS, 0);
-        const CUtensorMap qkv_map = tile_map(qkv, B, T, 3 * NH * HS), dout_map = tile_map(dout, B, T, NH * HS);
         launch_causal(flash_backward_dkv_kernel<Mma, DKV_WARPS, COLS, STAGES, false>, ceil_div(T, DKV_ROWS), B * NH,
-                      DKV_WARPS * 32, dkv_smem, dqkv, (float*)NULL, dout, qkv, qkv_map, dout_map, lse2, D, T, NH);
+                      DKV_WARPS * 32, dkv_smem, dqkv, (float*)NULL, dout, qkv, qkv_map, dout_map, none, lse2, D, T, NH);
         launch_causal(flash_backward_dq_kernel<Mma, DQ_WARPS, DQ_M_TILES, COLS, STAGES>, ceil_div(T, DQ_ROWS), B * NH,
                       DQ_WARPS * 32, dq_smem, dqkv, dout, qkv, qkv_map, lse2, D, T, NH);
     }

@@ -1,7 +1,7 @@
 // The backward kernels of the BF16 flash attention, launched by attention_flash.cu after its
 // flash_backward_prepare (D and lse, shared with the FP32 build):
 //   flash_backward_dkv_kernel         dK and dV, a block per block of key rows (with ATOMIC_DQ
-//                                     also dQ, by float atomics)
+//                                     also dQ, by float atomics or TMA adds)
 //   flash_backward_dq_kernel          dQ, a block per block of query rows
 //   flash_backward_dq_convert_kernel  the atomic dQ's fp32 sums into dqkv
 // Their products and tile loads are in attention_flash_bf16_mma.cuh; the forward in
@@ -14,13 +14,19 @@
 // T = 1024 and 28.0 instead of 26.4 at T = 16384 (64K tokens, d12 heads; the two kernels as they
 // were then, before the dQ kernel's 32-row warps).
 // FLASH_ATTN_DETERMINISTIC=0 (ATOMIC_DQ): the dK/dV kernel also adds each tile's dQ = dS K into an
-// fp32 buffer (B, T, C) with atomics, and a last kernel converts it: 5 tile products, 4 bytes per
-// activation of scratch, and dQ's sums in a different order on every run. It runs on mma.sync
-// tiles in every configuration. Measured on an H100 (d12 shapes, 64K tokens, 2026-11-25, with the
-// wgmma kernels' tiles by TMA), forward + backward against the wgmma default: 185.2 vs 253.9
-// TFLOP/s at T = 1024, 273.2 vs 340.9 at 16384; (before TMA) against the mma.sync default
-// (FLASH_ATTN_CONFIG=sm80): 172.3 vs 198.4 at 1024, 231.4 vs 242.4 at 4096. (On an H200 with the
-// older loads it was 4% slower than the mma.sync default at T = 1024 and 5% faster at 16384.)
+// fp32 buffer (B, T, C), and a last kernel converts it: 5 tile products, 4 bytes per activation of
+// scratch, and dQ's sums in a different order on every run. On mma.sync tiles every warp adds its
+// part with float atomics (an instruction per pair of floats); on wgmma (REDUCE_BY_TMA) the
+// warpgroup multiplies dQ from dS^T in shared memory and each warp adds its 16 rows by TMA
+// (cp.reduce.async.bulk: one instruction per 2 KB, the L2 adding whole lines). Measured on an H100
+// (d12 shapes, 64K tokens, 2026-11-25), forward + backward, TFLOP/s at T = 1024 / 2048 / 4096 /
+// 8192 / 16384: atomics on mma.sync 183.9 / 214.8 / 254.3 / 269.2 / 275.4 (the wgmma default's
+// deterministic dQ: 290.6 / 342.9 / 356.4 / 370.1 / 358.4); by TMA on wgmma 261.7 / 313.5 / 350.6 /
+// 379.7 / 382.2 (deterministic 288.7 / 329.4 / 351.2 / 369.0 / 337.4 in that call). ncu at 16384:
+// the dK/dV kernel with the TMA adds takes 11.4 ms where the deterministic dK/dV and dQ kernels take
+// 7.0 + 5.2, its L2 throughput 78% of peak (44% without the adds), its tensor pipe 44% busy.
+// (Before TMA, against the mma.sync default (FLASH_ATTN_CONFIG=sm80): 172.3 vs 198.4 at 1024,
+// 231.4 vs 242.4 at 4096.)
 #pragma once
 #include <math.h>
 
@@ -49,22 +55,59 @@ __device__ __forceinline__ void atomic_add_rows(float* dst, const float acc[NCOL
     }
 }
 
-// ---- backward: dK and dV (and dQ by atomics) -----------------------------------------------
+// Adds a warp's (16 x 64) fp32 accumulator to rows row0 .. row0 + 15 (those below T), columns
+// col0 .. col0 + 63 of (batch, ., .) of the tensor map `map` (an fp32 (B, T, width) matrix in boxes
+// of 16 rows by 32 columns with the 128-byte swizzle): the warp stores it into its 4 KB `tile` of
+// shared memory in the boxes' layout, then lane 0 adds both boxes by TMA, in its bulk async-group
+// (the L2 adds whole lines, where float atomics from every thread took an instruction per pair).
+// Before the warp writes `tile` again, lane 0 must wait for that group's reads (bulk_wait_all).
+__device__ __forceinline__ void reduce_warp_rows_by_tma(float* tile, const float acc[1][8][4], const CUtensorMap* map,
+                                                        int col0, int row0, int batch) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            // Box nt / 4 (columns 32 (nt / 4) ..), row r, 16-byte chunk c at chunk c ^ (r % 8).
+            const int r = lane / 4 + half * 8, c = nt % 4 * 2 + lane % 4 / 2;
+            *(float2*)(tile + nt / 4 * 16 * 32 + r * 32 + (c ^ r % 8) * 4 + lane % 2 * 2) =
+                make_float2(acc[0][nt][2 * half], acc[0][nt][2 * half + 1]);
+        }
+    fence_proxy_async();
+    __syncwarp();
+    if (lane == 0) {
+        tma_reduce_add_3d(map, col0, row0, batch, tile);
+        tma_reduce_add_3d(map, col0 + 32, row0, batch, tile + 16 * 32);
+        bulk_commit();
+    }
+}
+
+// ---- backward: dK and dV (and dQ by atomics or TMA adds) ----------------------------------
 // Each block owns ROWS key rows (16 per warp) with K and V as A operands (Mma::SHARED_A), streams
 // (Q, dO, lse, D) tiles of COLS queries from its diagonal to the end, and accumulates
 // dV = P^T dO and dK = scale dS^T Q in registers, working on the transposed scores S^T = K Q^T.
 // ATOMIC_DQ: the block also writes dS^T to shared memory, and its warps add the tile's
-// dQ = dS K (COLS x HS, unscaled) into the fp32 buffer dq_accum (B, T, C) with atomics.
+// dQ = dS K (COLS x HS, unscaled) into the fp32 buffer dq_accum (B, T, C): with atomics on
+// mma.sync, by TMA through dq_map on wgmma (reduce_warp_rows_by_tma).
 template <class Mma, int WARPS, int COLS, int STAGES, bool ATOMIC_DQ>
 __global__ void __launch_bounds__(WARPS * 32)
     flash_backward_dkv_kernel(floatX* dqkv, float* dq_accum, const floatX* dout, const floatX* qkv,
                               const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
-                              const float* lse2, const float* D, int T, int NH, int tail) {
+                              const __grid_constant__ CUtensorMap dq_map, const float* lse2, const float* D, int T,
+                              int NH, int tail) {
     constexpr int HS = Mma::HS, ROWS = 16 * WARPS, THREADS = 32 * WARPS, STRIDE = Mma::STRIDE;
-    // dQ tile work: each of the COLS / 16 query m-tiles is split over SPLIT warps by head dimension.
-    constexpr int DQ_MTILES = COLS / 16, SPLIT = WARPS / DQ_MTILES, DQ_DIMS = HS / SPLIT, DS_STRIDE = COLS + 8;
-    static_assert(!ATOMIC_DQ || (WARPS % DQ_MTILES == 0 && DQ_DIMS % 16 == 0), "dQ tile split");
-    static_assert(!ATOMIC_DQ || Mma::GROUP_WARPS == 1, "atomic dQ multiplies with mma.sync");
+    // Atomic dQ on mma.sync: each of the COLS / 16 query m-tiles is split over SPLIT warps by head
+    // dimension. On wgmma (REDUCE_BY_TMA): the block is one warpgroup, which multiplies the whole tile.
+    constexpr bool REDUCE_BY_TMA = ATOMIC_DQ && Mma::TMA;
+    constexpr int DQ_MTILES = COLS / 16, SPLIT = WARPS / DQ_MTILES, DQ_DIMS = HS / SPLIT;
+    constexpr int DS_STRIDE = REDUCE_BY_TMA ? STRIDE : COLS + 8;
+    static_assert(!ATOMIC_DQ || REDUCE_BY_TMA || (WARPS % DQ_MTILES == 0 && DQ_DIMS % 16 == 0), "dQ tile split");
+    static_assert(!ATOMIC_DQ || REDUCE_BY_TMA || Mma::GROUP_WARPS == 1, "atomic dQ multiplies with mma.sync");
+    static_assert(!REDUCE_BY_TMA || (WARPS == Mma::GROUP_WARPS && COLS == HS),
+                  "wgmma dQ: one warpgroup per block, dS^T tiles laid out as K's");
+    static_assert(!REDUCE_BY_TMA || ((2 * ROWS + 2 * STAGES * COLS) * STRIDE * sizeof(floatX) +
+                                     2 * STAGES * COLS * sizeof(float)) % Mma::ALIGN == 0,
+                  "wgmma dQ: dS^T and the dQ tiles start on the swizzle's alignment");
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ uint64_t landed[STAGES];
     floatX* k_tile = (floatX*)align_shared<Mma::ALIGN>(smem);
@@ -74,6 +117,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     float* lse_tiles = (float*)(do_tiles + STAGES * COLS * STRIDE);
     float* d_tiles = lse_tiles + STAGES * COLS;
     floatX* ds_tile = (floatX*)(d_tiles + STAGES * COLS); // ATOMIC_DQ: dS^T, ROWS x COLS
+    float* dq_tiles = (float*)(ds_tile + ROWS * DS_STRIDE); // REDUCE_BY_TMA: each warp's 16 x HS dQ
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const BlockPlace place = causal_block_place(tail);
     const int C = NH * HS, b = place.bh / NH, h = place.bh % NH;
@@ -154,10 +198,28 @@ __global__ void __launch_bounds__(WARPS * 32)
                     ds[0][nt][i] = p[0][nt][i] * (ds[0][nt][i] - (i % 2 ? d.y : d.x));
                 }
             }
+            if constexpr (REDUCE_BY_TMA) { // dS^T as the dK product rounds it, for dQ = dS K
+#pragma unroll
+                for (int nt = 0; nt < COLS / 8; nt++)
+#pragma unroll
+                    for (int half = 0; half < 2; half++)
+                        *(uint32_t*)(ds_tile + Mma::offset(warp * 16 + lane / 4 + half * 8, nt * 8 + lane % 4 * 2)) =
+                            pack_bf16(ds[0][nt][2 * half], ds[0][nt][2 * half + 1]);
+            }
             Mma::template gemm_c_b<1, COLS>(dv_acc, p, do_tile); // dV += P^T dO
             Mma::template gemm_c_b<1, COLS>(dk_acc, ds, q_tile); // dK += dS^T Q (scaled at the end)
-            Mma::wait(dv_acc, dk_acc);
-            if constexpr (ATOMIC_DQ) {
+            if constexpr (REDUCE_BY_TMA) {
+                Mma::tiles_ready();
+                if (lane == 0) bulk_wait_all<true>(); // the warp's last dQ tile has been read: write it again
+                __syncthreads();
+                float dq_acc[1][HS / 8][4];
+                Mma::gemm_at_b(dq_acc, ds_tile, k_tile);
+                Mma::wait(dv_acc, dk_acc, dq_acc);
+                reduce_warp_rows_by_tma(dq_tiles + warp * 16 * HS, dq_acc, &dq_map, h * HS, c0 + warp * 16, b);
+            } else {
+                Mma::wait(dv_acc, dk_acc);
+            }
+            if constexpr (ATOMIC_DQ && !REDUCE_BY_TMA) {
 #pragma unroll
                 for (int nt = 0; nt < COLS / 8; nt++)
 #pragma unroll
@@ -166,7 +228,7 @@ __global__ void __launch_bounds__(WARPS * 32)
                             pack_bf16(ds[0][nt][2 * half], ds[0][nt][2 * half + 1]);
             }
         }
-        if constexpr (ATOMIC_DQ) {
+        if constexpr (ATOMIC_DQ && !REDUCE_BY_TMA) {
             // The warps whose keys some query of the tile sees are a prefix: dQ = dS K over their keys.
             const int key_steps = min(WARPS, (c0 + COLS - 1 - k0) / 16 + 1);
             __syncthreads();
@@ -180,6 +242,9 @@ __global__ void __launch_bounds__(WARPS * 32)
             }
             atomic_add_rows<DQ_DIMS>(dq_accum + (size_t)b * T * C + h * HS, dq_acc[0], c0 + mq * 16, d0, T, C);
         } // dS^T is written again after the next tile's barrier
+    }
+    if constexpr (REDUCE_BY_TMA) {
+        if (lane == 0) bulk_wait_all<false>(); // the dQ tiles read before the block's shared memory goes
     }
     const float k_scale[1][2] = {{scale, scale}}, v_scale[1][2] = {{1.0f, 1.0f}};
     const BlockPlace out = causal_block_place(tail); // recomputed, not held across the loop

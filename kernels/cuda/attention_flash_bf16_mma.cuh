@@ -111,11 +111,7 @@ struct Wgmma {
     static constexpr size_t ALIGN = 1024; // the swizzle pattern repeats from 1024-byte boundaries
     __device__ static int offset(int row, int col) { return row * STRIDE + ((col / 8) ^ (row % 8)) * 8 + col % 8; }
     // cp.async writes through the generic proxy, wgmma reads through the async proxy.
-    __device__ static void tiles_ready() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-    }
+    __device__ static void tiles_ready() { fence_proxy_async(); }
 
     // As MmaSync's gemm_a_bt, issued only (see wait), with A the warpgroup's 64 rows of a tile (from
     // a_rows) read from shared memory: acc = A B^T (one m64n64k16 per 16 head dimensions, B K-major).
@@ -125,7 +121,7 @@ struct Wgmma {
         wgmma_fence();
 #pragma unroll
         for (int k = 0; k < HS / 16; k++)
-            wgmma_m64n64k16_shared_a<0>(acc[0], wgmma_descriptor(a_rows + k * 16), wgmma_descriptor(b_tile + k * 16), k > 0);
+            wgmma_m64n64k16_shared_a<0, 0>(acc[0], wgmma_descriptor(a_rows + k * 16), wgmma_descriptor(b_tile + k * 16), k > 0);
         wgmma_commit();
     }
 
@@ -145,6 +141,18 @@ struct Wgmma {
 #pragma unroll
             for (int k = 0; k < COLS / 16; k++)
                 wgmma_m64n64k16<1>(acc[mt], a[mt][k], wgmma_descriptor(b_tile + k * 16 * STRIDE), true);
+        wgmma_commit();
+    }
+
+    // Issued only: acc = A^T B, A and B two (64 x 64) tiles that share their rows (both MN-major):
+    // dQ = dS K from dS^T and K, both stored key by key. Every warp of the group must have written
+    // its rows of a_tile, fenced them (tiles_ready) and met the others at a barrier.
+    __device__ static void gemm_at_b(float acc[1][HS / 8][4], const floatX* a_tile, const floatX* b_tile) {
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < 64 / 16; k++)
+            wgmma_m64n64k16_shared_a<1, 1>(acc[0], wgmma_descriptor(a_tile + k * 16 * STRIDE),
+                                           wgmma_descriptor(b_tile + k * 16 * STRIDE), k > 0);
         wgmma_commit();
     }
 

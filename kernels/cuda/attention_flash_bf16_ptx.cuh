@@ -100,16 +100,17 @@ __device__ __forceinline__ void wgmma_m64n64k16(float d[8][4], const uint32_t a[
     __trap();
 #endif
 }
-// The same with a from shared memory too: the K-major (64 x 16) block of a tile of rows of 64
-// that descriptor a starts at.
-template <int TRANS_B>
+// The same with a from shared memory too: TRANS_A 0, the K-major (64 x 16) block of a tile of rows
+// of 64 that descriptor a starts at; TRANS_A 1, 16 rows of 64 ("MN-major"), a's transpose: the
+// product of two tiles that share their rows, such as dQ = dS K from dS^T and K, both stored key by key.
+template <int TRANS_A, int TRANS_B>
 __device__ __forceinline__ void wgmma_m64n64k16_shared_a(float d[8][4], uint64_t a, uint64_t b, bool accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %35, 0;\n"
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %36, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WGMMA_D_REGISTERS
-                 ", %32, %33, p, 1, 1, 0, %34;\n}\n"
+                 ", %32, %33, p, 1, 1, %34, %35;\n}\n"
                  : WGMMA_D_OPERANDS(d)
-                 : "l"(a), "l"(b), "n"(TRANS_B), "r"((int)accumulate));
+                 : "l"(a), "l"(b), "n"(TRANS_A), "n"(TRANS_B), "r"((int)accumulate));
 #else
     (void)d, (void)a, (void)b, (void)accumulate;
     __trap();
@@ -159,6 +160,41 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const void* tensor_map, i
 #else
     (void)dst, (void)tensor_map, (void)x, (void)y, (void)z, (void)bar;
     __trap();
+#endif
+}
+// Adds the box at coordinates (x, y, z) of a 3-D tensor map from shared memory at src into global
+// memory (element by element, atomically), in this thread's bulk async-group; elements outside the
+// tensor are not written. The threads that wrote src must have fenced their stores into the async
+// proxy (fence_proxy_async) and met this thread at a barrier.
+__device__ __forceinline__ void tma_reduce_add_3d(const void* tensor_map, int x, int y, int z, const void* src) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(
+                     tensor_map),
+                 "r"(x), "r"(y), "r"(z), "r"(smem_address(src))
+                 : "memory");
+#else
+    (void)tensor_map, (void)x, (void)y, (void)z, (void)src;
+    __trap();
+#endif
+}
+// Closes this thread's bulk async-group; waits until its groups have read their shared memory
+// (READ_ONLY: the source may be written again) or are complete.
+__device__ __forceinline__ void bulk_commit() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+template <bool READ_ONLY> __device__ __forceinline__ void bulk_wait_all() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if constexpr (READ_ONLY) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+    else asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+#endif
+}
+// Makes this thread's shared-memory stores (generic proxy) visible to the tensor cores' and the
+// TMA unit's reads (async proxy), once a barrier follows.
+__device__ __forceinline__ void fence_proxy_async() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 }
 
