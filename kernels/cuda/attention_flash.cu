@@ -151,11 +151,11 @@ static void flash_backward_prepare(float* D, float* lse2, const floatX* dout, co
 // slot busy for a longest block's length): the tail becomes their shortest blocks. Measured on an
 // H100 (d12 heads, 64K tokens, 2026-11-25): the wgmma forward 2-5% faster at T 1024 to 16384,
 // forward + backward 0-4% (within the noise in a second call).
-// The BF16 dK/dV and dQ kernels call causal_block_place again for their epilogue: blockIdx is
-// read through volatile asm so that each call recomputes the place (a few instructions once per
-// block) instead of the compiler holding it in registers across the tile loop, which took the
-// wgmma dK/dV kernel from 168 to 184 registers (two blocks per SM instead of three: its backward 9%
-// slower) and made the mma.sync dQ kernel spill.
+// The kernels take their place from causal_block. The BF16 dK/dV and dQ kernels call it again for
+// their epilogue: blockIdx is read through volatile asm so that each call recomputes the place (a
+// few instructions once per block) instead of the compiler holding it in registers across the tile
+// loop, which took the wgmma dK/dV kernel from 168 to 184 registers (two blocks per SM instead of
+// three: its backward 9% slower) and made the mma.sync dQ kernel spill.
 struct BlockPlace {
     int bh, rank; // the (batch * NH + head) and the length rank within it: rank 0 has the most tiles
 };
@@ -167,6 +167,18 @@ __device__ __forceinline__ BlockPlace causal_block_place(int tail) {
     if (y < first) return {y, x};
     const int i = (y - first) * (int)gridDim.x + x; // < tail * n
     return {first + i % tail, i / tail};
+}
+
+// A block's batch, head and first row. Rank 0, the longest block, owns the first ROWS rows
+// (FIRST_ROWS_LONGEST: the dK/dV kernels, whose first keys see the most queries) or the last ones
+// (the forward and dQ kernels, whose last queries see the most keys).
+struct CausalBlock {
+    int b, h, row0;
+};
+template <int ROWS, bool FIRST_ROWS_LONGEST> __device__ __forceinline__ CausalBlock causal_block(int tail, int NH) {
+    const BlockPlace place = causal_block_place(tail);
+    const int rank = FIRST_ROWS_LONGEST ? place.rank : (int)gridDim.x - 1 - place.rank;
+    return {place.bh / NH, place.bh % NH, rank * ROWS};
 }
 
 // How many (b, h) of a grid of n x BH blocks of `kernel` start longest first together: each (b, h)

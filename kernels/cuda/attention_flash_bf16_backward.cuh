@@ -119,9 +119,8 @@ __global__ void __launch_bounds__(WARPS * 32)
     floatX* ds_tile = (floatX*)(d_tiles + STAGES * COLS); // ATOMIC_DQ: dS^T, ROWS x COLS
     float* dq_tiles = (float*)(ds_tile + ROWS * DS_STRIDE); // REDUCE_BY_TMA: each warp's 16 x HS dQ
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const BlockPlace place = causal_block_place(tail);
-    const int C = NH * HS, b = place.bh / NH, h = place.bh % NH;
-    const int k0 = place.rank * ROWS; // rank 0: the first keys, which see the most queries
+    const CausalBlock place = causal_block<ROWS, true>(tail, NH);
+    const int C = NH * HS, b = place.b, h = place.h, k0 = place.row0;
     const int stride = 3 * C; // between rows of qkv and dqkv; T * stride < 2^31 (checked at launch)
     const floatX* q_src = qkv + (size_t)b * T * stride + h * HS;
     const floatX* k_src = q_src + C;
@@ -247,10 +246,10 @@ __global__ void __launch_bounds__(WARPS * 32)
         if (lane == 0) bulk_wait_all<false>(); // the dQ tiles read before the block's shared memory goes
     }
     const float k_scale[1][2] = {{scale, scale}}, v_scale[1][2] = {{1.0f, 1.0f}};
-    const BlockPlace out = causal_block_place(tail); // recomputed, not held across the loop
-    const int out_b = out.bh / NH, out_h = out.bh % NH, out_r0 = out.rank * ROWS + warp * 16;
-    store_rows<1, HS>(dqkv + (size_t)out_b * T * stride + C + out_h * HS, dk_acc, k_scale, out_r0, T, stride);
-    store_rows<1, HS>(dqkv + (size_t)out_b * T * stride + 2 * C + out_h * HS, dv_acc, v_scale, out_r0, T, stride);
+    const CausalBlock out = causal_block<ROWS, true>(tail, NH); // recomputed, not held across the loop
+    const int out_r0 = out.row0 + warp * 16;
+    store_rows<1, HS>(dqkv + (size_t)out.b * T * stride + C + out.h * HS, dk_acc, k_scale, out_r0, T, stride);
+    store_rows<1, HS>(dqkv + (size_t)out.b * T * stride + 2 * C + out.h * HS, dv_acc, v_scale, out_r0, T, stride);
 }
 
 // ---- backward: dQ --------------------------------------------------------------------------
@@ -269,9 +268,8 @@ __global__ void __launch_bounds__(WARPS * 32)
     floatX* k_tiles = do_tile + ROWS * STRIDE; // STAGES stages each
     floatX* v_tiles = k_tiles + STAGES * COLS * STRIDE;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const BlockPlace place = causal_block_place(tail);
-    const int C = NH * HS, b = place.bh / NH, h = place.bh % NH;
-    const int q0 = (gridDim.x - 1 - place.rank) * ROWS; // rank 0: the last rows, which see the most keys
+    const CausalBlock place = causal_block<ROWS, false>(tail, NH);
+    const int C = NH * HS, b = place.b, h = place.h, q0 = place.row0;
     const int stride = 3 * C; // between rows of qkv and dqkv; T * stride < 2^31 (checked at launch)
     const floatX* q_src = qkv + (size_t)b * T * stride + h * HS;
     const int num_tiles = (min(q0 + ROWS, T) + COLS - 1) / COLS;
@@ -357,9 +355,9 @@ __global__ void __launch_bounds__(WARPS * 32)
     float q_scale[M_TILES][2];
 #pragma unroll
     for (int mt = 0; mt < M_TILES; mt++) q_scale[mt][0] = q_scale[mt][1] = scale;
-    const BlockPlace out = causal_block_place(tail); // recomputed, not held across the loop
-    const int out_b = out.bh / NH, out_h = out.bh % NH, out_r0 = (gridDim.x - 1 - out.rank) * ROWS + warp * 16 * M_TILES;
-    store_rows<M_TILES, HS>(dqkv + (size_t)out_b * T * stride + out_h * HS, dq_acc, q_scale, out_r0, T, stride);
+    const CausalBlock out = causal_block<ROWS, false>(tail, NH); // recomputed, not held across the loop
+    const int out_r0 = out.row0 + warp * 16 * M_TILES;
+    store_rows<M_TILES, HS>(dqkv + (size_t)out.b * T * stride + out.h * HS, dq_acc, q_scale, out_r0, T, stride);
 }
 
 // dQ (the first third of each dqkv row) = scale * dq_accum (B, T, C), 8 elements per thread.

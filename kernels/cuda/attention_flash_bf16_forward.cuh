@@ -22,9 +22,8 @@ __global__ void __launch_bounds__(WARPS * 32)
     floatX* k_tiles = q_tile + ROWS * STRIDE; // STAGES stages each
     floatX* v_tiles = k_tiles + STAGES * COLS * STRIDE;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const BlockPlace place = causal_block_place(tail);
-    const int C = NH * HS, b = place.bh / NH, h = place.bh % NH;
-    const int q0 = (gridDim.x - 1 - place.rank) * ROWS; // rank 0: the last rows, which see the most keys
+    const CausalBlock place = causal_block<ROWS, false>(tail, NH);
+    const int C = NH * HS, b = place.b, h = place.h, q0 = place.row0;
     const int stride = 3 * C; // between rows of qkv; T * stride < 2^31 (checked at launch)
     const floatX* q_src = qkv + (size_t)b * T * stride + h * HS;
     const int num_tiles = (min(q0 + ROWS, T) + COLS - 1) / COLS; // tiles above the diagonal skipped

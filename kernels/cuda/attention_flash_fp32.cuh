@@ -46,9 +46,8 @@ __global__ void flash_forward_f32_kernel(float* out, float* m_out, float* l_out,
     float* k_tile = q_rows + F32_ROWS * STRIDE;
     float* v_tile = k_tile + F32_COLS * STRIDE;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const BlockPlace place = causal_block_place(tail);
-    const int C = NH * HS, b = place.bh / NH, h = place.bh % NH;
-    const int q0 = (gridDim.x - 1 - place.rank) * F32_ROWS;
+    const CausalBlock place = causal_block<F32_ROWS, false>(tail, NH);
+    const int C = NH * HS, b = place.b, h = place.h, q0 = place.row0;
     const size_t stride = 3 * (size_t)C;
     const float* q_src = qkv + (size_t)b * T * stride + h * HS;
     const float scale = 1.0f / sqrtf((float)HS);
@@ -109,9 +108,8 @@ __global__ void flash_backward_dq_f32_kernel(float* dqkv, const float* dout, con
     float* k_tile = do_rows + F32_ROWS * STRIDE;
     float* v_tile = k_tile + F32_COLS * STRIDE;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const BlockPlace place = causal_block_place(tail);
-    const int C = NH * HS, b = place.bh / NH, h = place.bh % NH;
-    const int q0 = (gridDim.x - 1 - place.rank) * F32_ROWS;
+    const CausalBlock place = causal_block<F32_ROWS, false>(tail, NH);
+    const int C = NH * HS, b = place.b, h = place.h, q0 = place.row0;
     const size_t stride = 3 * (size_t)C, head_row0 = ((size_t)b * NH + h) * T;
     const float* q_src = qkv + (size_t)b * T * stride + h * HS;
     const float scale = 1.0f / sqrtf((float)HS);
@@ -163,9 +161,8 @@ __global__ void flash_backward_dkv_f32_kernel(float* dqkv, const float* dout, co
     float* q_tile = v_rows + F32_ROWS * STRIDE;
     float* do_tile = q_tile + F32_COLS * STRIDE;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const BlockPlace place = causal_block_place(tail);
-    const int C = NH * HS, b = place.bh / NH, h = place.bh % NH;
-    const int k0 = place.rank * F32_ROWS;
+    const CausalBlock place = causal_block<F32_ROWS, true>(tail, NH);
+    const int C = NH * HS, b = place.b, h = place.h, k0 = place.row0;
     const size_t stride = 3 * (size_t)C, head_row0 = ((size_t)b * NH + h) * T;
     const float* q_src = qkv + (size_t)b * T * stride + h * HS;
     const float scale = 1.0f / sqrtf((float)HS);
