@@ -12,7 +12,8 @@
 // so every result is bit-identical from run to run, and no extra memory beyond D and lse.
 // BF16 only, FLASH_ATTN_DETERMINISTIC=0: dQ added into an fp32 buffer by the dK/dV kernel instead
 // (float atomics, or TMA adds on H100/H200), in another order on every run: 5 products, faster
-// at long T (attention_flash_bf16_backward.cuh, with what was measured and tried).
+// alone at long T, no faster in training under the power cap (attention_flash_bf16_backward.cuh,
+// with what was measured and tried).
 //
 // BF16 build: tensor cores, bf16 in, fp32 accumulate, through mma.sync m16n8k16 with ldmatrix
 // from shared memory rows padded by 16 bytes, or on H100/H200 (sm_90a) with HS 64 through wgmma
@@ -67,7 +68,7 @@ static bool deterministic_dq(void) {
     if (strcmp(value, "1") == 0) return true;
     if (strcmp(value, "0") == 0) return false;
     fatal("FLASH_ATTN_DETERMINISTIC=%s: use 1 (dQ from its own kernel, identical on every run) or 0 (dQ by "
-          "atomics, not bit-identical from run to run; on an H100 faster from T 8192, slower below)", value);
+          "atomics, not bit-identical from run to run, and on an H100 no faster in training)", value);
 }
 #endif
 

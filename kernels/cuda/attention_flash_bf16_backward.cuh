@@ -25,6 +25,8 @@
 // 379.7 / 382.2 (deterministic 288.7 / 329.4 / 351.2 / 369.0 / 337.4 in that call). ncu at 16384:
 // the dK/dV kernel with the TMA adds takes 11.4 ms where the deterministic dK/dV and dQ kernels take
 // 7.0 + 5.2, its L2 throughput 78% of peak (44% without the adds), its tensor pipe 44% busy.
+// Trained (d12, T 16384 B 4 and 8192 B 8, H100 at its 700 W power cap) it is no faster than the
+// deterministic kernels: 284-287 ms per step either way at 16384, 194-195 at 8192.
 // (Before TMA, against the mma.sync default (FLASH_ATTN_CONFIG=sm80): 172.3 vs 198.4 at 1024,
 // 231.4 vs 242.4 at 4096.)
 #pragma once
