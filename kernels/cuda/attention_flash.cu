@@ -35,8 +35,8 @@
 //                                      the causal kernels' blocks start, the BF16 tile
 //                                      configurations and their choice (FLASH_ATTN_CONFIG), the TMA
 //                                      tensor maps, and every launch
-//   attention_flash_bf16_ptx.cuh       PTX wrappers: cp.async, ldmatrix, mma.sync, wgmma, TMA and
-//                                      mbarriers
+//   attention_flash_bf16_ptx.cuh       PTX wrappers: cp.async, ldmatrix, mma.sync, wgmma, TMA
+//                                      copies, reduce-adds and mbarriers
 //   attention_flash_bf16_mma.cuh       the MmaSync and Wgmma policies and the tile loads, streams
 //                                      and stores
 //   attention_flash_bf16_forward.cuh   the BF16 forward kernel

@@ -1,9 +1,9 @@
 // PTX wrappers of the BF16 flash attention (kernels/cuda/attention_flash.cu and the files it
 // includes, listed there): cp.async (global to shared memory without registers), ldmatrix,
 // mma.sync m16n8k16 and its fragment layouts, wgmma (sm_90a) with its shared-memory descriptor,
-// fences and register pins, and TMA tile copies with the mbarriers they signal (sm_90a). Nothing
-// here knows about attention: the matrix-product policies built on these, and the tile loads and
-// stores, are in attention_flash_bf16_mma.cuh.
+// fences and register pins, TMA tile copies with the mbarriers they signal, and TMA reduce-adds
+// with their bulk async-groups (sm_90a). Nothing here knows about attention: the matrix-product
+// policies built on these, and the tile loads and stores, are in attention_flash_bf16_mma.cuh.
 #pragma once
 #if !defined(PRECISION_BF16)
 #error "the tensor-core flash attention (kernels/cuda/attention_flash_bf16_*.cuh) is for the BF16 build"
