@@ -199,12 +199,17 @@ __global__ void __launch_bounds__(WARPS * 32)
                     ds[0][nt][i] = p[0][nt][i] * (ds[0][nt][i] - (i % 2 ? d.y : d.x));
                 }
             }
-            if constexpr (REDUCE_BY_TMA) { // dS^T as the dK product rounds it, for dQ = dS K
+            if constexpr (ATOMIC_DQ) { // dS^T as the dK product rounds it, for dQ = dS K
+                // Before the products: wgmma reads its A fragments, made from ds, while it runs.
+                auto ds_offset = [&](int row, int col) {
+                    if constexpr (REDUCE_BY_TMA) return Mma::offset(row, col); // laid out as K, for wgmma
+                    else return row * DS_STRIDE + col;
+                };
 #pragma unroll
                 for (int nt = 0; nt < COLS / 8; nt++)
 #pragma unroll
                     for (int half = 0; half < 2; half++)
-                        *(uint32_t*)(ds_tile + Mma::offset(warp * 16 + lane / 4 + half * 8, nt * 8 + lane % 4 * 2)) =
+                        *(uint32_t*)(ds_tile + ds_offset(warp * 16 + lane / 4 + half * 8, nt * 8 + lane % 4 * 2)) =
                             pack_bf16(ds[0][nt][2 * half], ds[0][nt][2 * half + 1]);
             }
             Mma::template gemm_c_b<1, COLS>(dv_acc, p, do_tile); // dV += P^T dO
@@ -219,14 +224,6 @@ __global__ void __launch_bounds__(WARPS * 32)
                 reduce_warp_rows_by_tma(dq_tiles + warp * 16 * HS, dq_acc, &dq_map, h * HS, c0 + warp * 16, b);
             } else {
                 Mma::wait(dv_acc, dk_acc);
-            }
-            if constexpr (ATOMIC_DQ && !REDUCE_BY_TMA) {
-#pragma unroll
-                for (int nt = 0; nt < COLS / 8; nt++)
-#pragma unroll
-                    for (int half = 0; half < 2; half++)
-                        *(uint32_t*)(ds_tile + (warp * 16 + lane / 4 + half * 8) * DS_STRIDE + nt * 8 + lane % 4 * 2) =
-                            pack_bf16(ds[0][nt][2 * half], ds[0][nt][2 * half + 1]);
             }
         }
         if constexpr (ATOMIC_DQ && !REDUCE_BY_TMA) {
