@@ -36,7 +36,7 @@ void cpu_layernorm_forward(float* out, float* mean, float* rstd, const float* in
                            const float* bias, int N, int C);
 void cpu_residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd, const float* a,
                                     const float* b, const float* weight, const float* bias, int N, int C);
-void cpu_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+void cpu_layernorm_backward(float* dinp, float* dweight, float* dbias, float* dinp_sums, const float* dout, const float* inp,
                             const float* weight, const float* mean, const float* rstd, int N, int C, int sum_rows);
 void cpu_matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                         int OC);

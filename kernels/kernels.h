@@ -99,8 +99,11 @@ void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
 // overlap no input.
 void residual_layernorm_forward(floatX* residual, floatX* out, float* mean, float* rstd, const floatX* a,
                                 const floatX* b, const floatX* weight, const floatX* bias, int N, int C);
-// dinp += ..., dweight += ..., dbias += ... (parameter sums in groups of sum_rows rows, see above)
-void layernorm_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
+// dinp += ..., dweight += ..., dbias += ... (parameter sums in groups of sum_rows rows, see above).
+// dinp_sums (may be NULL) += the column sums of dinp after the update, the very bits of
+// matmul_backward's dbias for dout = dinp: the model gives it the bias gradient of the linear layer
+// whose output the residual stream adds, so that layer's backward need not read dinp once more.
+void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* dinp_sums, const floatX* dout,
                         const floatX* inp, const floatX* weight, const float* mean,
                         const float* rstd, int N, int C, int sum_rows);
 

@@ -478,12 +478,15 @@ void gpt2_backward(GPT2* model) {
     // The head's backward ran in the forward, slice by slice, and left dL/dlnf in dbuf_c.
     dev_memset_zero(a->dresidual, (size_t)N * C * sizeof(floatX));
     floatX* final_residual = layer_acts(model, L - 1, B, T).residual3;
-    layernorm_backward(a->dresidual, grad_of(model, p->t[P_LNFW]), grad_of(model, p->t[P_LNFB]), a->dbuf_c,
-                       final_residual, p->t[P_LNFW], a->lnf_mean, a->lnf_rstd, N, C, sum_rows);
+    layernorm_backward(a->dresidual, grad_of(model, p->t[P_LNFW]), grad_of(model, p->t[P_LNFB]),
+                       grad_of(model, layer_weights(p, cfg, L - 1).fcprojb), a->dbuf_c, final_residual,
+                       p->t[P_LNFW], a->lnf_mean, a->lnf_rstd, N, C, sum_rows);
 
     // dresidual holds the gradient of the residual stream; going down through a block, each
     // branch's layernorm_backward adds its contribution to it (the residual add's backward is the
-    // identity).
+    // identity). When it has, dresidual is the whole gradient of the projection below it (attproj's,
+    // or the previous block's fcproj), and the layernorm_backward also sums that projection's bias
+    // gradient (dinp_sums), so the projection's matmul_backward is given no dbias.
     for (int l = L - 1; l >= 0; l--) {
         LayerWeights w = layer_weights(p, cfg, l);
         LayerActs s = layer_acts(model, l, B, T);
@@ -491,22 +494,23 @@ void gpt2_backward(GPT2* model) {
         if (model->recompute >= 2)
             layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.residual2, w.ln2w, w.ln2b, N, C);
         // MLP branch
-        matmul_backward_gelu(a->dbuf_4c, grad_of(model, w.fcprojw), grad_of(model, w.fcprojb), a->dresidual,
-                             s.fch_gelu, w.fcprojw, s.fch, N, 4 * C, C, sum_rows);
+        matmul_backward_gelu(a->dbuf_4c, grad_of(model, w.fcprojw), NULL, a->dresidual, s.fch_gelu, w.fcprojw,
+                             s.fch, N, 4 * C, C, sum_rows);
         matmul_backward(a->dbuf_c, grad_of(model, w.fcw), grad_of(model, w.fcb), a->dbuf_4c, s.ln2, w.fcw,
                         N, C, 4 * C, sum_rows);
-        layernorm_backward(a->dresidual, grad_of(model, w.ln2w), grad_of(model, w.ln2b), a->dbuf_c,
-                           s.residual2, w.ln2w, s.ln2_mean, s.ln2_rstd, N, C, sum_rows);
+        layernorm_backward(a->dresidual, grad_of(model, w.ln2w), grad_of(model, w.ln2b), grad_of(model, w.attprojb),
+                           a->dbuf_c, s.residual2, w.ln2w, s.ln2_mean, s.ln2_rstd, N, C, sum_rows);
         // attention branch
         if (model->recompute >= 2)
             layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, s.input, w.ln1w, w.ln1b, N, C);
-        matmul_backward(a->dbuf_c, grad_of(model, w.attprojw), grad_of(model, w.attprojb), a->dresidual,
-                        s.atty, w.attprojw, N, C, C, sum_rows);
+        matmul_backward(a->dbuf_c, grad_of(model, w.attprojw), NULL, a->dresidual, s.atty, w.attprojw, N, C, C,
+                        sum_rows);
         attention_backward(a->dbuf_3c, a->att_scratch, a->dbuf_c, s.qkv, s.atty, s.att_saved, B, T, C, NH);
         matmul_backward(a->dbuf_c, grad_of(model, w.qkvw), grad_of(model, w.qkvb), a->dbuf_3c, s.ln1, w.qkvw,
                         N, C, 3 * C, sum_rows);
-        layernorm_backward(a->dresidual, grad_of(model, w.ln1w), grad_of(model, w.ln1b), a->dbuf_c, s.input,
-                           w.ln1w, s.ln1_mean, s.ln1_rstd, N, C, sum_rows);
+        float* below_fcprojb = l > 0 ? grad_of(model, layer_weights(p, cfg, l - 1).fcprojb) : NULL;
+        layernorm_backward(a->dresidual, grad_of(model, w.ln1w), grad_of(model, w.ln1b), below_fcprojb, a->dbuf_c,
+                           s.input, w.ln1w, s.ln1_mean, s.ln1_rstd, N, C, sum_rows);
     }
     // The encoder's share of wte's gradient (wte is tied to the head). With --batch-invariant it is
     // kept apart until gpt2_reduce_gradients adds it: micro-batches of G sequences give head,

@@ -330,29 +330,30 @@ int main(int argc, char** argv) {
     const int sum_rows = batch_invariant ? T : N;
     time_call("zero dresidual (memset)", 1, 0, NC * X, [&] { dev_memset_zero(dresidual, NC * X); });
     time_call("layernorm_backward lnf", 1, 0, ln_bwd_bytes, [&] {
-        layernorm_backward(dresidual, g[P_LNFW], g[P_LNFB], dbuf_c, residual3, p[P_LNFW], lnf_mean,
+        layernorm_backward(dresidual, g[P_LNFW], g[P_LNFB], g[P_FCPROJB], dbuf_c, residual3, p[P_LNFW], lnf_mean,
                            lnf_rstd, N, C, sum_rows);
     });
     time_call("matmul_backward_gelu fcproj", L, 2 * mm * 4 * C, 0, [&] {
-        matmul_backward_gelu(dbuf_4c, g[P_FCPROJW], g[P_FCPROJB], dresidual, fch_gelu, p[P_FCPROJW], fch, N,
-                             4 * C, C, sum_rows);
+        matmul_backward_gelu(dbuf_4c, g[P_FCPROJW], NULL, dresidual, fch_gelu, p[P_FCPROJW], fch, N, 4 * C, C,
+                             sum_rows);
     });
     time_call("matmul_backward fc", L, 2 * mm * 4 * C, 0,
               [&] { matmul_backward(dbuf_c, g[P_FCW], g[P_FCB], dbuf_4c, ln2, p[P_FCW], N, C, 4 * C, sum_rows); });
     time_call("layernorm_backward ln2", L, 0, ln_bwd_bytes, [&] {
-        layernorm_backward(dresidual, g[P_LN2W], g[P_LN2B], dbuf_c, residual2, p[P_LN2W], ln2_mean,
+        layernorm_backward(dresidual, g[P_LN2W], g[P_LN2B], g[P_ATTPROJB], dbuf_c, residual2, p[P_LN2W], ln2_mean,
                            ln2_rstd, N, C, sum_rows);
     });
     time_call("matmul_backward attproj", L, 2 * mm * C, 0, [&] {
-        matmul_backward(dbuf_c, g[P_ATTPROJW], g[P_ATTPROJB], dresidual, atty, p[P_ATTPROJW], N, C, C, sum_rows);
+        matmul_backward(dbuf_c, g[P_ATTPROJW], NULL, dresidual, atty, p[P_ATTPROJW], N, C, C, sum_rows);
     });
     time_call("attention_backward", L, 2.5 * att_fwd_flops, 0, [&] {
         attention_backward(dbuf_3c, att_scratch, dbuf_c, qkv, atty, att_saved, B, T, C, NH);
     });
     time_call("matmul_backward qkv", L, 2 * mm * 3 * C, 0,
               [&] { matmul_backward(dbuf_c, g[P_QKVW], g[P_QKVB], dbuf_3c, ln1, p[P_QKVW], N, C, 3 * C, sum_rows); });
+    // (layer 0's ln1 has no fcproj below it: the model sums the bias gradient of fcproj in L - 1 of these)
     time_call("layernorm_backward ln1", L, 0, ln_bwd_bytes, [&] {
-        layernorm_backward(dresidual, g[P_LN1W], g[P_LN1B], dbuf_c, encoded, p[P_LN1W], ln1_mean,
+        layernorm_backward(dresidual, g[P_LN1W], g[P_LN1B], g[P_FCPROJB], dbuf_c, encoded, p[P_LN1W], ln1_mean,
                            ln1_rstd, N, C, sum_rows);
     });
     // reads dout and the ids, adds into the dwte rows of the distinct ids and into dwpe's T rows (with

@@ -185,16 +185,25 @@ static void test_layernorm(int N, int C, int sum_rows, TestRng* rng) {
     float* dinp_prefill = random_floats(n, 1.0f, rng);
     float* dweight_prefill = random_floats(C, 1.0f, rng);
     float* dbias_prefill = random_floats(C, 1.0f, rng);
+    float* dinp_sums_prefill = random_floats(C, 1.0f, rng);
     float* dinp = copy_floats(dinp_prefill, n);
     float* dweight = copy_floats(dweight_prefill, C);
     float* dbias = copy_floats(dbias_prefill, C);
-    layernorm_backward(dinp, dweight, dbias, w, inp, weight, mean, rstd, N, C, sum_rows);
+    float* dinp_sums = copy_floats(dinp_sums_prefill, C);
+    layernorm_backward(dinp, dweight, dbias, dinp_sums, w, inp, weight, mean, rstd, N, C, sum_rows);
     double* want_dinp = plus(dinp_prefill, finite_differences(l.inp, n, layernorm_loss, &l), n);
     double* want_dweight = plus(dweight_prefill, finite_differences(l.weight, C, layernorm_loss, &l), C);
     double* want_dbias = plus(dbias_prefill, finite_differences(l.bias, C, layernorm_loss, &l), C);
     test_close(label("layernorm_backward dinp += N=%d C=%d", N, C), dinp, want_dinp, n, 1e-4, 1e-5);
     test_close(label("layernorm_backward dweight += N=%d C=%d", N, C), dweight, want_dweight, C, 1e-4, 1e-5);
     test_close(label("layernorm_backward dbias += N=%d C=%d", N, C), dbias, want_dbias, C, 1e-4, 1e-5);
+    // dinp_sums += the column sums of the updated dinp, summed here in double.
+    double* want_dinp_sums = doubles(C);
+    for (int c = 0; c < C; c++) {
+        want_dinp_sums[c] = dinp_sums_prefill[c];
+        for (int i = 0; i < N; i++) want_dinp_sums[c] += want_dinp[(size_t)i * C + c];
+    }
+    test_close(label("layernorm_backward dinp_sums += N=%d C=%d", N, C), dinp_sums, want_dinp_sums, C, 1e-4, 1e-5);
     free_all();
 }
 
@@ -339,7 +348,7 @@ static void test_batch_invariance(TestRng* rng) {
     int* tokens = ints(N);
     for (int i = 0; i < N; i++) tokens[i] = (int)(test_uniform(rng) * V);
     // [0]: one call over B sequences; [1]: B calls over one sequence each.
-    float *dweight[2], *dbias[2], *dgelu_w[2], *dgelu_b[2], *dln_w[2], *dln_b[2], *dwte[2], *dwpe[2];
+    float *dweight[2], *dbias[2], *dgelu_w[2], *dgelu_b[2], *dln_w[2], *dln_b[2], *dln_s[2], *dwte[2], *dwpe[2];
     float* prefill = random_floats((size_t)OC * C, 1.0f, rng);
     for (int k = 0; k < 2; k++) {
         dweight[k] = copy_floats(prefill, (size_t)OC * C);
@@ -348,6 +357,7 @@ static void test_batch_invariance(TestRng* rng) {
         dgelu_b[k] = copy_floats(prefill, C);
         dln_w[k] = copy_floats(prefill, C);
         dln_b[k] = copy_floats(prefill + C, C);
+        dln_s[k] = copy_floats(prefill + 2 * C, C);
         dwte[k] = copy_floats(prefill, (size_t)V * C);
         dwpe[k] = copy_floats(prefill, (size_t)T * C);
     }
@@ -360,8 +370,8 @@ static void test_batch_invariance(TestRng* rng) {
             matmul_backward(dinp, dweight[k], dbias[k], dout + r0 * OC, inp + r0 * C, weight, rows, C, OC, T);
             matmul_backward_gelu(dinp, dgelu_w[k], dgelu_b[k], dout_c + r0 * C, inp + r0 * C, weight,
                                  pre + r0 * C, rows, C, C, T);
-            layernorm_backward(dinp, dln_w[k], dln_b[k], dout_c + r0 * C, inp + r0 * C, weight, mean + r0,
-                               rstd + r0, rows, C, T);
+            layernorm_backward(dinp, dln_w[k], dln_b[k], dln_s[k], dout_c + r0 * C, inp + r0 * C, weight,
+                               mean + r0, rstd + r0, rows, C, T);
             encoder_backward(dwte[k], dwpe[k], dout_c + r0 * C, tokens + r0, rows / T, T, C);
         }
     }
@@ -369,6 +379,7 @@ static void test_batch_invariance(TestRng* rng) {
         {"matmul_backward dweight", dweight, (size_t)OC * C}, {"matmul_backward dbias", dbias, OC},
         {"matmul_backward_gelu dweight", dgelu_w, (size_t)C * C}, {"matmul_backward_gelu dbias", dgelu_b, C},
         {"layernorm_backward dweight", dln_w, C}, {"layernorm_backward dbias", dln_b, C},
+        {"layernorm_backward dinp_sums", dln_s, C},
         {"encoder_backward dwte", dwte, (size_t)V * C}, {"encoder_backward dwpe", dwpe, (size_t)T * C}};
     for (size_t g = 0; g < sizeof grads / sizeof grads[0]; g++) {
         int same = memcmp(grads[g].grad[0], grads[g].grad[1], grads[g].n * sizeof(float)) == 0;

@@ -151,7 +151,7 @@ static void test_encoder(int B, int T, int C, int vocab) {
 }
 
 static void test_layernorm(int N, int C, int sum_rows) {
-    char name[128];
+    char name[160];
     size_t n = (size_t)N * C;
     float *inp = random_array(n, -2, 3), *w = random_array(C, 0.5, 1.5), *b = random_array(C, -1, 1);
     floatX *d_inp = upload_x(inp, n), *d_w = upload_x(w, C), *d_b = upload_x(b, C);
@@ -168,29 +168,47 @@ static void test_layernorm(int N, int C, int sum_rows) {
     check_f(name, d_rstd, rstd, N, 1e-5);
 
     float *dinp = random_array(n, -1, 1), *dw = random_array(C, -1, 1), *db = random_array(C, -1, 1);
-    float* dout = random_array(n, -1, 1);
+    float *dout = random_array(n, -1, 1), *ds = random_array(C, -1, 1), *got_dinp = host_floats(n);
     floatX *d_dinp = upload_x(dinp, n), *d_dinp_again = upload_x(dinp, n);
-    float *d_dw = upload_f(dw, C), *d_db = upload_f(db, C);
-    float *d_dw_again = upload_f(dw, C), *d_db_again = upload_f(db, C);
+    float *d_dw = upload_f(dw, C), *d_db = upload_f(db, C), *d_ds = upload_f(ds, C);
+    float *d_dw_again = upload_f(dw, C), *d_db_again = upload_f(db, C), *d_ds_again = upload_f(ds, C);
+    float* d_ds_matmul = upload_f(ds, C);
     floatX* d_dout = upload_x(dout, n);
-    layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C, sum_rows);
+    layernorm_backward(d_dinp, d_dw, d_db, d_ds, d_dout, d_inp, d_w, d_mean, d_rstd, N, C, sum_rows);
     // again from the same start: the same bits (no atomics)
-    layernorm_backward(d_dinp_again, d_dw_again, d_db_again, d_dout, d_inp, d_w, d_mean, d_rstd, N, C, sum_rows);
-    cpu_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, sum_rows);
+    layernorm_backward(d_dinp_again, d_dw_again, d_db_again, d_ds_again, d_dout, d_inp, d_w, d_mean, d_rstd, N, C,
+                       sum_rows);
+    cpu_layernorm_backward(dinp, dw, db, NULL, dout, inp, w, mean, rstd, N, C, sum_rows);
     snprintf(name, sizeof name, "layernorm_backward dinp N=%d C=%d", N, C);
     check_x(name, d_dinp, dinp, n, 1);
     snprintf(name, sizeof name, "layernorm_backward dweight N=%d C=%d sum_rows=%d", N, C, sum_rows);
     check_f(name, d_dw, dw, C, GRAD_TOLERANCE);
     snprintf(name, sizeof name, "layernorm_backward dbias N=%d C=%d sum_rows=%d", N, C, sum_rows);
     check_f(name, d_db, db, C, GRAD_TOLERANCE);
+    // The sums are of dinp as the GPU stored it (rounded to floatX): against a float64 sum of those.
+    download_x(got_dinp, d_dinp, n);
+    double* want_ds = (double*)xmalloc(C * sizeof(double), "sums");
+    for (int c = 0; c < C; c++) want_ds[c] = ds[c];
+    for (size_t i = 0; i < n; i++) want_ds[i % C] += got_dinp[i];
+    for (int c = 0; c < C; c++) ds[c] = (float)want_ds[c];
+    snprintf(name, sizeof name, "layernorm_backward dinp_sums N=%d C=%d sum_rows=%d", N, C, sum_rows);
+    check_f(name, d_ds, ds, C, GRAD_TOLERANCE);
     snprintf(name, sizeof name, "layernorm_backward N=%d C=%d sum_rows=%d: rerun bit for bit", N, C, sum_rows);
     int same = same_bytes(d_dinp, d_dinp_again, n * sizeof(floatX)) &&
-               same_bytes(d_dw, d_dw_again, C * sizeof(float)) && same_bytes(d_db, d_db_again, C * sizeof(float));
-    test_check(same, name, "%s", same ? "dinp, dweight, dbias equal" : "bits differ");
-    free(inp), free(w), free(b), free(out), free(mean), free(rstd), free(dinp), free(dw), free(db), free(dout);
+               same_bytes(d_dw, d_dw_again, C * sizeof(float)) && same_bytes(d_db, d_db_again, C * sizeof(float)) &&
+               same_bytes(d_ds, d_ds_again, C * sizeof(float));
+    test_check(same, name, "%s", same ? "dinp, dweight, dbias, dinp_sums equal" : "bits differ");
+    // The model drops the projection's own dbias pass for these sums: they must be its bits.
+    matmul_backward(NULL, NULL, d_ds_matmul, d_dinp, NULL, NULL, N, C, C, sum_rows);
+    snprintf(name, sizeof name, "layernorm_backward N=%d C=%d sum_rows=%d: dinp_sums = matmul_backward's dbias, bit for bit",
+             N, C, sum_rows);
+    same = same_bytes(d_ds, d_ds_matmul, C * sizeof(float));
+    test_check(same, name, "%s", same ? "equal" : "bits differ");
+    free(inp), free(w), free(b), free(out), free(mean), free(rstd), free(dinp), free(dw), free(db), free(dout), free(ds);
+    free(got_dinp), free(want_ds);
     dev_free(d_inp), dev_free(d_w), dev_free(d_b), dev_free(d_out), dev_free(d_mean), dev_free(d_rstd);
     dev_free(d_dinp), dev_free(d_dw), dev_free(d_db), dev_free(d_dout), dev_free(d_dinp_again), dev_free(d_dw_again);
-    dev_free(d_db_again);
+    dev_free(d_db_again), dev_free(d_ds), dev_free(d_ds_again), dev_free(d_ds_matmul);
 }
 
 // residual_layernorm_forward on arrays `offset` elements in (not 16-byte aligned unless offset is a
@@ -351,10 +369,10 @@ static void test_batch_invariance(int B, int T, int C, int OC) {
     layernorm_forward(d_ln_out, d_mean, d_rstd, d_inp, d_w, d_w + C, N, C);
     const char* names[] = {"matmul_backward dweight", "matmul_backward dbias", "matmul_backward_gelu dweight",
                            "matmul_backward_gelu dbias", "layernorm_backward dweight", "layernorm_backward dbias",
-                           "encoder_backward dwte", "encoder_backward dwpe"};
+                           "encoder_backward dwte", "encoder_backward dwpe", "layernorm_backward dinp_sums"};
     const size_t sizes[] = {(size_t)OC * C, (size_t)OC, (size_t)C * C, (size_t)C, (size_t)C, (size_t)C,
-                            (size_t)vocab * C, (size_t)T * C};
-    const int GRADS = 8;
+                            (size_t)vocab * C, (size_t)T * C, (size_t)C};
+    const int GRADS = 9;
     float* grads[2][GRADS]; // [0]: one call over B sequences; [1]: B calls over one sequence each
     for (int k = 0; k < 2; k++) {
         for (int g = 0; g < GRADS; g++) grads[k][g] = upload_f(prefill, sizes[g]);
@@ -364,8 +382,8 @@ static void test_batch_invariance(int B, int T, int C, int OC) {
             matmul_backward(d_dinp, grads[k][0], grads[k][1], d_dout + r0 * OC, d_inp + r0 * C, d_w, rows, C, OC, T);
             matmul_backward_gelu(d_dinp, grads[k][2], grads[k][3], d_dout_c + r0 * C, d_inp + r0 * C, d_w,
                                  d_pre + r0 * C, rows, C, C, T);
-            layernorm_backward(d_dinp, grads[k][4], grads[k][5], d_dout_c + r0 * C, d_inp + r0 * C, d_w,
-                               d_mean + r0, d_rstd + r0, rows, C, T);
+            layernorm_backward(d_dinp, grads[k][4], grads[k][5], grads[k][8], d_dout_c + r0 * C, d_inp + r0 * C,
+                               d_w, d_mean + r0, d_rstd + r0, rows, C, T);
             encoder_backward(grads[k][6], grads[k][7], d_dout_c + r0 * C, d_tokens + r0, rows / T, T, C);
         }
     }
@@ -627,6 +645,7 @@ int main(void) {
     test_layernorm(900, 96, 300); // three groups of two row chunks each
     test_layernorm(600, 768, 600); // GPT-2's C; chunks of 256, 256 and 88 rows
     test_layernorm(520, 1001, 260); // C not a multiple of 8: rows unaligned; two groups of 256 + 4 rows
+    test_layernorm(300, 2048, 300); // the widest rows in BF16's registers: 64 KB of dinp sums per block
     test_layernorm(70, 2101, 35); // wider than the registers hold (2048 in BF16, 1024 in FP32)
     test_residual_layernorm(7, 13, 0);
     test_residual_layernorm(7, 13, 1);

@@ -36,7 +36,7 @@ void residual_layernorm_forward(floatX* residual, floatX* out, float* mean, floa
 
 // With norm = (x - mean) * rstd and dnorm = dout * weight:
 // dx = rstd * (dnorm - mean_c(dnorm) - norm * mean_c(dnorm * norm)).
-void layernorm_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
+void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* dinp_sums, const floatX* dout,
                         const floatX* inp, const floatX* weight, const float* mean,
                         const float* rstd, int N, int C, int sum_rows) {
     check_row_groups("layernorm_backward", N, sum_rows);
@@ -75,4 +75,6 @@ void layernorm_backward(floatX* dinp, float* dweight, float* dbias, const floatX
             }
         }
     }
+    // The bias gradient matmul_backward would make with dout = dinp: the same function, the same bits.
+    if (dinp_sums) matmul_backward(NULL, NULL, dinp_sums, dinp, NULL, NULL, N, C, C, sum_rows);
 }

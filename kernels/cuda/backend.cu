@@ -171,20 +171,29 @@ void init_normal(float* dst, size_t n, float mean, float std, unsigned long long
 }
 
 // Second pass of column_sums_accumulate (common.cuh): each group's partial sums added in row
-// order, then into dst group after group.
-__global__ void add_column_partials_kernel(float* dst, const float* partials, int groups, int parts, int C) {
+// order, then into the target group after group; blockIdx.y is the sum.
+__global__ void add_column_partials_kernel(ColumnSumTargets targets, const float* partials, int groups, int parts,
+                                           int C) {
     int col = blockIdx.x * blockDim.x + threadIdx.x;
     if (col >= C) return;
+    float* dst = blockIdx.y == 0 ? targets.dst[0] : blockIdx.y == 1 ? targets.dst[1] : targets.dst[2]; // no local copy
+    partials += (size_t)blockIdx.y * groups * parts * C;
     float total = dst[col];
     for (int g = 0; g < groups; g++) {
         float sum = 0.0f;
         // The same order of adds, 16 loads in flight: the partials come from L2, and a column of
-        // 256 partials (a call over 65536 rows) took 64 round trips when 4 were in flight.
+        // 256 partials (a call over 65536 rows) took 64 round trips when 4 were in flight (32 in
+        // flight was 1-2% slower than 16: profile_step, H100).
 #pragma unroll 16
         for (int k = 0; k < parts; k++) sum += partials[((size_t)g * parts + k) * C + col];
         total += sum;
     }
     dst[col] = total;
+}
+
+void add_column_partials(ColumnSumTargets targets, int sums, const float* partials, int groups, int parts, int C) {
+    add_column_partials_kernel<<<dim3(ceil_div(C, 256), sums), 256>>>(targets, partials, groups, parts, C);
+    launchCheck();
 }
 
 float* column_partials_buffer(size_t count) {

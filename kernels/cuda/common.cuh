@@ -181,7 +181,14 @@ __global__ void column_partial_sums_kernel(float* partials, int C, int sum_rows,
         }
     }
 }
-__global__ void add_column_partials_kernel(float* dst, const float* partials, int groups, int parts, int C);
+// The second pass for up to three sums at once (one launch: each is a latency-bound tail of C threads):
+// sum j adds partials + j * groups * parts * C into dst[j].
+struct ColumnSumTargets {
+    float* dst[3];
+};
+__global__ void add_column_partials_kernel(ColumnSumTargets targets, const float* partials, int groups, int parts,
+                                           int C);
+void add_column_partials(ColumnSumTargets targets, int sums, const float* partials, int groups, int parts, int C);
 float* column_partials_buffer(size_t count);
 template <class Value> void column_sums_accumulate(float* dst, int N, int C, int sum_rows, Value value) {
     check_row_groups("column sums", N, sum_rows);
@@ -190,6 +197,5 @@ template <class Value> void column_sums_accumulate(float* dst, int N, int C, int
     column_partial_sums_kernel<<<dim3(ceil_div(C, COLSUM_COLS), groups * parts), dim3(32, 8)>>>(partials, C, sum_rows,
                                                                                               value);
     launchCheck();
-    add_column_partials_kernel<<<ceil_div(C, 256), 256>>>(dst, partials, groups, parts, C);
-    launchCheck();
+    add_column_partials(ColumnSumTargets{{dst}}, 1, partials, groups, parts, C);
 }

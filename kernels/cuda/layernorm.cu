@@ -16,6 +16,10 @@
 // blocks, one wave on 132 SMs at two blocks each (128 registers per thread in BF16 at C = 768), and
 // 256 partials per column for the second pass.
 #define LN_BWD_CHUNK 256
+// The backward's column sums of dinp (dinp_sums) are matmul_backward's dbias bit for bit only if its
+// blocks add their rows as column_partial_sums_kernel does: chunks of COLSUM_ROWS rows, each taken
+// by 8 row lanes (warps here) in turn, the lanes' sums added in lane order.
+static_assert(LN_BWD_CHUNK == COLSUM_ROWS && LN_WARPS == 8, "layernorm_backward's dinp sums must add like column_sums_accumulate");
 
 // Calls launch(std::integral_constant<int, VECS>()) for the smallest VECS <= LN_MAX_VECS with at
 // least ceil(C / (32 X128)) vectors per lane, or LN_MAX_VECS for wider rows.
@@ -142,17 +146,29 @@ __device__ inline void keep_packed(PackedX& p) {
 // and dout once, updating dinp and adding its columns' dout * norm and dout in registers; at the end
 // the warps' sums are added in warp order and written as the chunk's partials: dweight's at
 // partials[blockIdx.x * C], dbias's gridDim.x * C further on, for add_column_partials_kernel.
+// With sum_dinp, each warp also adds the dinp it stores (rounded to floatX, as a later pass would
+// read it) into its own slots of the dynamic shared memory (LN_WARPS x VECS x X128 x 32 floats: the
+// registers are full), and the chunk's column sums of dinp go 2 gridDim.x * C further on.
 // partials NULL (rows wider than the registers hold): dinp only.
 template <int VECS>
 __global__ void __launch_bounds__(32 * LN_WARPS)
     layernorm_backward_kernel(floatX* __restrict__ dinp, float* __restrict__ partials,
                               const floatX* __restrict__ dout, const floatX* __restrict__ inp,
                               const floatX* __restrict__ weight, const float* __restrict__ mean,
-                              const float* __restrict__ rstd, int C, int sum_rows, bool vector) {
+                              const float* __restrict__ rstd, int C, int sum_rows, bool vector, bool sum_dinp) {
     int row0, row_end;
     group_chunk_rows(blockIdx.x, sum_rows, LN_BWD_CHUNK, &row0, &row_end);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float dweight[VECS][X128] = {}, dbias[VECS][X128] = {};
+    // [warp][v][k / 4][lane][k % 4]: a lane adds 4 columns at a time, conflict-free, into its own
+    // slots, which it zeroes first.
+    extern __shared__ float4 warp_dinp_sums[];
+    auto dinp_sum = [&](int w, int v, int k, int l) -> float& {
+        return (&warp_dinp_sums[((w * VECS + v) * (X128 / 4) + k / 4) * 32 + l].x)[k % 4];
+    };
+    if (sum_dinp)
+        for (int v = 0; v < VECS; v++)
+            for (int k = 0; k < X128; k++) dinp_sum(warp, v, k, lane) = 0.0f;
     for (int r = row0 + warp; r < row_end; r += LN_WARPS) {
         const size_t start = (size_t)r * C;
         const float m = mean[r], s = rstd[r];
@@ -198,14 +214,33 @@ __global__ void __launch_bounds__(32 * LN_WARPS)
             keep_packed(x[v]);
             keep_packed(dy[v]);
         }
-        each_vector([&](const PackedX&, const float norm[X128], const float dnorm[X128], int c, int) {
+        each_vector([&](const PackedX&, const float norm[X128], const float dnorm[X128], int c, int v) {
             float dx[X128];
             load_x128(dx, dinp + start, c, C, vector);
             for (int k = 0; k < X128; k++) dx[k] += s * (dnorm[k] - dnorm_mean - norm[k] * dnorm_norm_mean);
             store_x128(dinp + start, dx, c, C, vector);
+            if (sum_dinp && v < VECS)
+                for (int q = 0; q < X128 / 4; q++) {
+                    float4& sum = warp_dinp_sums[((warp * VECS + v) * (X128 / 4) + q) * 32 + lane];
+                    float4 s = sum;
+                    s.x += (float)(floatX)dx[4 * q];
+                    s.y += (float)(floatX)dx[4 * q + 1];
+                    s.z += (float)(floatX)dx[4 * q + 2];
+                    s.w += (float)(floatX)dx[4 * q + 3];
+                    sum = s;
+                }
         });
     }
     if (!partials) return;
+    if (sum_dinp) { // each column's warp sums added in warp order
+        __syncthreads();
+        for (int i = threadIdx.x; i < VECS * X128 * 32; i += blockDim.x) {
+            const int l = i % 32, v = i / 32 / X128, k = i / 32 % X128, col = lane_column(l, v) + k;
+            float total = dinp_sum(0, v, k, l);
+            for (int w = 1; w < LN_WARPS; w++) total += dinp_sum(w, v, k, l);
+            if (col < C) partials[((size_t)2 * gridDim.x + blockIdx.x) * C + col] = total;
+        }
+    }
     // Warp 0's sums, plus warp 1's, ... in turn through shared memory ([v][k][lane]: no bank
     // conflicts); the last warp writes the totals.
     __shared__ float block_sums[2][VECS * X128][32];
@@ -243,7 +278,7 @@ struct DoutTimesNorm {
     }
 };
 
-void layernorm_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
+void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* dinp_sums, const floatX* dout,
                         const floatX* inp, const floatX* weight, const float* mean,
                         const float* rstd, int N, int C, int sum_rows) {
     check_row_groups("layernorm_backward", N, sum_rows);
@@ -251,19 +286,24 @@ void layernorm_backward(floatX* dinp, float* dweight, float* dbias, const floatX
     const bool vector = C % X128 == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(weight);
     const bool in_registers = C <= LN_MAX_VECS * 32 * X128;
     const int groups = N / sum_rows, parts = (int)ceil_div(sum_rows, LN_BWD_CHUNK), chunks = groups * parts;
-    float* partials = in_registers ? column_partials_buffer(2 * (size_t)chunks * C) : NULL;
+    const int sums = dinp_sums ? 3 : 2;
+    float* partials = in_registers ? column_partials_buffer(sums * (size_t)chunks * C) : NULL;
+    const bool sum_dinp = in_registers && dinp_sums;
     with_vecs(C, [&](auto vecs) {
-        layernorm_backward_kernel<decltype(vecs)::value><<<chunks, 32 * LN_WARPS>>>(
-            dinp, partials, dout, inp, weight, mean, rstd, C, sum_rows, vector);
+        constexpr int VECS = decltype(vecs)::value;
+        auto kernel = layernorm_backward_kernel<VECS>;
+        const size_t shared = sum_dinp ? LN_WARPS * VECS * X128 * 32 * sizeof(float) : 0;
+        if (shared > 48 * 1024) // beyond the default limit (VECS > 6 in BF16): at most 64 KB
+            cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
+        kernel<<<chunks, 32 * LN_WARPS, shared>>>(dinp, partials, dout, inp, weight, mean, rstd, C, sum_rows, vector,
+                                                  sum_dinp);
         launchCheck();
     });
     if (in_registers) {
-        add_column_partials_kernel<<<ceil_div(C, 256), 256>>>(dweight, partials, groups, parts, C);
-        launchCheck();
-        add_column_partials_kernel<<<ceil_div(C, 256), 256>>>(dbias, partials + (size_t)chunks * C, groups, parts, C);
-        launchCheck();
+        add_column_partials(ColumnSumTargets{{dweight, dbias, dinp_sums}}, sums, partials, groups, parts, C);
     } else {
         column_sums_accumulate(dweight, N, C, sum_rows, DoutTimesNorm{dout, inp, mean, rstd, C});
         column_sums_accumulate(dbias, N, C, sum_rows, MatrixColumns{dout, C});
+        if (dinp_sums) column_sums_accumulate(dinp_sums, N, C, sum_rows, MatrixColumns{dinp, C});
     }
 }
