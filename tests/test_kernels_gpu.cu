@@ -682,6 +682,7 @@ int main(void) {
     test_attention(3, 37, 192, 3);
     test_attention(2, 130, 128, 2);
     test_grad_norm(1000003);
+    test_grad_norm(5000011); // four loads at a time, then the tail
     test_float_accumulate(1000003);
     test_adamw(100003);
     test_init_normal(1000, 42, 0);
