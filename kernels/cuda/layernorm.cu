@@ -163,9 +163,10 @@ __global__ void __launch_bounds__(32 * LN_WARPS)
     // [warp][v][k / 4][lane][k % 4]: a lane adds 4 columns at a time, conflict-free, into its own
     // slots, which it zeroes first.
     extern __shared__ float4 warp_dinp_sums[];
-    auto dinp_sum = [&](int w, int v, int k, int l) -> float& {
-        return (&warp_dinp_sums[((w * VECS + v) * (X128 / 4) + k / 4) * 32 + l].x)[k % 4];
+    auto dinp_sums4 = [&](int w, int v, int q, int l) -> float4& { // columns 4q .. 4q + 3 of vector v
+        return warp_dinp_sums[((w * VECS + v) * (X128 / 4) + q) * 32 + l];
     };
+    auto dinp_sum = [&](int w, int v, int k, int l) -> float& { return (&dinp_sums4(w, v, k / 4, l).x)[k % 4]; };
     if (sum_dinp)
         for (int v = 0; v < VECS; v++)
             for (int k = 0; k < X128; k++) dinp_sum(warp, v, k, lane) = 0.0f;
@@ -221,13 +222,12 @@ __global__ void __launch_bounds__(32 * LN_WARPS)
             store_x128(dinp + start, dx, c, C, vector);
             if (sum_dinp && v < VECS)
                 for (int q = 0; q < X128 / 4; q++) {
-                    float4& sum = warp_dinp_sums[((warp * VECS + v) * (X128 / 4) + q) * 32 + lane];
-                    float4 s = sum;
-                    s.x += (float)(floatX)dx[4 * q];
-                    s.y += (float)(floatX)dx[4 * q + 1];
-                    s.z += (float)(floatX)dx[4 * q + 2];
-                    s.w += (float)(floatX)dx[4 * q + 3];
-                    sum = s;
+                    float4 sums = dinp_sums4(warp, v, q, lane);
+                    sums.x += (float)(floatX)dx[4 * q];
+                    sums.y += (float)(floatX)dx[4 * q + 1];
+                    sums.z += (float)(floatX)dx[4 * q + 2];
+                    sums.w += (float)(floatX)dx[4 * q + 3];
+                    dinp_sums4(warp, v, q, lane) = sums;
                 }
         });
     }
