@@ -139,6 +139,7 @@ template <class Op> void map2(floatX* out, const floatX* a, const floatX* b, siz
 // on), so each thread reads 16 bytes per row: with one 2-byte element per thread the sums were
 // latency-bound. Every column's sum runs in the same order either way.
 #define COLSUM_ROWS 256
+#define COLSUM_LANES 8 // row lanes per block: lane y adds rows y, y + 8, ... of its chunk
 // Rows [*row0, *row_end) of chunk `chunk` when each group of sum_rows rows is cut into chunks of
 // chunk_rows (the last one of a group shorter): chunk c is part c % parts of group c / parts, and no
 // chunk crosses a group's end, so a group's partial sums depend on its own rows only.
@@ -159,14 +160,14 @@ struct MatrixColumns {
 };
 template <class Value>
 __global__ void column_partial_sums_kernel(float* partials, int C, int sum_rows, Value value) {
-    __shared__ float sums[8][X128][33]; // [row lane][element][thread]: conflict-free
+    __shared__ float sums[COLSUM_LANES][X128][33]; // [row lane][element][thread]: conflict-free
     // blockIdx.y is the chunk of rows.
     int row0, row_end;
     group_chunk_rows(blockIdx.y, sum_rows, COLSUM_ROWS, &row0, &row_end);
     const int col = (blockIdx.x * 32 + threadIdx.x) * X128;
     float sum[X128] = {};
     if (col < C)
-        for (int r = row0 + threadIdx.y; r < row_end; r += 8) {
+        for (int r = row0 + threadIdx.y; r < row_end; r += COLSUM_LANES) {
             float v[X128];
             value(r, col, v);
             for (int k = 0; k < X128; k++) sum[k] += v[k];
@@ -176,7 +177,7 @@ __global__ void column_partial_sums_kernel(float* partials, int C, int sum_rows,
     if (threadIdx.y == 0 && col < C) {
         for (int k = 0; k < X128 && col + k < C; k++) {
             float total = sum[k];
-            for (int lane = 1; lane < 8; lane++) total += sums[lane][k][threadIdx.x];
+            for (int lane = 1; lane < COLSUM_LANES; lane++) total += sums[lane][k][threadIdx.x];
             partials[(size_t)blockIdx.y * C + col + k] = total;
         }
     }
@@ -194,8 +195,8 @@ template <class Value> void column_sums_accumulate(float* dst, int N, int C, int
     check_row_groups("column sums", N, sum_rows);
     int groups = N / sum_rows, parts = (int)ceil_div(sum_rows, COLSUM_ROWS);
     float* partials = column_partials_buffer((size_t)groups * parts * C);
-    column_partial_sums_kernel<<<dim3(ceil_div(C, COLSUM_COLS), groups * parts), dim3(32, 8)>>>(partials, C, sum_rows,
-                                                                                              value);
+    column_partial_sums_kernel<<<dim3(ceil_div(C, COLSUM_COLS), groups * parts), dim3(32, COLSUM_LANES)>>>(
+        partials, C, sum_rows, value);
     launchCheck();
     add_column_partials(ColumnSumTargets{{dst}}, 1, partials, groups, parts, C);
 }

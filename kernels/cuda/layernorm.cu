@@ -18,8 +18,9 @@
 #define LN_BWD_CHUNK 256
 // The backward's column sums of dinp (dinp_sums) are matmul_backward's dbias bit for bit only if its
 // blocks add their rows as column_partial_sums_kernel does: chunks of COLSUM_ROWS rows, each taken
-// by 8 row lanes (warps here) in turn, the lanes' sums added in lane order.
-static_assert(LN_BWD_CHUNK == COLSUM_ROWS && LN_WARPS == 8, "layernorm_backward's dinp sums must add like column_sums_accumulate");
+// by COLSUM_LANES row lanes (warps here) in turn, the lanes' sums added in lane order.
+static_assert(LN_BWD_CHUNK == COLSUM_ROWS && LN_WARPS == COLSUM_LANES,
+              "layernorm_backward's dinp sums must add like column_sums_accumulate");
 
 // Calls launch(std::integral_constant<int, VECS>()) for the smallest VECS <= LN_MAX_VECS with at
 // least ceil(C / (32 X128)) vectors per lane, or LN_MAX_VECS for wider rows.
