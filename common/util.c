@@ -62,6 +62,11 @@ void check_row_groups(const char* what, long long N, long long sum_rows) {
     if (sum_rows <= 0 || N % sum_rows != 0) fatal("%s: %lld rows do not split into groups of %lld", what, N, sum_rows);
 }
 
+void check_sequence_groups(const char* what, long long B, long long T, long long sum_rows) {
+    check_row_groups(what, B * T, sum_rows);
+    if (sum_rows % T != 0) fatal("%s: groups of %lld rows are not whole sequences of %lld", what, sum_rows, T);
+}
+
 double wall_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

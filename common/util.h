@@ -32,6 +32,9 @@ long long parse_int_option(const char* s, const char* option, long long lo, long
 // Exit unless N rows split into whole groups of sum_rows (the --batch-invariant grouping of the
 // parameter gradients' sums): "<what>: N rows do not split into groups of sum_rows".
 void check_row_groups(const char* what, long long N, long long sum_rows);
+// The same for N = B T rows whose groups must also be whole sequences of T rows (sum_rows a
+// multiple of T): attention_backward's bias sums.
+void check_sequence_groups(const char* what, long long B, long long T, long long sum_rows);
 
 // Monotonic wall clock in seconds.
 double wall_seconds(void);

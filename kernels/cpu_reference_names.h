@@ -52,8 +52,8 @@ void cpu_fused_classifier(float* logits, float* losses, const int* targets, floa
 size_t cpu_attention_saved_bytes(int B, int T, int NH);
 size_t cpu_attention_scratch_bytes(int B, int T, int C, int NH);
 void cpu_attention_forward(float* out, void* saved, const float* qkv, int B, int T, int C, int NH);
-void cpu_attention_backward(float* dqkv, void* scratch, const float* dout, const float* qkv,
-                            const float* out, const void* saved, int B, int T, int C, int NH);
+void cpu_attention_backward(float* dqkv, float* dbias, void* scratch, const float* dout, const float* qkv,
+                            const float* out, const void* saved, int B, int T, int C, int NH, int sum_rows);
 const char* cpu_attention_name(void);
 float cpu_grad_norm_squared(const float* grad, size_t n);
 void cpu_round_master_weights(float* param, const float* master, size_t n, size_t index0, int t,

@@ -139,12 +139,16 @@ void fused_classifier(floatX* logits, float* losses, const int* targets, float d
 // `saved` is what the forward keeps for the backward (attention_saved_bytes): the probabilities
 // (B, NH, T, T) for the naive build; for the flash build m then l, float (B, NH, T) each (the
 // running max and the running sum of exp(s - m) per row). `scratch` (attention_scratch_bytes) is
-// working memory of the backward. dqkv is overwritten.
+// working memory of the backward. dqkv is overwritten. If dbias is not NULL, the backward also adds
+// the column sums of dqkv as stored, the gradient of the qkv projection's bias (3C), into it, in
+// groups of sum_rows rows as matmul_backward sums (sum_rows a multiple of T); the qkv product's
+// matmul_backward then gets no dbias. (The GPU's BF16 flash kernels sum dqkv's 64-row tiles as they
+// store them, in an order of their own, instead of reading dqkv again.)
 size_t attention_saved_bytes(int B, int T, int NH);
 size_t attention_scratch_bytes(int B, int T, int C, int NH);
 void attention_forward(floatX* out, void* saved, const floatX* qkv, int B, int T, int C, int NH);
-void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, const floatX* qkv,
-                        const floatX* out, const void* saved, int B, int T, int C, int NH);
+void attention_backward(floatX* dqkv, float* dbias, void* scratch, const floatX* dout, const floatX* qkv,
+                        const floatX* out, const void* saved, int B, int T, int C, int NH, int sum_rows);
 const char* attention_name(void); // "flash" or "naive"
 
 // ---- optimizer ---------------------------------------------------------------------------

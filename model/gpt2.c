@@ -505,9 +505,10 @@ void gpt2_backward(GPT2* model) {
             layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, s.input, w.ln1w, w.ln1b, N, C);
         matmul_backward(a->dbuf_c, grad_of(model, w.attprojw), NULL, a->dresidual, s.atty, w.attprojw, N, C, C,
                         sum_rows);
-        attention_backward(a->dbuf_3c, a->att_scratch, a->dbuf_c, s.qkv, s.atty, s.att_saved, B, T, C, NH);
-        matmul_backward(a->dbuf_c, grad_of(model, w.qkvw), grad_of(model, w.qkvb), a->dbuf_3c, s.ln1, w.qkvw,
-                        N, C, 3 * C, sum_rows);
+        // The attention backward sums the qkv bias gradient from the dqkv it writes.
+        attention_backward(a->dbuf_3c, grad_of(model, w.qkvb), a->att_scratch, a->dbuf_c, s.qkv, s.atty, s.att_saved, B,
+                           T, C, NH, sum_rows);
+        matmul_backward(a->dbuf_c, grad_of(model, w.qkvw), NULL, a->dbuf_3c, s.ln1, w.qkvw, N, C, 3 * C, sum_rows);
         float* below_fcprojb = l > 0 ? grad_of(model, layer_weights(p, cfg, l - 1).fcprojb) : NULL;
         layernorm_backward(a->dresidual, grad_of(model, w.ln1w), grad_of(model, w.ln1b), below_fcprojb, a->dbuf_c,
                            s.input, w.ln1w, s.ln1_mean, s.ln1_rstd, N, C, sum_rows);

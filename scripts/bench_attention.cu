@@ -74,15 +74,19 @@ int main(int argc, char** argv) {
         cudaCheck(cudaMalloc(&out, n_out * sizeof(floatX)));
         cudaCheck(cudaMalloc(&dqkv, n_qkv * sizeof(floatX)));
         cudaCheck(cudaMalloc(&saved, attention_saved_bytes(B, T, NH)));
-        setenv("FLASH_ATTN_DETERMINISTIC", "0", 1); // the larger scratch, with the atomic dQ accumulator
-        cudaCheck(cudaMalloc(&scratch, attention_scratch_bytes(B, T, C, NH)));
+        // The scratch of either dQ mode: the atomic one's accumulator, or the bias partials' room.
+        setenv("FLASH_ATTN_DETERMINISTIC", "0", 1);
+        const size_t atomic_bytes = attention_scratch_bytes(B, T, C, NH);
+        setenv("FLASH_ATTN_DETERMINISTIC", "1", 1);
+        const size_t deterministic_bytes = attention_scratch_bytes(B, T, C, NH);
+        cudaCheck(cudaMalloc(&scratch, atomic_bytes > deterministic_bytes ? atomic_bytes : deterministic_bytes));
         const float fwd_ms = median_ms([&] { attention_forward(out, saved, qkv, B, T, C, NH); });
         float both_ms[2]; // dQ from its own kernel (the default), dQ by atomics
         for (int atomic_dq = 0; atomic_dq < 2; atomic_dq++) {
             setenv("FLASH_ATTN_DETERMINISTIC", atomic_dq ? "0" : "1", 1);
             both_ms[atomic_dq] = median_ms([&] {
                 attention_forward(out, saved, qkv, B, T, C, NH);
-                attention_backward(dqkv, scratch, dout, qkv, out, saved, B, T, C, NH);
+                attention_backward(dqkv, NULL, scratch, dout, qkv, out, saved, B, T, C, NH, T); // no bias sums
             });
         }
         cudaCheck(cudaDeviceSynchronize());

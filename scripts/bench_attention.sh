@@ -20,7 +20,8 @@ SASS=$GPU_ARCH
 
 mkdir -p "$BUILD"
 "$NVCC" -std=c++17 -O3 -gencode "arch=compute_$SASS,code=sm_$SASS" -I. -DATTN_FLASH -DPRECISION_BF16 \
-    scripts/bench_attention.cu kernels/cuda/attention_flash.cu common/util.c -o "$BUILD/bench_attention"
+    scripts/bench_attention.cu kernels/cuda/attention_flash.cu kernels/cuda/backend.cu common/util.c -lcublasLt -lcublas \
+    -lcurand -o "$BUILD/bench_attention" # backend.cu: the column sums of the bias gradient
 # shellcheck disable=SC2086 # SEQ_LENS is a list
 "$BUILD/bench_attention" $SEQ_LENS | tee "$BUILD/ours.txt"
 if python3 -c "import torch" 2>/dev/null; then

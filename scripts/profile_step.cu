@@ -347,10 +347,10 @@ int main(int argc, char** argv) {
         matmul_backward(dbuf_c, g[P_ATTPROJW], NULL, dresidual, atty, p[P_ATTPROJW], N, C, C, sum_rows);
     });
     time_call("attention_backward", L, 2.5 * att_fwd_flops, 0, [&] {
-        attention_backward(dbuf_3c, att_scratch, dbuf_c, qkv, atty, att_saved, B, T, C, NH);
+        attention_backward(dbuf_3c, g[P_QKVB], att_scratch, dbuf_c, qkv, atty, att_saved, B, T, C, NH, sum_rows);
     });
     time_call("matmul_backward qkv", L, 2 * mm * 3 * C, 0,
-              [&] { matmul_backward(dbuf_c, g[P_QKVW], g[P_QKVB], dbuf_3c, ln1, p[P_QKVW], N, C, 3 * C, sum_rows); });
+              [&] { matmul_backward(dbuf_c, g[P_QKVW], NULL, dbuf_3c, ln1, p[P_QKVW], N, C, 3 * C, sum_rows); });
     // (layer 0's ln1 has no fcproj below it: the model sums the bias gradient of fcproj in L - 1 of these)
     time_call("layernorm_backward ln1", L, 0, ln_bwd_bytes, [&] {
         layernorm_backward(dresidual, g[P_LN1W], g[P_LN1B], g[P_FCPROJB], dbuf_c, encoded, p[P_LN1W], ln1_mean,

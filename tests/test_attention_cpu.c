@@ -197,17 +197,30 @@ static void run_flash(Run* r, int block_q, int block_k) {
     free(D);
 }
 
-// The generic attention_* of this build (the variant ATTN selects), through its void* buffers.
+// The generic attention_* of this build (the variant ATTN selects), through its void* buffers. Its
+// qkv bias gradient (groups of one sequence, added to random values) against a float64 sum of the
+// dqkv it wrote.
 static void run_generic(Run* r) {
     poison_outputs(r);
+    const int C3 = 3 * r->C;
     float* saved = xmalloc(attention_saved_bytes(r->B, r->T, r->NH), "saved");
     float* scratch = xmalloc(attention_scratch_bytes(r->B, r->T, r->C, r->NH), "scratch");
+    float* dbias = xmalloc(C3 * sizeof(float), "dbias");
+    double* want = xmalloc(C3 * sizeof(double), "dbias reference");
     test_poison(saved, attention_saved_bytes(r->B, r->T, r->NH) / sizeof(float));
     test_poison(scratch, attention_scratch_bytes(r->B, r->T, r->C, r->NH) / sizeof(float));
+    for (int c = 0; c < C3; c++) want[c] = dbias[c] = (float)c / C3 - 0.5f;
     attention_forward(r->out, saved, r->qkv, r->B, r->T, r->C, r->NH);
-    attention_backward(r->dqkv, scratch, r->dout, r->qkv, r->out, saved, r->B, r->T, r->C, r->NH);
+    attention_backward(r->dqkv, dbias, scratch, r->dout, r->qkv, r->out, saved, r->B, r->T, r->C, r->NH, r->T);
+    for (size_t i = 0; i < (size_t)r->B * r->T * C3; i++) want[i % C3] += r->dqkv[i];
+    char name[160];
+    snprintf(name, sizeof name, "generic (%s) qkv bias gradient vs float64 sums of dqkv B%d T%d C%d", attention_name(),
+             r->B, r->T, r->C);
+    test_close(name, dbias, want, C3, 1e-5, 1e-6);
     free(saved);
     free(scratch);
+    free(dbias);
+    free(want);
 }
 
 // ---- (1), (2): against the float64 reference and finite differences -------------------------

@@ -8,6 +8,11 @@
 // twice to check that the results are bit-identical (with atomic dQ: all but dQ, and both runs' dQ
 // against the reference). The seed is printed; TEST_SEED=n repeats a run. In the BF16 build a
 // sequence of more than 2^31 - 1 qkv elements (T x 3C) must be refused, in forked children.
+// The backward also adds the qkv bias gradient (the column sums of dqkv, in groups of one
+// sequence) into random values: against a float64 sum of the dqkv the GPU stored (the sums' fp32
+// rounding is at most about 60 additions deep: 1e-5 of the largest column's sum of magnitudes;
+// one row left out would be off by about 1 / (B T) of it), bit for bit on the second run where dQ
+// is deterministic, and bit for bit against B calls of one sequence each (--batch-invariant).
 //
 // The backward is checked on its own: the GPU and the CPU get the same inputs (the reference's O
 // rounded to floatX, its m and l), so an error of the forward cannot hide one of the backward.
@@ -33,7 +38,8 @@
 // Alone, from the repository root (sm_90, BF16; -DPRECISION_FP32 for the FP32 build):
 //   gcc -O3 -march=native -fopenmp -I. -c kernels/cpu/attention_flash.c -o ref.o
 //   nvcc -std=c++17 -O3 -arch=sm_90 -I. -DATTN_FLASH -DPRECISION_BF16 tests/test_attention_gpu.cu
-//       kernels/cuda/attention_flash.cu tests/testutil.c common/util.c ref.o -Xcompiler -fopenmp
+//       kernels/cuda/attention_flash.cu kernels/cuda/backend.cu tests/testutil.c common/util.c ref.o
+//       -Xcompiler -fopenmp -lcublasLt -lcublas -lcurand
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,16 +100,34 @@ typedef struct {
     Case c;
     int C;
     size_t n_qkv, n_out, n_stat;
-    float *qkv, *dout, *out_ref, *m_ref, *l_ref, *out_in, *dqkv_ref; // host
-    floatX *d_qkv, *d_dout, *d_out, *d_out_in, *d_dqkv;               // device
-    float *d_saved, *d_saved_in;
+    float *qkv, *dout, *out_ref, *m_ref, *l_ref, *out_in, *dqkv_ref, *dbias_in; // host
+    floatX *d_qkv, *d_dout, *d_out, *d_out_in, *d_dqkv;                         // device
+    float *d_saved, *d_saved_in, *d_dbias;
     void* d_scratch;
 } Problem;
 
 // GPU results of one forward and one backward, in float.
 typedef struct {
-    float *out, *saved, *dqkv;
+    float *out, *saved, *dqkv, *dbias;
 } Results;
+
+// The scratch of either dQ mode: the atomic dQ's accumulator (B, T, C) or the deterministic
+// kernels' bias partials (B, ceil(T / 64), 3C), whichever is larger.
+static size_t scratch_bytes(int B, int T, int C, int NH) {
+    const char* mode = getenv("FLASH_ATTN_DETERMINISTIC");
+    char* saved_mode = mode ? strdup(mode) : NULL;
+    size_t largest = 0;
+    const char* modes[] = {"0", "1"};
+    for (int i = 0; i < 2; i++) {
+        setenv("FLASH_ATTN_DETERMINISTIC", modes[i], 1);
+        const size_t bytes = attention_scratch_bytes(B, T, C, NH);
+        largest = bytes > largest ? bytes : largest;
+    }
+    if (saved_mode) setenv("FLASH_ATTN_DETERMINISTIC", saved_mode, 1);
+    else unsetenv("FLASH_ATTN_DETERMINISTIC");
+    free(saved_mode);
+    return largest;
+}
 
 static void run_gpu(Results* r, const Problem* p) {
     const Case c = p->c;
@@ -115,10 +139,34 @@ static void run_gpu(Results* r, const Problem* p) {
     cudaCheck(cudaMemcpy(r->saved, p->d_saved, 2 * p->n_stat * sizeof(float), cudaMemcpyDeviceToHost));
 
     cudaCheck(cudaMemset(p->d_dqkv, 0xFF, p->n_qkv * sizeof(floatX)));
-    cudaCheck(cudaMemset(p->d_scratch, 0xFF, attention_scratch_bytes(c.B, c.T, p->C, c.NH)));
-    attention_backward(p->d_dqkv, p->d_scratch, p->d_dout, p->d_qkv, p->d_out_in, p->d_saved_in, c.B, c.T, p->C, c.NH);
+    cudaCheck(cudaMemset(p->d_scratch, 0xFF, scratch_bytes(c.B, c.T, p->C, c.NH)));
+    cudaCheck(cudaMemcpy(p->d_dbias, p->dbias_in, 3 * p->C * sizeof(float), cudaMemcpyHostToDevice));
+    attention_backward(p->d_dqkv, p->d_dbias, p->d_scratch, p->d_dout, p->d_qkv, p->d_out_in, p->d_saved_in, c.B, c.T,
+                       p->C, c.NH, c.T);
     cudaCheck(cudaDeviceSynchronize());
     download(r->dqkv, p->d_dqkv, p->n_qkv);
+    cudaCheck(cudaMemcpy(r->dbias, p->d_dbias, 3 * p->C * sizeof(float), cudaMemcpyDeviceToHost));
+}
+
+// The qkv bias gradient from B backward calls over one sequence each, into `dbias` (--batch-invariant:
+// the bits of one call over the B sequences in groups of one). The same scratch; saved re-laid out
+// as (m, l) of the one sequence; dqkv poisoned again.
+static void run_gpu_by_sequence(float* dbias, const Problem* p) {
+    const Case c = p->c;
+    const size_t seq_stat = (size_t)c.NH * c.T;
+    float* saved_one = (float*)device_alloc(attention_saved_bytes(1, c.T, c.NH));
+    cudaCheck(cudaMemset(p->d_dqkv, 0xFF, p->n_qkv * sizeof(floatX)));
+    cudaCheck(cudaMemcpy(p->d_dbias, p->dbias_in, 3 * p->C * sizeof(float), cudaMemcpyHostToDevice));
+    for (int b = 0; b < c.B; b++) {
+        cudaCheck(cudaMemcpy(saved_one, p->d_saved_in + b * seq_stat, seq_stat * sizeof(float), cudaMemcpyDeviceToDevice));
+        cudaCheck(cudaMemcpy(saved_one + seq_stat, p->d_saved_in + p->n_stat + b * seq_stat, seq_stat * sizeof(float),
+                             cudaMemcpyDeviceToDevice));
+        const size_t qkv0 = (size_t)b * c.T * 3 * p->C, out0 = (size_t)b * c.T * p->C;
+        attention_backward(p->d_dqkv + qkv0, p->d_dbias, p->d_scratch, p->d_dout + out0, p->d_qkv + qkv0,
+                           p->d_out_in + out0, saved_one, 1, c.T, p->C, c.NH, c.T);
+    }
+    cudaCheck(cudaMemcpy(dbias, p->d_dbias, 3 * p->C * sizeof(float), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaFree(saved_one));
 }
 
 static Problem make_problem(Case c, TestRng* rng) {
@@ -142,6 +190,8 @@ static Problem make_problem(Case c, TestRng* rng) {
         test_fill_uniform(r + 2 * p.C, p.C, -1.0f, 1.0f, rng);                // v
     }
     test_fill_uniform(p.dout, p.n_out, -1.0f, 1.0f, rng);
+    p.dbias_in = host_floats(3 * p.C);
+    test_fill_uniform(p.dbias_in, 3 * p.C, -1.0f, 1.0f, rng);
     round_to_floatX(p.qkv, p.n_qkv);
     round_to_floatX(p.dout, p.n_out);
 
@@ -162,8 +212,8 @@ static Problem make_problem(Case c, TestRng* rng) {
     p.d_dqkv = (floatX*)device_alloc(p.n_qkv * sizeof(floatX));
     p.d_saved = (float*)device_alloc(attention_saved_bytes(c.B, c.T, c.NH));
     p.d_saved_in = (float*)device_alloc(attention_saved_bytes(c.B, c.T, c.NH));
-    setenv("FLASH_ATTN_DETERMINISTIC", "0", 1); // the larger scratch: with the atomic dQ accumulator
-    p.d_scratch = device_alloc(attention_scratch_bytes(c.B, c.T, p.C, c.NH));
+    p.d_dbias = (float*)device_alloc(3 * p.C * sizeof(float));
+    p.d_scratch = device_alloc(scratch_bytes(c.B, c.T, p.C, c.NH));
     upload(p.d_qkv, p.qkv, p.n_qkv);
     upload(p.d_dout, p.dout, p.n_out);
     upload(p.d_out_in, p.out_in, p.n_out);
@@ -178,14 +228,16 @@ static void free_problem(Problem* p) {
     free(p->m_ref);
     free(p->out_in);
     free(p->dqkv_ref);
-    void* device[] = {p->d_qkv, p->d_dout, p->d_out, p->d_out_in, p->d_dqkv, p->d_saved, p->d_saved_in, p->d_scratch};
+    free(p->dbias_in);
+    void* device[] = {p->d_qkv, p->d_dout, p->d_out, p->d_out_in, p->d_dqkv, p->d_saved, p->d_saved_in, p->d_scratch,
+                      p->d_dbias};
     for (size_t i = 0; i < sizeof(device) / sizeof(device[0]); i++) cudaCheck(cudaFree(device[i]));
 }
 
 static void check_results(const Problem* p, const Results* r, const char* label) {
     const Case c = p->c;
     const int rows = c.B * c.T;
-    char name[160];
+    char name[208];
 #if defined(PRECISION_BF16)
     const double u = 1.0 / 256.0; // unit roundoff of bf16 (8 significant bits)
     const double out_rtol = 2 * u, grad_rtol = 2 * u, grad_atol_of_max = 4 * u;
@@ -228,6 +280,17 @@ static void check_results(const Problem* p, const Results* r, const char* label)
     }
     free(want);
     free(slot);
+
+    const int C3 = 3 * p->C;
+    double *sums = (double*)xmalloc(C3 * sizeof(double), "sums"), *magnitudes = (double*)xmalloc(C3 * sizeof(double), "sums");
+    double largest = 0.0;
+    for (int col = 0; col < C3; col++) sums[col] = p->dbias_in[col], magnitudes[col] = fabs(p->dbias_in[col]);
+    for (size_t i = 0; i < p->n_qkv; i++) sums[i % C3] += r->dqkv[i], magnitudes[i % C3] += fabs(r->dqkv[i]);
+    for (int col = 0; col < C3; col++) largest = fmax(largest, magnitudes[col]);
+    snprintf(name, sizeof(name), "%s: qkv bias gradient (column sums of dqkv)", label);
+    test_close(name, r->dbias, sums, C3, 0.0, 1e-5 * largest);
+    free(sums);
+    free(magnitudes);
 }
 
 static int same_bits(const float* a, const float* b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
@@ -260,14 +323,14 @@ static void forward_too_long(const void* arg) {
 }
 static void backward_too_long(const void* arg) {
     (void)arg;
-    attention_backward(NULL, NULL, NULL, NULL, NULL, NULL, 1, TOO_LONG_T, TOO_LONG_C, TOO_LONG_NH);
+    attention_backward(NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1, TOO_LONG_T, TOO_LONG_C, TOO_LONG_NH, TOO_LONG_T);
 }
 #endif
 
 static void run_case(Case c, TestRng* rng) {
     Problem p = make_problem(c, rng);
-    Results first = {host_floats(p.n_out), host_floats(2 * p.n_stat), host_floats(p.n_qkv)};
-    Results second = {host_floats(p.n_out), host_floats(2 * p.n_stat), host_floats(p.n_qkv)};
+    Results first = {host_floats(p.n_out), host_floats(2 * p.n_stat), host_floats(p.n_qkv), host_floats(3 * p.C)};
+    Results second = {host_floats(p.n_out), host_floats(2 * p.n_stat), host_floats(p.n_qkv), host_floats(3 * p.C)};
 #if defined(PRECISION_BF16)
     // FLASH_ATTN_CONFIG picks the tensor-core tiles, FLASH_ATTN_DETERMINISTIC how dQ is summed.
     const char* configs[] = {"sm80", "sm86", "sm90"};
@@ -289,7 +352,7 @@ static void run_case(Case c, TestRng* rng) {
             run_gpu(&first, &p);
             check_results(&p, &first, label);
             run_gpu(&second, &p);
-            char name[160];
+            char name[208];
             const int rows = c.B * c.T;
             int same = same_bits(first.out, second.out, p.n_out) && same_bits(first.saved, second.saved, 2 * p.n_stat);
             if (atomic_dq) { // dQ adds in another order on every run: checked again, the rest bit for bit
@@ -298,10 +361,16 @@ static void run_case(Case c, TestRng* rng) {
                 same = same && same_slots(first.dqkv, second.dqkv, 1, rows, p.C);
                 snprintf(name, sizeof(name), "%s: O, m, l, dK, dV deterministic", label);
             } else {
-                same = same && same_bits(first.dqkv, second.dqkv, p.n_qkv);
+                same = same && same_bits(first.dqkv, second.dqkv, p.n_qkv) && same_bits(first.dbias, second.dbias, 3 * p.C);
                 snprintf(name, sizeof(name), "%s: deterministic", label);
             }
             test_check(same, name, "%s", same ? "two runs bit-identical" : "two runs differ");
+            if (!atomic_dq && c.B > 1) {
+                run_gpu_by_sequence(second.dbias, &p);
+                snprintf(name, sizeof(name), "%s: qkv bias gradient batch-invariant", label);
+                same = same_bits(first.dbias, second.dbias, 3 * p.C);
+                test_check(same, name, "%s", same ? "B calls of one sequence give its bits" : "bits differ");
+            }
         }
     unsetenv("FLASH_ATTN_CONFIG");
     unsetenv("FLASH_ATTN_DETERMINISTIC");
@@ -310,6 +379,7 @@ static void run_case(Case c, TestRng* rng) {
         free(all[i]->out);
         free(all[i]->saved);
         free(all[i]->dqkv);
+        free(all[i]->dbias);
     }
     free_problem(&p);
 }

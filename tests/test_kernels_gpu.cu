@@ -477,10 +477,23 @@ static void test_attention(int B, int T, int C, int NH) {
     void* d_scratch = poisoned(attention_scratch_bytes(B, T, C, NH));
     float* dqkv = host_floats(n_qkv);
     void* scratch = xmalloc(cpu_attention_scratch_bytes(B, T, C, NH), "cpu scratch");
-    attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_saved, B, T, C, NH);
-    cpu_attention_backward(dqkv, scratch, dout, qkv, out, saved, B, T, C, NH);
+    float* db = random_array(3 * C, -1, 1); // the qkv bias gradient, accumulated into
+    float* d_db = upload_f(db, 3 * C);
+    attention_backward(d_dqkv, d_db, d_scratch, d_dout, d_qkv, d_out, d_saved, B, T, C, NH, T);
+    cpu_attention_backward(dqkv, NULL, scratch, dout, qkv, out, saved, B, T, C, NH, T);
     snprintf(name, sizeof name, "attention_backward B=%d T=%d C=%d NH=%d", B, T, C, NH);
     check_x(name, d_dqkv, dqkv, n_qkv, 8);
+    // The bias gradient sums dqkv as the GPU stored it (rounded to floatX): against a float64 sum of those.
+    float* got_dqkv = host_floats(n_qkv);
+    download_x(got_dqkv, d_dqkv, n_qkv);
+    double* want_db = (double*)xmalloc(3 * C * sizeof(double), "sums");
+    for (int c = 0; c < 3 * C; c++) want_db[c] = db[c];
+    for (size_t i = 0; i < n_qkv; i++) want_db[i % (3 * C)] += got_dqkv[i];
+    for (int c = 0; c < 3 * C; c++) db[c] = (float)want_db[c];
+    snprintf(name, sizeof name, "attention_backward qkv bias gradient B=%d T=%d C=%d NH=%d", B, T, C, NH);
+    check_f(name, d_db, db, 3 * C, GRAD_TOLERANCE);
+    free(db), free(got_dqkv), free(want_db);
+    dev_free(d_db);
     free(qkv), free(out), free(saved), free(dout), free(dqkv), free(scratch);
     dev_free(d_qkv), dev_free(d_out), dev_free(d_saved), dev_free(d_dout), dev_free(d_dqkv), dev_free(d_scratch);
 }

@@ -3,11 +3,19 @@
 // float, so the pointers pass straight through.
 #include "kernels/kernels.h"
 
+#include "common/util.h"
 #include "kernels/cpu/attention_cpu.h"
 
 #if defined(ATTN_FLASH) == defined(ATTN_NAIVE)
 #error "define exactly one of ATTN_FLASH and ATTN_NAIVE"
 #endif
+
+// dbias += the column sums of dqkv (if dbias is not NULL), as matmul_backward sums its bias gradient.
+static void qkv_bias_backward(float* dbias, const floatX* dqkv, int B, int T, int C, int sum_rows) {
+    if (!dbias) return;
+    check_sequence_groups("attention_backward", B, T, sum_rows);
+    matmul_backward(NULL, NULL, dbias, dqkv, NULL, NULL, B * T, C, 3 * C, sum_rows);
+}
 
 #ifdef ATTN_FLASH
 
@@ -24,12 +32,13 @@ void attention_forward(floatX* out, void* saved, const floatX* qkv, int B, int T
     attention_flash_forward_cpu(out, m, l, qkv, B, T, C, NH, ATTN_FLASH_BLOCK_Q, ATTN_FLASH_BLOCK_K);
 }
 
-void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, const floatX* qkv,
-                        const floatX* out, const void* saved, int B, int T, int C, int NH) {
+void attention_backward(floatX* dqkv, float* dbias, void* scratch, const floatX* dout, const floatX* qkv,
+                        const floatX* out, const void* saved, int B, int T, int C, int NH, int sum_rows) {
     const float* m = saved;
     const float* l = m + (size_t)B * NH * T;
     attention_flash_backward_cpu(dqkv, scratch, dout, qkv, out, m, l, B, T, C, NH,
                                  ATTN_FLASH_BLOCK_Q, ATTN_FLASH_BLOCK_K);
+    qkv_bias_backward(dbias, dqkv, B, T, C, sum_rows);
 }
 
 const char* attention_name(void) { return "flash"; }
@@ -48,10 +57,11 @@ void attention_forward(floatX* out, void* saved, const floatX* qkv, int B, int T
 }
 
 // The naive backward needs only the probabilities, not the output.
-void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, const floatX* qkv,
-                        const floatX* out, const void* saved, int B, int T, int C, int NH) {
+void attention_backward(floatX* dqkv, float* dbias, void* scratch, const floatX* dout, const floatX* qkv,
+                        const floatX* out, const void* saved, int B, int T, int C, int NH, int sum_rows) {
     (void)out;
     attention_naive_backward_cpu(dqkv, scratch, dout, qkv, saved, B, T, C, NH);
+    qkv_bias_backward(dbias, dqkv, B, T, C, sum_rows);
 }
 
 const char* attention_name(void) { return "naive"; }

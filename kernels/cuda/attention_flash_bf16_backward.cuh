@@ -5,7 +5,9 @@
 //   flash_backward_dq_kernel          dQ, a block per block of query rows
 //   flash_backward_dq_convert_kernel  the atomic dQ's fp32 sums into dqkv
 // Their products and tile loads are in attention_flash_bf16_mma.cuh; the forward in
-// attention_flash_bf16_forward.cuh.
+// attention_flash_bf16_forward.cuh. Given bias_partials, the dK/dV and dQ kernels also write the
+// column sums of each 64-row tile of dqkv they store (the qkv bias gradient's partial sums, which
+// attention_flash.cu adds up), so that nothing reads dqkv again for them.
 //
 // dQ has a kernel of its own, deterministic (why: attention_flash.cu). Tried and measured slower
 // on an H200: one kernel that sums the partial dQ of the key blocks in a fixed order (a counter
@@ -91,9 +93,11 @@ __device__ __forceinline__ void reduce_warp_rows_by_tma(float* tile, const float
 // ATOMIC_DQ: the block also writes dS^T to shared memory, and its warps add the tile's
 // dQ = dS K (COLS x HS, unscaled) into the fp32 buffer dq_accum (B, T, C): with atomics on
 // mma.sync, by TMA through dq_map on wgmma (reduce_warp_rows_by_tma).
+// bias_partials (not NULL): the column sums of the dK and dV it stores, a row of 3C per 64-row
+// tile (B, ceil(T / 64), 3C), in the columns of dqkv (store_tile_column_sums).
 template <class Mma, int WARPS, int COLS, int STAGES, bool ATOMIC_DQ>
 __global__ void __launch_bounds__(WARPS * 32)
-    flash_backward_dkv_kernel(floatX* dqkv, float* dq_accum, const floatX* dout, const floatX* qkv,
+    flash_backward_dkv_kernel(floatX* dqkv, float* dq_accum, float* bias_partials, const floatX* dout, const floatX* qkv,
                               const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
                               const __grid_constant__ CUtensorMap dq_map, const float* lse2, const float* D, int T,
                               int NH, int tail) {
@@ -247,6 +251,20 @@ __global__ void __launch_bounds__(WARPS * 32)
     const float k_scale[1][2] = {{scale, scale}}, v_scale[1][2] = {{1.0f, 1.0f}};
     const CausalBlock out = causal_block<ROWS, true>(tail, NH); // recomputed, not held across the loop
     const int out_r0 = out.row0 + warp * 16;
+    static_assert(ROWS % 64 == 0 && 2 * WARPS * HS * sizeof(float) <= ROWS * STRIDE * sizeof(floatX),
+                  "the block's rows whole tiles, and their slab sums fit where K was");
+    float* slab_sums = (float*)k_tile; // dK's slabs, then dV's
+    if (bias_partials) { // before the stores of dK and dV (slab_column_sums)
+        __syncthreads(); // every warp's products are done with the K tile
+        slab_column_sums<1, HS>(slab_sums, dk_acc, k_scale, warp, out_r0, T);
+        slab_column_sums<1, HS>(slab_sums + WARPS * HS, dv_acc, v_scale, warp, out_r0, T);
+        __syncthreads();
+        const int tiles = (T + 63) / 64, tile0 = out.row0 / 64;
+        float* partials = bias_partials + ((size_t)out.b * tiles + tile0) * stride + out.h * HS;
+        store_tile_column_sums<ROWS / 64, HS, THREADS>(partials + C, slab_sums, tiles - tile0, stride, threadIdx.x);
+        store_tile_column_sums<ROWS / 64, HS, THREADS>(partials + 2 * C, slab_sums + WARPS * HS, tiles - tile0, stride,
+                                                       threadIdx.x);
+    }
     store_rows<1, HS>(dqkv + (size_t)out.b * T * stride + C + out.h * HS, dk_acc, k_scale, out_r0, T, stride);
     store_rows<1, HS>(dqkv + (size_t)out.b * T * stride + 2 * C + out.h * HS, dv_acc, v_scale, out_r0, T, stride);
 }
@@ -254,9 +272,10 @@ __global__ void __launch_bounds__(WARPS * 32)
 // ---- backward: dQ --------------------------------------------------------------------------
 // Each block owns ROWS query rows (16 M_TILES per warp) with Q and dO as A operands, streams the
 // K/V tiles at or below the diagonal, recomputes P and dP, and accumulates dQ = scale dS K.
+// bias_partials (not NULL): the column sums of the dQ it stores, as the dK/dV kernel's.
 template <class Mma, int WARPS, int M_TILES, int COLS, int STAGES>
 __global__ void __launch_bounds__(WARPS * 32)
-    flash_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv,
+    flash_backward_dq_kernel(floatX* dqkv, float* bias_partials, const floatX* dout, const floatX* qkv,
                              const __grid_constant__ CUtensorMap qkv_map, const float* lse2, const float* D, int T,
                              int NH, int tail) {
     constexpr int HS = Mma::HS, ROWS = 16 * WARPS * M_TILES, THREADS = 32 * WARPS, STRIDE = Mma::STRIDE;
@@ -356,6 +375,18 @@ __global__ void __launch_bounds__(WARPS * 32)
     for (int mt = 0; mt < M_TILES; mt++) q_scale[mt][0] = q_scale[mt][1] = scale;
     const CausalBlock out = causal_block<ROWS, false>(tail, NH); // recomputed, not held across the loop
     const int out_r0 = out.row0 + warp * 16 * M_TILES;
+    if (bias_partials) { // before the stores of dQ (slab_column_sums)
+        constexpr int TILE_WARPS = 4 / M_TILES;
+        static_assert(ROWS % 64 == 0 && 4 * HS * sizeof(float) <= 64 * STRIDE * sizeof(floatX),
+                      "the block's rows whole tiles, whose slab sums fit in the tile's rows of Q");
+        const int tile = warp / TILE_WARPS, tiles = (T + 63) / 64, t = out.row0 / 64 + tile;
+        float* slab_sums = (float*)(q_tile + tile * 64 * STRIDE);
+        tile_barrier<TILE_WARPS, WARPS>(tile); // the tile's warps are done with its rows of Q
+        slab_column_sums<M_TILES, HS>(slab_sums, dq_acc, q_scale, warp % TILE_WARPS * M_TILES, out_r0, T);
+        tile_barrier<TILE_WARPS, WARPS>(tile);
+        store_tile_column_sums<1, HS, 32 * TILE_WARPS>(bias_partials + ((size_t)out.b * tiles + t) * stride + out.h * HS,
+                                                       slab_sums, tiles - t, stride, threadIdx.x % (32 * TILE_WARPS));
+    }
     store_rows<M_TILES, HS>(dqkv + (size_t)out.b * T * stride + out.h * HS, dq_acc, q_scale, out_r0, T, stride);
 }
 

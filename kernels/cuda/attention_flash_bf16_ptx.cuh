@@ -198,6 +198,12 @@ __device__ __forceinline__ void fence_proxy_async() {
 #endif
 }
 
+// A barrier of `threads` threads (whole warps) on hardware barrier `id` (0 is __syncthreads'):
+// the warps of one part of a block wait for each other only.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // Orders this thread's register accesses before the wgmmas that follow (wgmma.fence); closes a
 // group of issued wgmmas; waits for every group issued.
 __device__ __forceinline__ void wgmma_fence() {

@@ -81,8 +81,9 @@ $(TEST_BIN)/test_kernels_gpu: $(call cuda_obj,tests/test_kernels_gpu.cu tests/te
 	@mkdir -p $(dir $@)
 	$(CC) $^ $(LDLIBS_CUDA) -o $@
 
-# The flash kernels against the CPU flash reference (its own names, attention_flash_*_cpu).
-$(TEST_BIN)/test_attention_gpu: $(call cuda_obj,tests/test_attention_gpu.cu tests/testutil.c $(COMMON_SRC) kernels/cuda/attention_flash.cu) \
+# The flash kernels against the CPU flash reference (its own names, attention_flash_*_cpu); backend.cu
+# for the column sums of the qkv bias gradient.
+$(TEST_BIN)/test_attention_gpu: $(call cuda_obj,tests/test_attention_gpu.cu tests/testutil.c $(COMMON_SRC) kernels/cuda/attention_flash.cu kernels/cuda/backend.cu) \
                                 $(CPU_REF_OBJ)/kernels/cpu/attention_flash.o
 	@mkdir -p $(dir $@)
 	$(CC) $^ $(LDLIBS_CUDA) -o $@
