@@ -418,8 +418,18 @@ static void test_flash_memory(TestRng* rng) {
                "%zu vs %zu", generic_bytes, build_bytes);
 }
 
+// The bias gradient's groups must be whole sequences: groups of 2 rows at T 4 (8 rows) are refused
+// before anything runs (hence NULL buffers but dbias).
+static void backward_partial_groups(const void* arg) {
+    (void)arg;
+    float dbias[12];
+    attention_backward(NULL, dbias, NULL, NULL, NULL, NULL, NULL, 2, 4, 4, 1, 2);
+}
+
 int main(void) {
     TestRng rng = test_rng(1234);
+    test_expect_fatal("attention_backward refuses bias groups that are not whole sequences", backward_partial_groups,
+                      NULL, "attention_backward", "not whole sequences of 4");
 
     // (1), (2): small shapes (finite differences cost a forward per element), block sizes that
     // leave partial blocks, block_q > block_k and block_q < block_k.

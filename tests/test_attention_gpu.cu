@@ -12,7 +12,8 @@
 // sequence) into random values: against a float64 sum of the dqkv the GPU stored (the sums' fp32
 // rounding is at most about 60 additions deep: 1e-5 of the largest column's sum of magnitudes;
 // one row left out would be off by about 1 / (B T) of it), bit for bit on the second run where dQ
-// is deterministic, and bit for bit against B calls of one sequence each (--batch-invariant).
+// is deterministic, and bit for bit against B calls of one sequence each (--batch-invariant);
+// groups of rows that are not whole sequences are refused (in a forked child).
 //
 // The backward is checked on its own: the GPU and the CPU get the same inputs (the reference's O
 // rounded to floatX, its m and l), so an error of the forward cannot hide one of the backward.
@@ -384,6 +385,14 @@ static void run_case(Case c, TestRng* rng) {
     free_problem(&p);
 }
 
+// The bias gradient's groups must be whole sequences: groups of 2 rows at T 4 are refused before
+// anything runs (hence NULL buffers but dbias), in both builds.
+static void backward_partial_groups(const void* arg) {
+    (void)arg;
+    float dbias[3 * 64];
+    attention_backward(NULL, dbias, NULL, NULL, NULL, NULL, NULL, 2, 4, 64, 1, 2);
+}
+
 int main(void) {
     const char* seed_env = getenv("TEST_SEED");
     const unsigned long long seed = seed_env ? strtoull(seed_env, NULL, 10) : (unsigned long long)time(NULL);
@@ -395,6 +404,8 @@ int main(void) {
     test_expect_fatal("a sequence of T x 3C above 2^31 - 1 is refused (backward)", backward_too_long, NULL,
                       "T 1048576 x 3C 2304", "2^31 - 1");
 #endif
+    test_expect_fatal("attention_backward refuses bias groups that are not whole sequences", backward_partial_groups,
+                      NULL, "attention_backward", "not whole sequences of 4");
     cudaCheck(cudaSetDevice(0));
 
     test_check(strcmp(attention_name(), "flash") == 0, "attention_name is flash", "got %s", attention_name());

@@ -11,10 +11,9 @@
 #endif
 
 // dbias += the column sums of dqkv (if dbias is not NULL), as matmul_backward sums its bias gradient.
+// The groups were checked before the backward ran (check_sequence_groups).
 static void qkv_bias_backward(float* dbias, const floatX* dqkv, int B, int T, int C, int sum_rows) {
-    if (!dbias) return;
-    check_sequence_groups("attention_backward", B, T, sum_rows);
-    matmul_backward(NULL, NULL, dbias, dqkv, NULL, NULL, B * T, C, 3 * C, sum_rows);
+    if (dbias) matmul_backward(NULL, NULL, dbias, dqkv, NULL, NULL, B * T, C, 3 * C, sum_rows);
 }
 
 #ifdef ATTN_FLASH
@@ -34,6 +33,7 @@ void attention_forward(floatX* out, void* saved, const floatX* qkv, int B, int T
 
 void attention_backward(floatX* dqkv, float* dbias, void* scratch, const floatX* dout, const floatX* qkv,
                         const floatX* out, const void* saved, int B, int T, int C, int NH, int sum_rows) {
+    if (dbias) check_sequence_groups("attention_backward", B, T, sum_rows);
     const float* m = saved;
     const float* l = m + (size_t)B * NH * T;
     attention_flash_backward_cpu(dqkv, scratch, dout, qkv, out, m, l, B, T, C, NH,
@@ -60,6 +60,7 @@ void attention_forward(floatX* out, void* saved, const floatX* qkv, int B, int T
 void attention_backward(floatX* dqkv, float* dbias, void* scratch, const floatX* dout, const floatX* qkv,
                         const floatX* out, const void* saved, int B, int T, int C, int NH, int sum_rows) {
     (void)out;
+    if (dbias) check_sequence_groups("attention_backward", B, T, sum_rows);
     attention_naive_backward_cpu(dqkv, scratch, dout, qkv, saved, B, T, C, NH);
     qkv_bias_backward(dbias, dqkv, B, T, C, sum_rows);
 }
