@@ -78,10 +78,14 @@ static bool deterministic_dq(void) {
 #endif
 
 // D (B, NH, T) floats; the BF16 path also keeps lse in log2 units (B, NH, T) after it, and before
-// both the partial sums of the qkv bias gradient (B, ceil(T / 64), 3C) or, with atomic dQ, a float
+// both the partial sums of the qkv bias gradient (B, bias_tiles(T), 3C) or, with atomic dQ, a float
 // accumulator (B, T, C).
 #if defined(PRECISION_BF16)
-static size_t bias_tile_rows(int B, int T) { return (size_t)B * ceil_div(T, 64); }
+// The qkv bias gradient's partial sums: one row of 3C floats per BIAS_TILE_ROWS rows of a sequence
+// (the backward kernels' epilogues, attention_flash_bf16_mma.cuh: four warp slabs of 16 rows).
+constexpr int BIAS_TILE_ROWS = 64;
+__host__ __device__ inline int bias_tiles(int T) { return (T + BIAS_TILE_ROWS - 1) / BIAS_TILE_ROWS; }
+static size_t bias_tile_rows(int B, int T) { return (size_t)B * bias_tiles(T); }
 #endif
 size_t attention_scratch_bytes(int B, int T, int C, int NH) {
 #if defined(PRECISION_BF16)
@@ -479,8 +483,7 @@ void attention_backward(floatX* dqkv, float* dbias, void* scratch, const floatX*
     case CONFIG_SM80: backward_bf16<TilesSm80>(dqkv, dq_accum, bias_partials, lse2, D, dout, qkv, B, T, NH, HS); break;
     }
     if (bias_partials) {
-        const int tiles = ceil_div(T, 64);
-        column_sums_accumulate(dbias, (int)bias_tile_rows(B, T), 3 * C, sum_rows / T * tiles,
+        column_sums_accumulate(dbias, (int)bias_tile_rows(B, T), 3 * C, sum_rows / T * bias_tiles(T),
                                FloatMatrixColumns{bias_partials, 3 * C});
     } else if (dbias) {
         column_sums_accumulate(dbias, B * T, 3 * C, sum_rows, MatrixColumns{dqkv, 3 * C});

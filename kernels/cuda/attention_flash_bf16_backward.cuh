@@ -93,8 +93,8 @@ __device__ __forceinline__ void reduce_warp_rows_by_tma(float* tile, const float
 // ATOMIC_DQ: the block also writes dS^T to shared memory, and its warps add the tile's
 // dQ = dS K (COLS x HS, unscaled) into the fp32 buffer dq_accum (B, T, C): with atomics on
 // mma.sync, by TMA through dq_map on wgmma (reduce_warp_rows_by_tma).
-// bias_partials (not NULL): the column sums of the dK and dV it stores, a row of 3C per 64-row
-// tile (B, ceil(T / 64), 3C), in the columns of dqkv (store_tile_column_sums).
+// bias_partials (not NULL): the column sums of the dK and dV it stores, a row of 3C per tile of
+// BIAS_TILE_ROWS rows (B, bias_tiles(T), 3C), in the columns of dqkv (store_tile_column_sums).
 template <class Mma, int WARPS, int COLS, int STAGES, bool ATOMIC_DQ>
 __global__ void __launch_bounds__(WARPS * 32)
     flash_backward_dkv_kernel(floatX* dqkv, float* dq_accum, float* bias_partials, const floatX* dout, const floatX* qkv,
@@ -251,7 +251,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     const float k_scale[1][2] = {{scale, scale}}, v_scale[1][2] = {{1.0f, 1.0f}};
     const CausalBlock out = causal_block<ROWS, true>(tail, NH); // recomputed, not held across the loop
     const int out_r0 = out.row0 + warp * 16;
-    static_assert(ROWS % 64 == 0 && 2 * WARPS * HS * sizeof(float) <= ROWS * STRIDE * sizeof(floatX),
+    static_assert(ROWS % BIAS_TILE_ROWS == 0 && 2 * WARPS * HS * sizeof(float) <= ROWS * STRIDE * sizeof(floatX),
                   "the block's rows whole tiles, and their slab sums fit where K was");
     float* slab_sums = (float*)k_tile; // dK's slabs, then dV's
     if (bias_partials) { // before the stores of dK and dV (slab_column_sums)
@@ -259,11 +259,12 @@ __global__ void __launch_bounds__(WARPS * 32)
         slab_column_sums<1, HS>(slab_sums, dk_acc, k_scale, warp, out_r0, T);
         slab_column_sums<1, HS>(slab_sums + WARPS * HS, dv_acc, v_scale, warp, out_r0, T);
         __syncthreads();
-        const int tiles = (T + 63) / 64, tile0 = out.row0 / 64;
+        const int tiles = bias_tiles(T), tile0 = out.row0 / BIAS_TILE_ROWS;
         float* partials = bias_partials + ((size_t)out.b * tiles + tile0) * stride + out.h * HS;
-        store_tile_column_sums<ROWS / 64, HS, THREADS>(partials + C, slab_sums, tiles - tile0, stride, threadIdx.x);
-        store_tile_column_sums<ROWS / 64, HS, THREADS>(partials + 2 * C, slab_sums + WARPS * HS, tiles - tile0, stride,
-                                                       threadIdx.x);
+        store_tile_column_sums<ROWS / BIAS_TILE_ROWS, HS, THREADS>(partials + C, slab_sums, tiles - tile0, stride,
+                                                                   threadIdx.x);
+        store_tile_column_sums<ROWS / BIAS_TILE_ROWS, HS, THREADS>(partials + 2 * C, slab_sums + WARPS * HS,
+                                                                   tiles - tile0, stride, threadIdx.x);
     }
     store_rows<1, HS>(dqkv + (size_t)out.b * T * stride + C + out.h * HS, dk_acc, k_scale, out_r0, T, stride);
     store_rows<1, HS>(dqkv + (size_t)out.b * T * stride + 2 * C + out.h * HS, dv_acc, v_scale, out_r0, T, stride);
@@ -376,11 +377,12 @@ __global__ void __launch_bounds__(WARPS * 32)
     const CausalBlock out = causal_block<ROWS, false>(tail, NH); // recomputed, not held across the loop
     const int out_r0 = out.row0 + warp * 16 * M_TILES;
     if (bias_partials) { // before the stores of dQ (slab_column_sums)
-        constexpr int TILE_WARPS = 4 / M_TILES;
-        static_assert(ROWS % 64 == 0 && 4 * HS * sizeof(float) <= 64 * STRIDE * sizeof(floatX),
+        constexpr int TILE_WARPS = BIAS_TILE_ROWS / 16 / M_TILES;
+        static_assert(ROWS % BIAS_TILE_ROWS == 0 && BIAS_TILE_ROWS / 16 * HS * sizeof(float) <=
+                          BIAS_TILE_ROWS * STRIDE * sizeof(floatX),
                       "the block's rows whole tiles, whose slab sums fit in the tile's rows of Q");
-        const int tile = warp / TILE_WARPS, tiles = (T + 63) / 64, t = out.row0 / 64 + tile;
-        float* slab_sums = (float*)(q_tile + tile * 64 * STRIDE);
+        const int tile = warp / TILE_WARPS, tiles = bias_tiles(T), t = out.row0 / BIAS_TILE_ROWS + tile;
+        float* slab_sums = (float*)(q_tile + tile * BIAS_TILE_ROWS * STRIDE);
         tile_barrier<TILE_WARPS, WARPS>(tile); // the tile's warps are done with its rows of Q
         slab_column_sums<M_TILES, HS>(slab_sums, dq_acc, q_scale, warp % TILE_WARPS * M_TILES, out_r0, T);
         tile_barrier<TILE_WARPS, WARPS>(tile);

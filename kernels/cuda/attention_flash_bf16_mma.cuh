@@ -309,7 +309,8 @@ __device__ __forceinline__ void store_rows(floatX* dst, const float acc[M_TILES]
 
 // ---- the qkv bias gradient's partial sums (attention_backward's dbias) ----------------------
 // The column sums of what store_rows stores (the bf16 values, rows below T), one row of partial
-// sums per 64-row tile of a sequence, added in an order that depends on no tile configuration:
+// sums per tile of BIAS_TILE_ROWS (64) rows of a sequence (attention_flash.cu, which adds them up),
+// added in an order that depends on no tile configuration:
 // a warp sums each of its 16-row slabs (a lane adds its rows g and g + 8, then the eight row
 // groups combine pairwise between lanes 4, 8 and 16 apart), and a tile's partial is
 // ((slab 0 + slab 1) + slab 2) + slab 3. So the kernels write the partials as they store dQ, dK
@@ -378,6 +379,7 @@ template <int TILE_WARPS, int WARPS> __device__ __forceinline__ void tile_barrie
 template <int TILES, int HS, int THREADS>
 __device__ __forceinline__ void store_tile_column_sums(float* partials, const float* slab_sums, int tiles_left,
                                                        size_t tile_stride, int thread) {
+    static_assert(BIAS_TILE_ROWS == 4 * 16, "a tile's four slabs, added below");
 #pragma unroll
     for (int i = thread; i < TILES * HS; i += THREADS) {
         const int t = i / HS, col = i % HS;
