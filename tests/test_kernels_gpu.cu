@@ -93,6 +93,17 @@ static void check_f(const char* name, const float* dev, const float* want, size_
     test_close_f(name, got, want, n, tol, tol * max_abs(want, n));
     free(got);
 }
+// sums[c] += the float64 sum of column c of the (n / C, C) matrix `dev` as the GPU stored it (rounded
+// to floatX): what a kernel that sums the columns of its own output into sums must give.
+static void add_stored_column_sums(float* sums, const floatX* dev, size_t n, int C) {
+    float* got = host_floats(n);
+    download_x(got, dev, n);
+    double* total = (double*)xmalloc(C * sizeof(double), "sums");
+    for (int c = 0; c < C; c++) total[c] = sums[c];
+    for (size_t i = 0; i < n; i++) total[i % C] += got[i];
+    for (int c = 0; c < C; c++) sums[c] = (float)total[c];
+    free(got), free(total);
+}
 // Whether two device arrays hold the same bytes.
 static int same_bytes(const void* dev_a, const void* dev_b, size_t bytes) {
     void *a = xmalloc(bytes, "copy"), *b = xmalloc(bytes, "copy");
@@ -168,7 +179,7 @@ static void test_layernorm(int N, int C, int sum_rows) {
     check_f(name, d_rstd, rstd, N, 1e-5);
 
     float *dinp = random_array(n, -1, 1), *dw = random_array(C, -1, 1), *db = random_array(C, -1, 1);
-    float *dout = random_array(n, -1, 1), *ds = random_array(C, -1, 1), *got_dinp = host_floats(n);
+    float *dout = random_array(n, -1, 1), *ds = random_array(C, -1, 1);
     floatX *d_dinp = upload_x(dinp, n), *d_dinp_again = upload_x(dinp, n);
     float *d_dw = upload_f(dw, C), *d_db = upload_f(db, C), *d_ds = upload_f(ds, C);
     float *d_dw_again = upload_f(dw, C), *d_db_again = upload_f(db, C), *d_ds_again = upload_f(ds, C);
@@ -185,12 +196,7 @@ static void test_layernorm(int N, int C, int sum_rows) {
     check_f(name, d_dw, dw, C, GRAD_TOLERANCE);
     snprintf(name, sizeof name, "layernorm_backward dbias N=%d C=%d sum_rows=%d", N, C, sum_rows);
     check_f(name, d_db, db, C, GRAD_TOLERANCE);
-    // The sums are of dinp as the GPU stored it (rounded to floatX): against a float64 sum of those.
-    download_x(got_dinp, d_dinp, n);
-    double* want_ds = (double*)xmalloc(C * sizeof(double), "sums");
-    for (int c = 0; c < C; c++) want_ds[c] = ds[c];
-    for (size_t i = 0; i < n; i++) want_ds[i % C] += got_dinp[i];
-    for (int c = 0; c < C; c++) ds[c] = (float)want_ds[c];
+    add_stored_column_sums(ds, d_dinp, n, C); // the sums are of dinp as the GPU stored it
     snprintf(name, sizeof name, "layernorm_backward dinp_sums N=%d C=%d sum_rows=%d", N, C, sum_rows);
     check_f(name, d_ds, ds, C, GRAD_TOLERANCE);
     snprintf(name, sizeof name, "layernorm_backward N=%d C=%d sum_rows=%d: rerun bit for bit", N, C, sum_rows);
@@ -205,7 +211,6 @@ static void test_layernorm(int N, int C, int sum_rows) {
     same = same_bytes(d_ds, d_ds_matmul, C * sizeof(float));
     test_check(same, name, "%s", same ? "equal" : "bits differ");
     free(inp), free(w), free(b), free(out), free(mean), free(rstd), free(dinp), free(dw), free(db), free(dout), free(ds);
-    free(got_dinp), free(want_ds);
     dev_free(d_inp), dev_free(d_w), dev_free(d_b), dev_free(d_out), dev_free(d_mean), dev_free(d_rstd);
     dev_free(d_dinp), dev_free(d_dw), dev_free(d_db), dev_free(d_dout), dev_free(d_dinp_again), dev_free(d_dw_again);
     dev_free(d_db_again), dev_free(d_ds), dev_free(d_ds_again), dev_free(d_ds_matmul);
@@ -483,16 +488,10 @@ static void test_attention(int B, int T, int C, int NH) {
     cpu_attention_backward(dqkv, NULL, scratch, dout, qkv, out, saved, B, T, C, NH, T);
     snprintf(name, sizeof name, "attention_backward B=%d T=%d C=%d NH=%d", B, T, C, NH);
     check_x(name, d_dqkv, dqkv, n_qkv, 8);
-    // The bias gradient sums dqkv as the GPU stored it (rounded to floatX): against a float64 sum of those.
-    float* got_dqkv = host_floats(n_qkv);
-    download_x(got_dqkv, d_dqkv, n_qkv);
-    double* want_db = (double*)xmalloc(3 * C * sizeof(double), "sums");
-    for (int c = 0; c < 3 * C; c++) want_db[c] = db[c];
-    for (size_t i = 0; i < n_qkv; i++) want_db[i % (3 * C)] += got_dqkv[i];
-    for (int c = 0; c < 3 * C; c++) db[c] = (float)want_db[c];
+    add_stored_column_sums(db, d_dqkv, n_qkv, 3 * C); // the bias gradient sums dqkv as the GPU stored it
     snprintf(name, sizeof name, "attention_backward qkv bias gradient B=%d T=%d C=%d NH=%d", B, T, C, NH);
     check_f(name, d_db, db, 3 * C, GRAD_TOLERANCE);
-    free(db), free(got_dqkv), free(want_db);
+    free(db);
     dev_free(d_db);
     free(qkv), free(out), free(saved), free(dout), free(dqkv), free(scratch);
     dev_free(d_qkv), dev_free(d_out), dev_free(d_saved), dev_free(d_dout), dev_free(d_dqkv), dev_free(d_scratch);
