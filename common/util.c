@@ -1,5 +1,7 @@
 #include "util.h"
 
+#include "../kernels/kernels.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -65,6 +67,12 @@ void check_row_groups(const char* what, long long N, long long sum_rows) {
 void check_sequence_groups(const char* what, long long B, long long T, long long sum_rows) {
     check_row_groups(what, B * T, sum_rows);
     if (sum_rows % T != 0) fatal("%s: groups of %lld rows are not whole sequences of %lld", what, sum_rows, T);
+}
+
+void check_linear_ld(const char* what, long long C, long long ld) {
+    if (ld != C && ld != C + LINEAR_BIAS_COLUMNS)
+        fatal("%s: rows of %lld values %lld elements apart (%lld, or %lld with the bias columns)", what, C, ld, C,
+              C + LINEAR_BIAS_COLUMNS);
 }
 
 double wall_seconds(void) {

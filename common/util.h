@@ -36,6 +36,10 @@ void check_row_groups(const char* what, long long N, long long sum_rows);
 // multiple of T): attention_backward's bias sums.
 void check_sequence_groups(const char* what, long long B, long long T, long long sum_rows);
 
+// Exit unless a linear layer's input rows are ld = C (packed) or C + LINEAR_BIAS_COLUMNS (with the
+// bias columns, kernels.h) elements apart: "<what>: rows of C values ld elements apart".
+void check_linear_ld(const char* what, long long C, long long ld);
+
 // Monotonic wall clock in seconds.
 double wall_seconds(void);
 

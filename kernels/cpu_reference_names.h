@@ -33,15 +33,16 @@ void cpu_init_normal(float* dst, size_t n, float mean, float std, unsigned long 
 void cpu_encoder_forward(float* out, const int* inp, const float* wte, const float* wpe, int B, int T, int C);
 void cpu_encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T, int C);
 void cpu_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                           const float* bias, int N, int C);
+                           const float* bias, int N, int C, int ld_out);
 void cpu_residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd, const float* a,
-                                    const float* b, const float* weight, const float* bias, int N, int C);
+                                    const float* b, const float* weight, const float* bias, int N, int C,
+                                    int ld_out);
 void cpu_layernorm_backward(float* dinp, float* dweight, float* dbias, float* dinp_sums, const float* dout, const float* inp,
                             const float* weight, const float* mean, const float* rstd, int N, int C, int sum_rows);
 void cpu_matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
-                        int OC);
+                        int OC, int ld_inp);
 void cpu_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                         const float* weight, int N, int C, int OC, int sum_rows);
+                         const float* weight, int N, int C, int OC, int ld_inp, int sum_rows);
 void cpu_gelu_forward(float* out, const float* inp, size_t n);
 void cpu_gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
 void cpu_matmul_backward_gelu(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,

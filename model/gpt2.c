@@ -38,7 +38,7 @@ static void carve_activations(Activations* a, const GPT2Config* cfg, size_t B, s
     a->atty = carve(c, L * BT * C * X);
     a->att_saved = carve(c, L * attention_saved_bytes(B, T, cfg->num_heads));
     a->residual2 = carve(c, L * BT * C * X);
-    a->ln2 = carve(c, L_ln * BT * C * X);
+    a->ln2 = carve(c, L_ln * BT * (C + LINEAR_BIAS_COLUMNS) * X); // with fc's bias columns (kernels.h)
     a->ln2_mean = carve(c, L * BT * sizeof(float));
     a->ln2_rstd = carve(c, L * BT * sizeof(float));
     a->fch = carve(c, L * BT * 4 * C * X);
@@ -339,7 +339,7 @@ static LayerActs layer_acts(const GPT2* model, int l, int B, int T) {
     s.atty = a->atty + l * N * C;
     s.att_saved = a->att_saved + l * attention_saved_bytes(B, T, model->config.num_heads);
     s.residual2 = a->residual2 + l * N * C;
-    s.ln2 = a->ln2 + l_ln * N * C;
+    s.ln2 = a->ln2 + l_ln * N * (C + LINEAR_BIAS_COLUMNS);
     s.ln2_mean = a->ln2_mean + l * N;
     s.ln2_rstd = a->ln2_rstd + l * N;
     s.fch = a->fch + l * N * 4 * C;
@@ -350,11 +350,11 @@ static LayerActs layer_acts(const GPT2* model, int l, int B, int T) {
 
 // out = inp @ weight^T + bias over N rows, in products of `rows` rows each: with --batch-invariant
 // one group of sequences, so that each is a product of the same shape whatever the batch (cuBLASLt
-// may pick another kernel, which sums in another order, for more rows).
+// may pick another kernel, which sums in another order, for more rows). inp's rows are ld_inp apart.
 static void linear_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int N,
-                           int rows, int C, int OC) {
+                           int rows, int C, int OC, int ld_inp) {
     for (int r0 = 0; r0 < N; r0 += rows)
-        matmul_forward(out + (size_t)r0 * OC, inp + (size_t)r0 * C, weight, bias, rows, C, OC);
+        matmul_forward(out + (size_t)r0 * OC, inp + (size_t)r0 * ld_inp, weight, bias, rows, C, OC, ld_inp);
 }
 
 // The gradient of a parameter: at the same offset in the gradients as the parameter in the parameters.
@@ -394,28 +394,29 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
     // which gives the fused call's bits (kernels.h).
     LayerWeights w0 = layer_weights(&model->params, cfg, 0);
     LayerActs s0 = layer_acts(model, 0, B, T);
-    layernorm_forward(s0.ln1, s0.ln1_mean, s0.ln1_rstd, s0.input, w0.ln1w, w0.ln1b, N, C);
+    layernorm_forward(s0.ln1, s0.ln1_mean, s0.ln1_rstd, s0.input, w0.ln1w, w0.ln1b, N, C, C);
     for (int l = 0; l < L; l++) {
         LayerWeights w = layer_weights(&model->params, cfg, l);
         LayerActs s = layer_acts(model, l, B, T);
-        linear_forward(s.qkv, s.ln1, w.qkvw, w.qkvb, N, rows, C, 3 * C);
+        linear_forward(s.qkv, s.ln1, w.qkvw, w.qkvb, N, rows, C, 3 * C, C);
         attention_forward(s.atty, s.att_saved, s.qkv, B, T, C, NH);
-        linear_forward(a->dbuf_c, s.atty, w.attprojw, w.attprojb, N, rows, C, C);
+        linear_forward(a->dbuf_c, s.atty, w.attprojw, w.attprojb, N, rows, C, C, C);
+        // ln2 is written with the bias columns, from which fc's backward has its bias gradient.
         residual_layernorm_forward(s.residual2, s.ln2, s.ln2_mean, s.ln2_rstd, s.input, a->dbuf_c, w.ln2w, w.ln2b,
-                                   N, C);
+                                   N, C, C + LINEAR_BIAS_COLUMNS);
         // not fused into the matmul: recompute (-r >= 1) rebuilds fch_gelu with this same kernel,
         // so every recompute level trains bit for bit alike
-        linear_forward(s.fch, s.ln2, w.fcw, w.fcb, N, rows, C, 4 * C);
+        linear_forward(s.fch, s.ln2, w.fcw, w.fcb, N, rows, C, 4 * C, C + LINEAR_BIAS_COLUMNS);
         gelu_forward(s.fch_gelu, s.fch, (size_t)N * 4 * C);
-        linear_forward(a->dbuf_c, s.fch_gelu, w.fcprojw, w.fcprojb, N, rows, 4 * C, C);
+        linear_forward(a->dbuf_c, s.fch_gelu, w.fcprojw, w.fcprojb, N, rows, 4 * C, C, 4 * C);
         if (l + 1 < L) {
             LayerWeights next_w = layer_weights(&model->params, cfg, l + 1);
             LayerActs next = layer_acts(model, l + 1, B, T);
             residual_layernorm_forward(s.residual3, next.ln1, next.ln1_mean, next.ln1_rstd, s.residual2, a->dbuf_c,
-                                       next_w.ln1w, next_w.ln1b, N, C);
+                                       next_w.ln1w, next_w.ln1b, N, C, C);
         } else {
             residual_layernorm_forward(s.residual3, a->lnf, a->lnf_mean, a->lnf_rstd, s.residual2, a->dbuf_c,
-                                       model->params.t[P_LNFW], model->params.t[P_LNFB], N, C);
+                                       model->params.t[P_LNFW], model->params.t[P_LNFB], N, C, C);
         }
     }
     if (!targets) return; // gpt2_logits_row makes the logits it is asked for
@@ -429,11 +430,11 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         int n = (b0 + slice <= B ? slice : B - b0) * T;
         int part = head_G ? (slice < head_G ? slice : head_G) * T : n; // rows per product and gradient sum
         size_t r0 = (size_t)b0 * T;
-        linear_forward(a->logits, a->lnf + r0 * C, wte, NULL, n, part, C, Vp);
+        linear_forward(a->logits, a->lnf + r0 * C, wte, NULL, n, part, C, Vp, C);
         fused_classifier(a->logits, a->losses + r0, a->targets + r0, dloss, n, V, Vp, dloss > 0.0f);
         if (dloss > 0.0f)
             matmul_backward(a->dbuf_c + r0 * C, grad_of(model, wte), NULL, a->logits, a->lnf + r0 * C, wte, n, C, Vp,
-                            part);
+                            C, part);
     }
     size_t pending = model->losses_pending;
     if (pending + N > model->losses_capacity) {
@@ -492,23 +493,24 @@ void gpt2_backward(GPT2* model) {
         LayerActs s = layer_acts(model, l, B, T);
         if (model->recompute >= 1) gelu_forward(s.fch_gelu, s.fch, (size_t)N * 4 * C);
         if (model->recompute >= 2)
-            layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.residual2, w.ln2w, w.ln2b, N, C);
+            layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.residual2, w.ln2w, w.ln2b, N, C,
+                              C + LINEAR_BIAS_COLUMNS);
         // MLP branch
         matmul_backward_gelu(a->dbuf_4c, grad_of(model, w.fcprojw), NULL, a->dresidual, s.fch_gelu, w.fcprojw,
                              s.fch, N, 4 * C, C, sum_rows);
         matmul_backward(a->dbuf_c, grad_of(model, w.fcw), grad_of(model, w.fcb), a->dbuf_4c, s.ln2, w.fcw,
-                        N, C, 4 * C, sum_rows);
+                        N, C, 4 * C, C + LINEAR_BIAS_COLUMNS, sum_rows);
         layernorm_backward(a->dresidual, grad_of(model, w.ln2w), grad_of(model, w.ln2b), grad_of(model, w.attprojb),
                            a->dbuf_c, s.residual2, w.ln2w, s.ln2_mean, s.ln2_rstd, N, C, sum_rows);
         // attention branch
         if (model->recompute >= 2)
-            layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, s.input, w.ln1w, w.ln1b, N, C);
-        matmul_backward(a->dbuf_c, grad_of(model, w.attprojw), NULL, a->dresidual, s.atty, w.attprojw, N, C, C,
+            layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, s.input, w.ln1w, w.ln1b, N, C, C);
+        matmul_backward(a->dbuf_c, grad_of(model, w.attprojw), NULL, a->dresidual, s.atty, w.attprojw, N, C, C, C,
                         sum_rows);
         // The attention backward sums the qkv bias gradient from the dqkv it writes.
         attention_backward(a->dbuf_3c, grad_of(model, w.qkvb), a->att_scratch, a->dbuf_c, s.qkv, s.atty, s.att_saved, B,
                            T, C, NH, sum_rows);
-        matmul_backward(a->dbuf_c, grad_of(model, w.qkvw), NULL, a->dbuf_3c, s.ln1, w.qkvw, N, C, 3 * C, sum_rows);
+        matmul_backward(a->dbuf_c, grad_of(model, w.qkvw), NULL, a->dbuf_3c, s.ln1, w.qkvw, N, C, 3 * C, C, sum_rows);
         float* below_fcprojb = l > 0 ? grad_of(model, layer_weights(p, cfg, l - 1).fcprojb) : NULL;
         layernorm_backward(a->dresidual, grad_of(model, w.ln1w), grad_of(model, w.ln1b), below_fcprojb, a->dbuf_c,
                            s.input, w.ln1w, s.ln1_mean, s.ln1_rstd, N, C, sum_rows);
@@ -567,7 +569,7 @@ void gpt2_logits_row(GPT2* model, int b, int t, int T, float* host_out) {
     int C = cfg->channels;
     // The row's lnf first moves to the start of dbuf_c: cuBLASLt assumes aligned operands.
     dev_copy(a->dbuf_c, a->lnf + ((size_t)b * T + t) * C, (size_t)C * sizeof(floatX));
-    matmul_forward(a->logits, a->dbuf_c, model->params.t[P_WTE], NULL, 1, C, cfg->padded_vocab_size);
+    matmul_forward(a->logits, a->dbuf_c, model->params.t[P_WTE], NULL, 1, C, cfg->padded_vocab_size, C);
     float_from_floatX(a->row, a->logits, cfg->vocab_size);
     dev_download(host_out, a->row, cfg->vocab_size * sizeof(float));
 }

@@ -211,7 +211,8 @@ int main(int argc, char** argv) {
     floatX* atty = (floatX*)dev_malloc(NC * X, "atty");
     void* att_saved = dev_malloc(attention_saved_bytes(B, T, NH), "attention saved state");
     floatX* residual2 = (floatX*)dev_malloc(NC * X, "residual2");
-    floatX* ln2 = (floatX*)dev_malloc(NC * X, "ln2");
+    const int ld_ln2 = C + LINEAR_BIAS_COLUMNS; // fc's input with its bias columns, as the model has it
+    floatX* ln2 = (floatX*)dev_malloc((size_t)N * ld_ln2 * X, "ln2");
     float* ln2_mean = (float*)dev_malloc((size_t)N * sizeof(float), "ln2 mean");
     float* ln2_rstd = (float*)dev_malloc((size_t)N * sizeof(float), "ln2 rstd");
     floatX* fch = (floatX*)dev_malloc(4 * NC * X, "fch");
@@ -289,38 +290,40 @@ int main(int argc, char** argv) {
     time_call("encoder_forward", 1, 0, 2.0 * NC * X + (double)T * C * X + N * sizeof(int),
               [&] { encoder_forward(encoded, inputs, p[P_WTE], p[P_WPE], B, T, C); });
     time_call("layernorm_forward ln1", 1, 0, ln_fwd_bytes, // layer 0's: the others are fused below
-              [&] { layernorm_forward(ln1, ln1_mean, ln1_rstd, encoded, p[P_LN1W], p[P_LN1B], N, C); });
+              [&] { layernorm_forward(ln1, ln1_mean, ln1_rstd, encoded, p[P_LN1W], p[P_LN1B], N, C, C); });
     time_call("matmul_forward qkv", L, mm * 3 * C, 0,
-              [&] { matmul_forward(qkv, ln1, p[P_QKVW], p[P_QKVB], N, C, 3 * C); });
+              [&] { matmul_forward(qkv, ln1, p[P_QKVW], p[P_QKVB], N, C, 3 * C, C); });
     time_call("attention_forward", L, att_fwd_flops, 0,
               [&] { attention_forward(atty, att_saved, qkv, B, T, C, NH); });
     time_call("matmul_forward attproj", L, mm * C, 0,
-              [&] { matmul_forward(dbuf_c, atty, p[P_ATTPROJW], p[P_ATTPROJB], N, C, C); });
+              [&] { matmul_forward(dbuf_c, atty, p[P_ATTPROJW], p[P_ATTPROJB], N, C, C, C); });
     time_call("residual_layernorm_forward ln2", L, 0, residual_ln_fwd_bytes, [&] {
-        residual_layernorm_forward(residual2, ln2, ln2_mean, ln2_rstd, encoded, dbuf_c, p[P_LN2W], p[P_LN2B], N, C);
+        residual_layernorm_forward(residual2, ln2, ln2_mean, ln2_rstd, encoded, dbuf_c, p[P_LN2W], p[P_LN2B], N, C,
+                                   ld_ln2);
     });
     time_call("matmul_forward fc", L, mm * 4 * C, 0,
-              [&] { matmul_forward(fch, ln2, p[P_FCW], p[P_FCB], N, C, 4 * C); });
+              [&] { matmul_forward(fch, ln2, p[P_FCW], p[P_FCB], N, C, 4 * C, ld_ln2); });
     time_call("gelu_forward", L, 0, 2.0 * NC * 4 * X, [&] { gelu_forward(fch_gelu, fch, NC * 4); });
     time_call("matmul_forward fcproj", L, mm * 4 * C, 0,
-              [&] { matmul_forward(dbuf_c, fch_gelu, p[P_FCPROJW], p[P_FCPROJB], N, 4 * C, C); });
+              [&] { matmul_forward(dbuf_c, fch_gelu, p[P_FCPROJW], p[P_FCPROJB], N, 4 * C, C, 4 * C); });
     if (L > 1)
         time_call("residual_layernorm_forward ln1", L - 1, 0, residual_ln_fwd_bytes, [&] {
             residual_layernorm_forward(residual3, ln1, ln1_mean, ln1_rstd, residual2, dbuf_c, p[P_LN1W], p[P_LN1B],
-                                       N, C);
+                                       N, C, C);
         });
     time_call("residual_layernorm_forward lnf", 1, 0, residual_ln_fwd_bytes, [&] {
-        residual_layernorm_forward(residual3, lnf, lnf_mean, lnf_rstd, residual2, dbuf_c, p[P_LNFW], p[P_LNFB], N, C);
+        residual_layernorm_forward(residual3, lnf, lnf_mean, lnf_rstd, residual2, dbuf_c, p[P_LNFW], p[P_LNFB], N, C,
+                                   C);
     });
     const double head_mm = 2.0 * HN * C;
     time_call("matmul_forward lm head", slices, head_mm * Vp, 0,
-              [&] { matmul_forward(logits, lnf, p[P_WTE], NULL, HN, C, Vp); });
+              [&] { matmul_forward(logits, lnf, p[P_WTE], NULL, HN, C, Vp, C); });
     // reads the logits and targets, writes the losses and the dlogits over the logits
     time_call("fused_classifier", slices, 0, 2.0 * HN * Vp * X + 2.0 * HN * sizeof(int), [&] {
         fused_classifier(logits, losses, targets, 1.0f / (float)N, HN, V, Vp, 1);
     });
     time_call("matmul_backward lm head", slices, 2 * head_mm * Vp, 0, [&] {
-        matmul_backward(dbuf_c, g[P_WTE], NULL, logits, lnf, p[P_WTE], HN, C, Vp, head_sum_rows);
+        matmul_backward(dbuf_c, g[P_WTE], NULL, logits, lnf, p[P_WTE], HN, C, Vp, C, head_sum_rows);
     });
     time_call("download losses", 1, 0, N * sizeof(float),
               [&] { dev_download(host_losses, losses, (size_t)N * sizeof(float)); });
@@ -338,19 +341,19 @@ int main(int argc, char** argv) {
                              sum_rows);
     });
     time_call("matmul_backward fc", L, 2 * mm * 4 * C, 0,
-              [&] { matmul_backward(dbuf_c, g[P_FCW], g[P_FCB], dbuf_4c, ln2, p[P_FCW], N, C, 4 * C, sum_rows); });
+              [&] { matmul_backward(dbuf_c, g[P_FCW], g[P_FCB], dbuf_4c, ln2, p[P_FCW], N, C, 4 * C, ld_ln2, sum_rows); });
     time_call("layernorm_backward ln2", L, 0, ln_bwd_bytes, [&] {
         layernorm_backward(dresidual, g[P_LN2W], g[P_LN2B], g[P_ATTPROJB], dbuf_c, residual2, p[P_LN2W], ln2_mean,
                            ln2_rstd, N, C, sum_rows);
     });
     time_call("matmul_backward attproj", L, 2 * mm * C, 0, [&] {
-        matmul_backward(dbuf_c, g[P_ATTPROJW], NULL, dresidual, atty, p[P_ATTPROJW], N, C, C, sum_rows);
+        matmul_backward(dbuf_c, g[P_ATTPROJW], NULL, dresidual, atty, p[P_ATTPROJW], N, C, C, C, sum_rows);
     });
     time_call("attention_backward", L, 2.5 * att_fwd_flops, 0, [&] {
         attention_backward(dbuf_3c, g[P_QKVB], att_scratch, dbuf_c, qkv, atty, att_saved, B, T, C, NH, sum_rows);
     });
     time_call("matmul_backward qkv", L, 2 * mm * 3 * C, 0,
-              [&] { matmul_backward(dbuf_c, g[P_QKVW], NULL, dbuf_3c, ln1, p[P_QKVW], N, C, 3 * C, sum_rows); });
+              [&] { matmul_backward(dbuf_c, g[P_QKVW], NULL, dbuf_3c, ln1, p[P_QKVW], N, C, 3 * C, C, sum_rows); });
     // (layer 0's ln1 has no fcproj below it: the model sums the bias gradient of fcproj in L - 1 of these)
     time_call("layernorm_backward ln1", L, 0, ln_bwd_bytes, [&] {
         layernorm_backward(dresidual, g[P_LN1W], g[P_LN1B], g[P_FCPROJB], dbuf_c, encoded, p[P_LN1W], ln1_mean,

@@ -173,13 +173,25 @@ static void test_layernorm(int N, int C, int sum_rows, TestRng* rng) {
     float* bias = random_floats(C, 1.0f, rng);
     float* w = random_floats(n, 1.0f, rng);
     float *out = poisoned_floats(n), *mean = poisoned_floats(N), *rstd = poisoned_floats(N);
-    layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+    layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, C);
     LayernormCase l = {N, C, to_doubles(inp, n), to_doubles(weight, C), to_doubles(bias, C),
                        doubles(n), doubles(N), doubles(N), w};
     layernorm_reference(&l);
     test_close(label("layernorm_forward out N=%d C=%d", N, C), out, l.out, n, 1e-5, 1e-5);
     test_close(label("layernorm_forward mean N=%d C=%d", N, C), mean, l.mean, N, 1e-5, 1e-6);
     test_close(label("layernorm_forward rstd N=%d C=%d", N, C), rstd, l.rstd, N, 1e-5, 1e-6);
+    // Rows with a linear layer's bias columns after them (kernels.h): the same bits, then 1, 0, ...
+    const int ld = C + LINEAR_BIAS_COLUMNS;
+    float *padded = poisoned_floats((size_t)N * ld), *padded_mean = poisoned_floats(N);
+    float* padded_rstd = poisoned_floats(N);
+    layernorm_forward(padded, padded_mean, padded_rstd, inp, weight, bias, N, C, ld);
+    int padded_same = memcmp(padded_mean, mean, N * sizeof(float)) == 0 && memcmp(padded_rstd, rstd, N * sizeof(float)) == 0;
+    for (int i = 0; i < N; i++) {
+        padded_same &= memcmp(padded + (size_t)i * ld, out + (size_t)i * C, C * sizeof(float)) == 0;
+        for (int c = C; c < ld; c++) padded_same &= padded[(size_t)i * ld + c] == (c == C ? 1.0f : 0.0f);
+    }
+    test_check(padded_same, label("layernorm_forward N=%d C=%d with the bias columns: the same bits, then 1, 0, ...", N, C),
+               "%s", padded_same ? "equal" : "differ");
 
     // dinp accumulates too (it feeds the residual stream).
     float* dinp_prefill = random_floats(n, 1.0f, rng);
@@ -218,7 +230,7 @@ static void test_residual_layernorm(int N, int C, TestRng* rng) {
     float* bias = random_floats(C, 1.0f, rng);
     float *residual = poisoned_floats(n), *out = poisoned_floats(n);
     float *mean = poisoned_floats(N), *rstd = poisoned_floats(N);
-    residual_layernorm_forward(residual, out, mean, rstd, a, b, weight, bias, N, C);
+    residual_layernorm_forward(residual, out, mean, rstd, a, b, weight, bias, N, C, C);
     double* want_residual = doubles(n);
     for (size_t i = 0; i < n; i++) want_residual[i] = (double)a[i] + b[i];
     test_close(label("residual_layernorm_forward residual N=%d C=%d", N, C), residual, want_residual, n, 1e-7, 0.0);
@@ -229,7 +241,7 @@ static void test_residual_layernorm(int N, int C, TestRng* rng) {
     test_close(label("residual_layernorm_forward mean N=%d C=%d", N, C), mean, l.mean, N, 1e-5, 1e-6);
     test_close(label("residual_layernorm_forward rstd N=%d C=%d", N, C), rstd, l.rstd, N, 1e-5, 1e-6);
     float *plain_out = poisoned_floats(n), *plain_mean = poisoned_floats(N), *plain_rstd = poisoned_floats(N);
-    layernorm_forward(plain_out, plain_mean, plain_rstd, residual, weight, bias, N, C);
+    layernorm_forward(plain_out, plain_mean, plain_rstd, residual, weight, bias, N, C, C);
     int same = memcmp(out, plain_out, n * sizeof(float)) == 0 && memcmp(mean, plain_mean, N * sizeof(float)) == 0 &&
                memcmp(rstd, plain_rstd, N * sizeof(float)) == 0;
     test_check(same, label("residual_layernorm_forward N=%d C=%d = layernorm_forward of its sum, bit for bit", N, C),
@@ -267,7 +279,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, int sum_rows, TestR
     float* bias = with_bias ? random_floats(OC, 1.0f, rng) : NULL;
     float* w = random_floats(n_out, 1.0f, rng);
     float* out = poisoned_floats(n_out);
-    matmul_forward(out, inp, weight, bias, N, C, OC);
+    matmul_forward(out, inp, weight, bias, N, C, OC, C);
     MatmulCase m = {N, C, OC, to_doubles(inp, n_inp), to_doubles(weight, n_weight),
                     with_bias ? to_doubles(bias, OC) : NULL, doubles(n_out), w};
     matmul_reference(&m);
@@ -281,7 +293,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, int sum_rows, TestR
     float* dweight = copy_floats(dweight_prefill, n_weight);
     float* dbias_prefill = with_bias ? random_floats(OC, 1.0f, rng) : NULL;
     float* dbias = with_bias ? copy_floats(dbias_prefill, OC) : NULL;
-    matmul_backward(dinp, dweight, dbias, w, inp, weight, N, C, OC, sum_rows);
+    matmul_backward(dinp, dweight, dbias, w, inp, weight, N, C, OC, C, sum_rows);
     double* want_dinp = finite_differences(m.inp, n_inp, matmul_loss, &m);
     double* want_dweight = plus(dweight_prefill, finite_differences(m.weight, n_weight, matmul_loss, &m), n_weight);
     snprintf(name, sizeof(name), "matmul_backward dinp = %s", sizes);
@@ -293,6 +305,23 @@ static void test_matmul(int N, int C, int OC, int with_bias, int sum_rows, TestR
         snprintf(name, sizeof(name), "matmul_backward dbias += %s", sizes);
         test_close(name, dbias, want_dbias, OC, 1e-5, 1e-5);
     }
+
+    // The same input with its bias columns (rows ld apart): the same bits (the CPU sums dbias from
+    // dout either way).
+    const int ld = C + LINEAR_BIAS_COLUMNS;
+    float* padded_inp = poisoned_floats((size_t)N * ld);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < ld; c++) padded_inp[(size_t)n * ld + c] = c < C ? inp[(size_t)n * C + c] : c == C ? 1.0f : 0.0f;
+    float *padded_out = poisoned_floats(n_out), *padded_dinp = poisoned_floats(n_inp);
+    float* padded_dweight = copy_floats(dweight_prefill, n_weight);
+    float* padded_dbias = with_bias ? copy_floats(dbias_prefill, OC) : NULL;
+    matmul_forward(padded_out, padded_inp, weight, bias, N, C, OC, ld);
+    matmul_backward(padded_dinp, padded_dweight, padded_dbias, w, padded_inp, weight, N, C, OC, ld, sum_rows);
+    int same = memcmp(padded_out, out, n_out * sizeof(float)) == 0 && memcmp(padded_dinp, dinp, n_inp * sizeof(float)) == 0 &&
+               memcmp(padded_dweight, dweight, n_weight * sizeof(float)) == 0 &&
+               (!with_bias || memcmp(padded_dbias, dbias, OC * sizeof(float)) == 0);
+    snprintf(name, sizeof(name), "matmul with the bias columns = packed, bit for bit %s", sizes);
+    test_check(same, name, "%s", same ? "out, dinp, dweight, dbias equal" : "bits differ");
     free_all();
 }
 
@@ -313,8 +342,8 @@ static void test_thread_determinism(TestRng* rng) {
         dinp[run] = poisoned_floats((size_t)N * C);
         dweight[run] = copy_floats(dweight_prefill, (size_t)OC * C);
         dbias[run] = copy_floats(dbias_prefill, OC);
-        matmul_forward(out[run], inp, weight, bias, N, C, OC);
-        matmul_backward(dinp[run], dweight[run], dbias[run], dout, inp, weight, N, C, OC, N);
+        matmul_forward(out[run], inp, weight, bias, N, C, OC, C);
+        matmul_backward(dinp[run], dweight[run], dbias[run], dout, inp, weight, N, C, OC, C, N);
         norm[run] = grad_norm_squared(dout, (size_t)N * OC);
     }
     omp_set_num_threads(threads_before);
@@ -344,7 +373,7 @@ static void test_batch_invariance(TestRng* rng) {
     float* pre = random_floats((size_t)N * OC, 1.0f, rng); // GELU input, as wide as dout for the gelu test
     float* dout_c = random_floats((size_t)N * C, 1.0f, rng);
     float *mean = floats(N), *rstd = floats(N), *normed = floats((size_t)N * C);
-    layernorm_forward(normed, mean, rstd, inp, weight, weight + C, N, C);
+    layernorm_forward(normed, mean, rstd, inp, weight, weight + C, N, C, C);
     int* tokens = ints(N);
     for (int i = 0; i < N; i++) tokens[i] = (int)(test_uniform(rng) * V);
     // [0]: one call over B sequences; [1]: B calls over one sequence each.
@@ -367,7 +396,7 @@ static void test_batch_invariance(TestRng* rng) {
         int calls = k == 0 ? 1 : B, rows = N / calls;
         for (int b = 0; b < calls; b++) {
             size_t r0 = (size_t)b * rows;
-            matmul_backward(dinp, dweight[k], dbias[k], dout + r0 * OC, inp + r0 * C, weight, rows, C, OC, T);
+            matmul_backward(dinp, dweight[k], dbias[k], dout + r0 * OC, inp + r0 * C, weight, rows, C, OC, C, T);
             matmul_backward_gelu(dinp, dgelu_w[k], dgelu_b[k], dout_c + r0 * C, inp + r0 * C, weight,
                                  pre + r0 * C, rows, C, C, T);
             layernorm_backward(dinp, dln_w[k], dln_b[k], dln_s[k], dout_c + r0 * C, inp + r0 * C, weight,
@@ -392,7 +421,7 @@ static void test_batch_invariance(TestRng* rng) {
 static void matmul_backward_bad_groups(const void* unused) {
     (void)unused;
     float x[30] = {0};
-    matmul_backward(x, x, NULL, x, x, x, 10, 1, 1, 3);
+    matmul_backward(x, x, NULL, x, x, x, 10, 1, 1, 1, 3);
 }
 
 // The classifier-sized product of the small training runs: timed, not asserted.
@@ -404,11 +433,11 @@ static void time_classifier_matmul(TestRng* rng) {
     float* dinp = floats((size_t)N * C);
     float* dweight = floats((size_t)OC * C);
     memset(dweight, 0, (size_t)OC * C * sizeof(float));
-    matmul_forward(out, inp, weight, NULL, N, C, OC); // warm-up: first touch of the pages
+    matmul_forward(out, inp, weight, NULL, N, C, OC, C); // warm-up: first touch of the pages
     double start = wall_seconds();
-    matmul_forward(out, inp, weight, NULL, N, C, OC);
+    matmul_forward(out, inp, weight, NULL, N, C, OC, C);
     double forward_done = wall_seconds();
-    matmul_backward(dinp, dweight, NULL, out, inp, weight, N, C, OC, N);
+    matmul_backward(dinp, dweight, NULL, out, inp, weight, N, C, OC, C, N);
     double backward_done = wall_seconds();
     double flops = 2.0 * N * C * OC;
     printf("timing: matmul N=%d C=%d OC=%d, OpenMP threads %d: forward %.1f ms (%.1f GFLOP/s), "

@@ -104,6 +104,31 @@ static void add_stored_column_sums(float* sums, const floatX* dev, size_t n, int
     for (int c = 0; c < C; c++) sums[c] = (float)total[c];
     free(got), free(total);
 }
+// A linear layer's input (N, C) with its bias columns (kernels.h): rows ld = C + LINEAR_BIAS_COLUMNS
+// apart, each a 1 and zeros after the row's values.
+static float* with_bias_columns(const float* inp, int N, int C) {
+    const int ld = C + LINEAR_BIAS_COLUMNS;
+    float* padded = host_floats((size_t)N * ld);
+    for (int r = 0; r < N; r++)
+        for (int c = 0; c < ld; c++) padded[(size_t)r * ld + c] = c < C ? inp[(size_t)r * C + c] : c == C ? 1.0f : 0.0f;
+    return padded;
+}
+// Whether `dev_padded` (rows C + LINEAR_BIAS_COLUMNS apart) holds the bits of `dev_packed` (N, C) in
+// each row, then exactly the bias columns.
+static int same_rows_and_bias_columns(const floatX* dev_padded, const floatX* dev_packed, int N, int C) {
+    const int ld = C + LINEAR_BIAS_COLUMNS;
+    floatX* padded = (floatX*)xmalloc((size_t)N * ld * sizeof(floatX), "copy");
+    floatX* packed = (floatX*)xmalloc((size_t)N * C * sizeof(floatX), "copy");
+    dev_download(padded, dev_padded, (size_t)N * ld * sizeof(floatX));
+    dev_download(packed, dev_packed, (size_t)N * C * sizeof(floatX));
+    int same = 1;
+    for (int r = 0; r < N; r++) {
+        same &= memcmp(padded + (size_t)r * ld, packed + (size_t)r * C, C * sizeof(floatX)) == 0;
+        for (int c = C; c < ld; c++) same &= (float)padded[(size_t)r * ld + c] == (c == C ? 1.0f : 0.0f);
+    }
+    free(padded), free(packed);
+    return same;
+}
 // Whether two device arrays hold the same bytes.
 static int same_bytes(const void* dev_a, const void* dev_b, size_t bytes) {
     void *a = xmalloc(bytes, "copy"), *b = xmalloc(bytes, "copy");
@@ -169,14 +194,24 @@ static void test_layernorm(int N, int C, int sum_rows) {
     floatX* d_out = (floatX*)poisoned(n * sizeof(floatX));
     float *d_mean = (float*)poisoned(N * sizeof(float)), *d_rstd = (float*)poisoned(N * sizeof(float));
     float *out = host_floats(n), *mean = host_floats(N), *rstd = host_floats(N);
-    layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C);
-    cpu_layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+    layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C, C);
+    cpu_layernorm_forward(out, mean, rstd, inp, w, b, N, C, C);
     snprintf(name, sizeof name, "layernorm_forward out N=%d C=%d", N, C);
     check_x(name, d_out, out, n, 1);
     snprintf(name, sizeof name, "layernorm_forward mean N=%d C=%d", N, C);
     check_f(name, d_mean, mean, N, 1e-5);
     snprintf(name, sizeof name, "layernorm_forward rstd N=%d C=%d", N, C);
     check_f(name, d_rstd, rstd, N, 1e-5);
+    // Rows with the bias columns (a linear layer's input): the same values, then the columns.
+    floatX* d_padded = (floatX*)poisoned((size_t)N * (C + LINEAR_BIAS_COLUMNS) * sizeof(floatX));
+    float *d_padded_mean = (float*)poisoned(N * sizeof(float)), *d_padded_rstd = (float*)poisoned(N * sizeof(float));
+    layernorm_forward(d_padded, d_padded_mean, d_padded_rstd, d_inp, d_w, d_b, N, C, C + LINEAR_BIAS_COLUMNS);
+    snprintf(name, sizeof name, "layernorm_forward N=%d C=%d with the bias columns: the same bits, then 1, 0, ...", N, C);
+    int padded_same = same_rows_and_bias_columns(d_padded, d_out, N, C) &&
+                      same_bytes(d_padded_mean, d_mean, N * sizeof(float)) &&
+                      same_bytes(d_padded_rstd, d_rstd, N * sizeof(float));
+    test_check(padded_same, name, "%s", padded_same ? "equal" : "differ");
+    dev_free(d_padded), dev_free(d_padded_mean), dev_free(d_padded_rstd);
 
     float *dinp = random_array(n, -1, 1), *dw = random_array(C, -1, 1), *db = random_array(C, -1, 1);
     float *dout = random_array(n, -1, 1), *ds = random_array(C, -1, 1);
@@ -205,7 +240,7 @@ static void test_layernorm(int N, int C, int sum_rows) {
                same_bytes(d_ds, d_ds_again, C * sizeof(float));
     test_check(same, name, "%s", same ? "dinp, dweight, dbias, dinp_sums equal" : "bits differ");
     // The model drops the projection's own dbias pass for these sums: they must be its bits.
-    matmul_backward(NULL, NULL, d_ds_matmul, d_dinp, NULL, NULL, N, C, C, sum_rows);
+    matmul_backward(NULL, NULL, d_ds_matmul, d_dinp, NULL, NULL, N, C, C, C, sum_rows);
     snprintf(name, sizeof name, "layernorm_backward N=%d C=%d sum_rows=%d: dinp_sums = matmul_backward's dbias, bit for bit",
              N, C, sum_rows);
     same = same_bytes(d_ds, d_ds_matmul, C * sizeof(float));
@@ -233,13 +268,14 @@ static void test_residual_layernorm(int N, int C, size_t offset) {
     float *d_mean = (float*)poisoned(N * sizeof(float)), *d_rstd = (float*)poisoned(N * sizeof(float));
     float *d_plain_mean = (float*)poisoned(N * sizeof(float)), *d_plain_rstd = (float*)poisoned(N * sizeof(float));
     residual_layernorm_forward(d_residual + offset, d_out + offset, d_mean, d_rstd, d_a + offset, d_b + offset,
-                               d_w + offset, d_bias + offset, N, C);
+                               d_w + offset, d_bias + offset, N, C, C);
     float *residual = host_floats(n), *out = host_floats(n), *mean = host_floats(N), *rstd = host_floats(N);
-    cpu_residual_layernorm_forward(residual, out, mean, rstd, a + offset, b + offset, w + offset, bias + offset, N, C);
+    cpu_residual_layernorm_forward(residual, out, mean, rstd, a + offset, b + offset, w + offset, bias + offset, N, C,
+                                   C);
     snprintf(name, sizeof name, "residual_layernorm_forward residual N=%d C=%d offset=%zu", N, C, offset);
     check_x(name, d_residual + offset, residual, n, 1);
     download_x(residual, d_residual + offset, n);
-    cpu_layernorm_forward(out, mean, rstd, residual, w + offset, bias + offset, N, C);
+    cpu_layernorm_forward(out, mean, rstd, residual, w + offset, bias + offset, N, C, C);
     snprintf(name, sizeof name, "residual_layernorm_forward out N=%d C=%d offset=%zu", N, C, offset);
     check_x(name, d_out + offset, out, n, 1);
     snprintf(name, sizeof name, "residual_layernorm_forward mean N=%d C=%d offset=%zu", N, C, offset);
@@ -247,7 +283,7 @@ static void test_residual_layernorm(int N, int C, size_t offset) {
     snprintf(name, sizeof name, "residual_layernorm_forward rstd N=%d C=%d offset=%zu", N, C, offset);
     check_f(name, d_rstd, rstd, N, 1e-5);
     layernorm_forward(d_plain_out + offset, d_plain_mean, d_plain_rstd, d_residual + offset, d_w + offset,
-                      d_bias + offset, N, C);
+                      d_bias + offset, N, C, C);
     snprintf(name, sizeof name,
              "residual_layernorm_forward N=%d C=%d offset=%zu = layernorm_forward of its sum, bit for bit", N, C,
              offset);
@@ -255,22 +291,41 @@ static void test_residual_layernorm(int N, int C, size_t offset) {
                same_bytes(d_mean, d_plain_mean, N * sizeof(float)) &&
                same_bytes(d_rstd, d_plain_rstd, N * sizeof(float));
     test_check(same, name, "%s", same ? "out, mean, rstd equal" : "bits differ");
+    // The model's ln2: rows with the bias columns after them, the same bits otherwise.
+    floatX* d_padded = (floatX*)poisoned((size_t)N * (C + LINEAR_BIAS_COLUMNS) * sizeof(floatX));
+    residual_layernorm_forward(d_plain_out + offset, d_padded, d_plain_mean, d_plain_rstd, d_a + offset, d_b + offset,
+                               d_w + offset, d_bias + offset, N, C, C + LINEAR_BIAS_COLUMNS);
+    snprintf(name, sizeof name,
+             "residual_layernorm_forward N=%d C=%d offset=%zu with the bias columns: the same bits, then 1, 0, ...", N,
+             C, offset);
+    same = same_rows_and_bias_columns(d_padded, d_out + offset, N, C) &&
+           same_bytes(d_mean, d_plain_mean, N * sizeof(float)) && same_bytes(d_rstd, d_plain_rstd, N * sizeof(float));
+    test_check(same, name, "%s", same ? "equal" : "differ");
+    dev_free(d_padded);
     free(a), free(b), free(w), free(bias), free(residual), free(out), free(mean), free(rstd);
     dev_free(d_a), dev_free(d_b), dev_free(d_w), dev_free(d_bias), dev_free(d_residual), dev_free(d_out);
     dev_free(d_plain_out), dev_free(d_mean), dev_free(d_rstd), dev_free(d_plain_mean), dev_free(d_plain_rstd);
 }
 
-static void test_matmul(int N, int C, int OC, int with_bias, int sum_rows) {
-    char name[128];
+// The GPU's input rows ld apart: C, or C + LINEAR_BIAS_COLUMNS with the bias columns (from which
+// the backward takes dbias); the CPU's packed.
+static void test_matmul(int N, int C, int OC, int with_bias, int sum_rows, int ld) {
+    char name[160];
     float *inp = random_array((size_t)N * C, -1, 1), *w = random_array((size_t)OC * C, -1, 1);
     float* bias = random_array(OC, -1, 1);
     floatX *d_inp = upload_x(inp, (size_t)N * C), *d_w = upload_x(w, (size_t)OC * C);
+    if (ld > C) { // the rounded values again, with the bias columns
+        float* padded = with_bias_columns(inp, N, C);
+        dev_free(d_inp);
+        d_inp = upload_x(padded, (size_t)N * ld);
+        free(padded);
+    }
     floatX* d_bias = upload_x(bias, OC);
     floatX* d_out = (floatX*)poisoned((size_t)N * OC * sizeof(floatX));
     float* out = host_floats((size_t)N * OC);
-    matmul_forward(d_out, d_inp, d_w, with_bias ? d_bias : NULL, N, C, OC);
-    cpu_matmul_forward(out, inp, w, with_bias ? bias : NULL, N, C, OC);
-    snprintf(name, sizeof name, "matmul_forward N=%d C=%d OC=%d bias=%d", N, C, OC, with_bias);
+    matmul_forward(d_out, d_inp, d_w, with_bias ? d_bias : NULL, N, C, OC, ld);
+    cpu_matmul_forward(out, inp, w, with_bias ? bias : NULL, N, C, OC, C);
+    snprintf(name, sizeof name, "matmul_forward N=%d C=%d OC=%d bias=%d ld=%d", N, C, OC, with_bias, ld);
     check_x(name, d_out, out, (size_t)N * OC, 1);
 
     float *dout = random_array((size_t)N * OC, -1, 1), *dw = random_array((size_t)OC * C, -1, 1);
@@ -278,14 +333,14 @@ static void test_matmul(int N, int C, int OC, int with_bias, int sum_rows) {
     floatX* d_dout = upload_x(dout, (size_t)N * OC);
     float *d_dw = upload_f(dw, (size_t)OC * C), *d_db = upload_f(db, OC);
     floatX* d_dinp = (floatX*)poisoned((size_t)N * C * sizeof(floatX));
-    matmul_backward(d_dinp, d_dw, with_bias ? d_db : NULL, d_dout, d_inp, d_w, N, C, OC, sum_rows);
-    cpu_matmul_backward(dinp, dw, with_bias ? db : NULL, dout, inp, w, N, C, OC, sum_rows);
-    snprintf(name, sizeof name, "matmul_backward dinp N=%d C=%d OC=%d", N, C, OC);
+    matmul_backward(d_dinp, d_dw, with_bias ? d_db : NULL, d_dout, d_inp, d_w, N, C, OC, ld, sum_rows);
+    cpu_matmul_backward(dinp, dw, with_bias ? db : NULL, dout, inp, w, N, C, OC, C, sum_rows);
+    snprintf(name, sizeof name, "matmul_backward dinp N=%d C=%d OC=%d ld=%d", N, C, OC, ld);
     check_x(name, d_dinp, dinp, (size_t)N * C, 1);
-    snprintf(name, sizeof name, "matmul_backward dweight N=%d C=%d OC=%d sum_rows=%d", N, C, OC, sum_rows);
+    snprintf(name, sizeof name, "matmul_backward dweight N=%d C=%d OC=%d sum_rows=%d ld=%d", N, C, OC, sum_rows, ld);
     check_f(name, d_dw, dw, (size_t)OC * C, GRAD_TOLERANCE);
-    snprintf(name, sizeof name, "matmul_backward dbias N=%d C=%d OC=%d bias=%d sum_rows=%d", N, C, OC, with_bias,
-             sum_rows);
+    snprintf(name, sizeof name, "matmul_backward dbias N=%d C=%d OC=%d bias=%d sum_rows=%d ld=%d", N, C, OC,
+             with_bias, sum_rows, ld);
     check_f(name, d_db, db, OC, GRAD_TOLERANCE); // unchanged random values when there is no bias
     free(inp), free(w), free(bias), free(out), free(dout), free(dw), free(db), free(dinp);
     dev_free(d_inp), dev_free(d_w), dev_free(d_bias), dev_free(d_out), dev_free(d_dout), dev_free(d_dw);
@@ -293,18 +348,24 @@ static void test_matmul(int N, int C, int OC, int with_bias, int sum_rows) {
 }
 
 // matmul_backward twice from the same starting gradients gives the same bits (cuBLASLt's products
-// and the column sums of dbias each run in a fixed order).
-static void test_matmul_backward_rerun(int N, int C, int OC, int sum_rows) {
+// and the column sums of dbias each run in a fixed order); with ld > C the input has the bias
+// columns, and dbias comes from the product.
+static void test_matmul_backward_rerun(int N, int C, int OC, int sum_rows, int ld) {
     float *inp = random_array((size_t)N * C, -1, 1), *w = random_array((size_t)OC * C, -1, 1);
+    if (ld > C) {
+        float* padded = with_bias_columns(inp, N, C);
+        free(inp);
+        inp = padded;
+    }
     float *dout = random_array((size_t)N * OC, -1, 1), *dw = random_array((size_t)OC * C, -1, 1);
     float* db = random_array(OC, -1, 1);
-    floatX *d_inp = upload_x(inp, (size_t)N * C), *d_w = upload_x(w, (size_t)OC * C);
+    floatX *d_inp = upload_x(inp, (size_t)N * ld), *d_w = upload_x(w, (size_t)OC * C);
     floatX* d_dout = upload_x(dout, (size_t)N * OC);
     floatX* d_dinp = (floatX*)poisoned((size_t)N * C * sizeof(floatX));
     float *d_dw[2], *d_db[2];
     for (int run = 0; run < 2; run++) {
         d_dw[run] = upload_f(dw, (size_t)OC * C), d_db[run] = upload_f(db, OC);
-        matmul_backward(d_dinp, d_dw[run], d_db[run], d_dout, d_inp, d_w, N, C, OC, sum_rows);
+        matmul_backward(d_dinp, d_dw[run], d_db[run], d_dout, d_inp, d_w, N, C, OC, ld, sum_rows);
     }
     const char* names[] = {"dweight", "dbias"};
     const size_t sizes[] = {(size_t)OC * C, (size_t)OC};
@@ -314,8 +375,8 @@ static void test_matmul_backward_rerun(int N, int C, int OC, int sum_rows) {
         dev_download(first, grads[k][0], sizes[k] * sizeof(float));
         dev_download(second, grads[k][1], sizes[k] * sizeof(float));
         char name[160];
-        snprintf(name, sizeof name, "matmul_backward %s N=%d C=%d OC=%d sum_rows=%d: rerun bit for bit", names[k], N,
-                 C, OC, sum_rows);
+        snprintf(name, sizeof name, "matmul_backward %s N=%d C=%d OC=%d sum_rows=%d ld=%d: rerun bit for bit",
+                 names[k], N, C, OC, sum_rows, ld);
         int same = memcmp(first, second, sizes[k] * sizeof(float)) == 0;
         test_check(same, name, "%s", same ? "equal" : "bits differ");
         free(first), free(second);
@@ -369,22 +430,29 @@ static void test_batch_invariance(int B, int T, int C, int OC) {
     floatX *d_dout = upload_x(dout, (size_t)N * OC), *d_pre = upload_x(pre, (size_t)N * C);
     floatX* d_dout_c = upload_x(dout_c, (size_t)N * C);
     floatX* d_dinp = (floatX*)poisoned((size_t)N * OC * sizeof(floatX)); // scratch, not compared
-    floatX* d_ln_out = (floatX*)poisoned((size_t)N * C * sizeof(floatX));
+    // The layernorm's output with the bias columns: the input of the matmul's second form (ln2 into fc).
+    const int ld_ln = C + LINEAR_BIAS_COLUMNS;
+    floatX* d_ln_out = (floatX*)poisoned((size_t)N * ld_ln * sizeof(floatX));
     float *d_mean = (float*)poisoned(N * sizeof(float)), *d_rstd = (float*)poisoned(N * sizeof(float));
-    layernorm_forward(d_ln_out, d_mean, d_rstd, d_inp, d_w, d_w + C, N, C);
+    layernorm_forward(d_ln_out, d_mean, d_rstd, d_inp, d_w, d_w + C, N, C, ld_ln);
     const char* names[] = {"matmul_backward dweight", "matmul_backward dbias", "matmul_backward_gelu dweight",
                            "matmul_backward_gelu dbias", "layernorm_backward dweight", "layernorm_backward dbias",
-                           "encoder_backward dwte", "encoder_backward dwpe", "layernorm_backward dinp_sums"};
+                           "encoder_backward dwte", "encoder_backward dwpe", "layernorm_backward dinp_sums",
+                           "matmul_backward with the bias columns dweight",
+                           "matmul_backward with the bias columns dbias"};
     const size_t sizes[] = {(size_t)OC * C, (size_t)OC, (size_t)C * C, (size_t)C, (size_t)C, (size_t)C,
-                            (size_t)vocab * C, (size_t)T * C, (size_t)C};
-    const int GRADS = 9;
+                            (size_t)vocab * C, (size_t)T * C, (size_t)C, (size_t)OC * C, (size_t)OC};
+    const int GRADS = 11;
     float* grads[2][GRADS]; // [0]: one call over B sequences; [1]: B calls over one sequence each
     for (int k = 0; k < 2; k++) {
         for (int g = 0; g < GRADS; g++) grads[k][g] = upload_f(prefill, sizes[g]);
         int calls = k == 0 ? 1 : B, rows = N / calls;
         for (int b = 0; b < calls; b++) {
             size_t r0 = (size_t)b * rows;
-            matmul_backward(d_dinp, grads[k][0], grads[k][1], d_dout + r0 * OC, d_inp + r0 * C, d_w, rows, C, OC, T);
+            matmul_backward(d_dinp, grads[k][0], grads[k][1], d_dout + r0 * OC, d_inp + r0 * C, d_w, rows, C, OC, C,
+                            T);
+            matmul_backward(d_dinp, grads[k][9], grads[k][10], d_dout + r0 * OC, d_ln_out + r0 * ld_ln, d_w, rows, C,
+                            OC, ld_ln, T);
             matmul_backward_gelu(d_dinp, grads[k][2], grads[k][3], d_dout_c + r0 * C, d_inp + r0 * C, d_w,
                                  d_pre + r0 * C, rows, C, C, T);
             layernorm_backward(d_dinp, grads[k][4], grads[k][5], grads[k][8], d_dout_c + r0 * C, d_inp + r0 * C,
@@ -666,16 +734,23 @@ int main(void) {
     test_residual_layernorm(33, 771, 0);
     test_residual_layernorm(5, 2101, 0); // wider than the registers hold
     test_residual_layernorm(3, 1, 0);
-    test_matmul(35, 37, 101, 1, 35);
-    test_matmul(1, 64, 40, 1, 1);
-    test_matmul(133, 96, 288, 0, 133);
-    test_matmul(300, 64, 264, 1, 300); // 16-byte column sums for dbias, two row chunks
-    test_matmul(600, 64, 264, 1, 300); // two groups of two row chunks: one cuBLASLt call per group
-    test_matmul(512, 128, 384, 1, 128); // four groups
-    test_matmul(64, 40, 20, 1, 32);     // OC not a multiple of 8 (the column sums' element-wise loads)
-    test_matmul(70, 40, 101, 1, 35);    // groups whose rows start off 16-byte alignment
-    test_matmul_backward_rerun(600, 64, 264, 300);
-    test_matmul_backward_rerun(70, 40, 101, 35);
+    test_matmul(35, 37, 101, 1, 35, 37);
+    test_matmul(1, 64, 40, 1, 1, 64);
+    test_matmul(133, 96, 288, 0, 133, 96);
+    test_matmul(300, 64, 264, 1, 300, 64); // 16-byte column sums for dbias, two row chunks
+    test_matmul(600, 64, 264, 1, 300, 64); // two groups of two row chunks: one cuBLASLt call per group
+    test_matmul(512, 128, 384, 1, 128, 128); // four groups
+    test_matmul(64, 40, 20, 1, 32, 40);      // OC not a multiple of 8 (the column sums' element-wise loads)
+    test_matmul(70, 40, 101, 1, 35, 40);     // groups whose rows start off 16-byte alignment
+    // Inputs with the bias columns (the model's ln2 into fc): dbias from the weight gradient's product.
+    test_matmul(35, 37, 101, 1, 35, 37 + LINEAR_BIAS_COLUMNS);    // rows of an odd length
+    test_matmul(133, 96, 288, 0, 133, 96 + LINEAR_BIAS_COLUMNS);  // no bias: the plain product, strided
+    test_matmul(600, 64, 264, 1, 300, 64 + LINEAR_BIAS_COLUMNS);  // two groups, each its product and add
+    test_matmul(1, 64, 40, 1, 1, 64 + LINEAR_BIAS_COLUMNS);
+    test_matmul(256, 768, 3072, 1, 256, 768 + LINEAR_BIAS_COLUMNS); // GPT-2 124M's fc
+    test_matmul_backward_rerun(600, 64, 264, 300, 64);
+    test_matmul_backward_rerun(70, 40, 101, 35, 40);
+    test_matmul_backward_rerun(600, 64, 264, 300, 64 + LINEAR_BIAS_COLUMNS);
     test_matmul_backward_gelu(37, 96, 384);  // fused
     test_matmul_backward_gelu(35, 40, 101);  // fused (C 40)
     test_matmul_backward_gelu(33, 101, 64);  // unfused (C 101)

@@ -30,6 +30,6 @@ void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n
 void matmul_backward_gelu(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
                           const floatX* inp, const floatX* weight, const floatX* pre, int N, int C, int OC,
                           int sum_rows) {
-    matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, sum_rows);
+    matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, C, sum_rows);
     gelu_backward(dinp, pre, dinp, (size_t)N * C);
 }

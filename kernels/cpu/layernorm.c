@@ -5,7 +5,8 @@
 #include <math.h>
 
 void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
-                       const floatX* weight, const floatX* bias, int N, int C) {
+                       const floatX* weight, const floatX* bias, int N, int C, int ld_out) {
+    check_linear_ld("layernorm_forward", C, ld_out);
     const float eps = 1e-5f;
     #pragma omp parallel for
     for (int i = 0; i < N; i++) {
@@ -17,8 +18,9 @@ void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
         float sum_squares = 0.0f;
         for (int c = 0; c < C; c++) sum_squares += (x[c] - m) * (x[c] - m);
         float s = 1.0f / sqrtf(sum_squares / C + eps);
-        float* y = out + (size_t)i * C;
+        float* y = out + (size_t)i * ld_out;
         for (int c = 0; c < C; c++) y[c] = (x[c] - m) * s * weight[c] + bias[c];
+        for (int c = C; c < ld_out; c++) y[c] = c == C ? 1.0f : 0.0f; // the bias columns (kernels.h)
         mean[i] = m;
         rstd[i] = s;
     }
@@ -27,11 +29,12 @@ void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
 // The sum, then layernorm_forward on it: the fused call's statistics are those of layernorm_forward
 // by construction.
 void residual_layernorm_forward(floatX* residual, floatX* out, float* mean, float* rstd, const floatX* a,
-                                const floatX* b, const floatX* weight, const floatX* bias, int N, int C) {
+                                const floatX* b, const floatX* weight, const floatX* bias, int N, int C,
+                                int ld_out) {
     size_t n = (size_t)N * C;
     #pragma omp parallel for
     for (size_t i = 0; i < n; i++) residual[i] = a[i] + b[i];
-    layernorm_forward(out, mean, rstd, residual, weight, bias, N, C);
+    layernorm_forward(out, mean, rstd, residual, weight, bias, N, C, ld_out);
 }
 
 // With norm = (x - mean) * rstd and dnorm = dout * weight:
@@ -76,5 +79,5 @@ void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* dinp_
         }
     }
     // The bias gradient matmul_backward would make with dout = dinp: the same function, the same bits.
-    if (dinp_sums) matmul_backward(NULL, NULL, dinp_sums, dinp, NULL, NULL, N, C, C, sum_rows);
+    if (dinp_sums) matmul_backward(NULL, NULL, dinp_sums, dinp, NULL, NULL, N, C, C, C, sum_rows);
 }

@@ -47,7 +47,8 @@ static void tile_multiply(vec_j acc[TILE_I], const float* const a_rows[TILE_I], 
 // needs inp's columns contiguous: inp is first packed into panels of TILE_J rows, (C, TILE_J) each,
 // zero past row N.
 void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
-                    int N, int C, int OC) {
+                    int N, int C, int OC, int ld_inp) {
+    check_linear_ld("matmul_forward", C, ld_inp);
     int panels = (N + TILE_J - 1) / TILE_J;
     float* packed = xmalloc((size_t)panels * C * TILE_J * sizeof(float), "matmul_forward's packed input");
     #pragma omp parallel for collapse(2)
@@ -56,7 +57,7 @@ void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const 
             float* dst = packed + ((size_t)panel * C + c) * TILE_J;
             for (int j = 0; j < TILE_J; j++) {
                 int n = panel * TILE_J + j;
-                dst[j] = n < N ? inp[(size_t)n * C + c] : 0.0f;
+                dst[j] = n < N ? inp[(size_t)n * ld_inp + c] : 0.0f;
             }
         }
     }
@@ -127,9 +128,10 @@ static void matmul_backward_dinp(float* dinp, const float* dout, const float* we
 }
 
 // dweight[oc, c] += sum_n dout[n, oc] inp[n, c], in groups of sum_rows rows: tiles of weight rows
-// (i = oc) x channels (j = c), each tile adding its groups' sums in row order.
+// (i = oc) x channels (j = c), each tile adding its groups' sums in row order. inp's rows are
+// ld_inp apart.
 static void matmul_backward_dweight(float* dweight, const float* dout, const float* inp,
-                                    int N, int C, int OC, int sum_rows) {
+                                    int N, int C, int OC, int ld_inp, int sum_rows) {
     int oc_tiles = (OC + TILE_I - 1) / TILE_I, channel_tiles = (C + TILE_J - 1) / TILE_J;
     #pragma omp parallel for collapse(2) schedule(static)
     for (int oc_tile = 0; oc_tile < oc_tiles; oc_tile++) {
@@ -144,7 +146,7 @@ static void matmul_backward_dweight(float* dweight, const float* dout, const flo
                     dout_columns[i] = dout + (size_t)n0 * OC + min_int(oc0 + i, OC - 1);
                     acc[i] = (vec_j){0};
                 }
-                tile_multiply(acc, dout_columns, OC, inp + (size_t)n0 * C + c0, C, sum_rows, width);
+                tile_multiply(acc, dout_columns, OC, inp + (size_t)n0 * ld_inp + c0, ld_inp, sum_rows, width);
                 for (int i = 0; i < i_end; i++)
                     for (int j = 0; j < width; j++) dweight[(size_t)(oc0 + i) * C + c0 + j] += acc[i][j];
             }
@@ -153,7 +155,7 @@ static void matmul_backward_dweight(float* dweight, const float* dout, const flo
 }
 
 // dbias[oc] += sum_n dout[n, oc] in groups of sum_rows rows: threads split the columns, each
-// summing the rows in order.
+// summing the rows in order (the CPU does not use inp's bias columns: its sums stay these).
 static void matmul_backward_dbias(float* dbias, const float* dout, int N, int OC, int sum_rows) {
     #pragma omp parallel for schedule(static)
     for (int oc0 = 0; oc0 < OC; oc0 += TILE_J) {
@@ -168,9 +170,10 @@ static void matmul_backward_dbias(float* dbias, const float* dout, int N, int OC
 }
 
 void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
-                     const floatX* inp, const floatX* weight, int N, int C, int OC, int sum_rows) {
+                     const floatX* inp, const floatX* weight, int N, int C, int OC, int ld_inp, int sum_rows) {
     check_row_groups("matmul_backward", N, sum_rows);
+    check_linear_ld("matmul_backward", C, ld_inp);
     if (dinp) matmul_backward_dinp(dinp, dout, weight, N, C, OC);
-    if (dweight) matmul_backward_dweight(dweight, dout, inp, N, C, OC, sum_rows);
+    if (dweight) matmul_backward_dweight(dweight, dout, inp, N, C, OC, ld_inp, sum_rows);
     if (dbias) matmul_backward_dbias(dbias, dout, N, OC, sum_rows);
 }

@@ -35,15 +35,16 @@ static bool aligned16(const void* p) { return (uintptr_t)p % 16 == 0; }
 
 __device__ inline int lane_column(int lane, int v) { return (lane + 32 * v) * X128; }
 
-// residual = a + b rounded to floatX (when b is not NULL; the row is a itself when it is), then out,
-// mean and rstd = the layernorm of those rounded values. layernorm_forward and
+// residual = a + b rounded to floatX (when b is not NULL; the row is a itself when it is), then out
+// (rows ld_out apart, with the bias columns of kernels.h after C when ld_out > C), mean and rstd =
+// the layernorm of those rounded values. layernorm_forward and
 // residual_layernorm_forward are this one kernel, so for the same rows they give the same bits.
 template <int VECS>
 __global__ void __launch_bounds__(32 * LN_WARPS)
     layernorm_forward_kernel(floatX* __restrict__ residual, floatX* __restrict__ out, float* __restrict__ mean,
                              float* __restrict__ rstd, const floatX* __restrict__ a, const floatX* __restrict__ b,
                              const floatX* __restrict__ weight, const floatX* __restrict__ bias, int N, int C,
-                             bool vector) {
+                             int ld_out, bool vector) {
     const int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
     const size_t start = (size_t)row * C;
@@ -91,8 +92,9 @@ __global__ void __launch_bounds__(32 * LN_WARPS)
         load_x128(w, weight, c, C, vector);
         load_x128(bi, bias, c, C, vector);
         for (int k = 0; k < X128; k++) y[k] = (vals[k] - m) * s * w[k] + bi[k];
-        store_x128(out + start, y, c, C, vector);
+        store_x128(out + (size_t)row * ld_out, y, c, C, vector);
     });
+    for (int c = C + lane; c < ld_out; c += 32) out[(size_t)row * ld_out + c] = (floatX)(c == C ? 1.0f : 0.0f);
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = s;
@@ -100,25 +102,29 @@ __global__ void __launch_bounds__(32 * LN_WARPS)
 }
 
 static void launch_layernorm_forward(floatX* residual, floatX* out, float* mean, float* rstd, const floatX* a,
-                                     const floatX* b, const floatX* weight, const floatX* bias, int N, int C) {
+                                     const floatX* b, const floatX* weight, const floatX* bias, int N, int C,
+                                     int ld_out) {
+    check_linear_ld("layernorm_forward", C, ld_out);
     if (N == 0) return;
-    const bool vector = C % X128 == 0 && aligned16(a) && (!b || (aligned16(b) && aligned16(residual))) &&
-                        aligned16(out) && aligned16(weight) && aligned16(bias);
+    const bool vector = C % X128 == 0 && ld_out % X128 == 0 && aligned16(a) &&
+                        (!b || (aligned16(b) && aligned16(residual))) && aligned16(out) && aligned16(weight) &&
+                        aligned16(bias);
     with_vecs(C, [&](auto vecs) {
         layernorm_forward_kernel<decltype(vecs)::value><<<ceil_div(N, LN_WARPS), 32 * LN_WARPS>>>(
-            residual, out, mean, rstd, a, b, weight, bias, N, C, vector);
+            residual, out, mean, rstd, a, b, weight, bias, N, C, ld_out, vector);
         launchCheck();
     });
 }
 
 void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
-                       const floatX* bias, int N, int C) {
-    launch_layernorm_forward(NULL, out, mean, rstd, inp, NULL, weight, bias, N, C);
+                       const floatX* bias, int N, int C, int ld_out) {
+    launch_layernorm_forward(NULL, out, mean, rstd, inp, NULL, weight, bias, N, C, ld_out);
 }
 
 void residual_layernorm_forward(floatX* residual, floatX* out, float* mean, float* rstd, const floatX* a,
-                                const floatX* b, const floatX* weight, const floatX* bias, int N, int C) {
-    launch_layernorm_forward(residual, out, mean, rstd, a, b, weight, bias, N, C);
+                                const floatX* b, const floatX* weight, const floatX* bias, int N, int C,
+                                int ld_out) {
+    launch_layernorm_forward(residual, out, mean, rstd, a, b, weight, bias, N, C, ld_out);
 }
 
 // The X128 elements of p at i .. i + X128 as stored (0 from end on): one 16-byte load when `vector`.
