@@ -1,7 +1,7 @@
 // Token + position embedding. The backward is deterministic without float atomics: the positions
 // are bucketed by token on the GPU (CUB's stable radix sort, run-length encoding and scan, all
-// deterministic), then one thread per (token, channel) sums its positions in order and is the only
-// writer of that dwte element. Nothing waits for the host: bucketing on the host took a download
+// deterministic), then one thread per (token, X128 channels) sums its positions in order and is the
+// only writer of those dwte elements. Nothing waits for the host: bucketing on the host took a download
 // of the tokens, a sort on the CPU while the GPU idled, and an upload, about 0.9 ms of a d12 step.
 #include <cub/cub.cuh>
 
@@ -34,25 +34,31 @@ void encoder_forward(floatX* out, const int* inp, const floatX* wte, const float
 
 // blockIdx.x walks the distinct tokens (bucket < *num_buckets, read on the device, so the host never
 // waits for the count); rows[bucket_start[b] .. + bucket_count[b]) are token tokens[b]'s positions in
-// increasing order. The positions of one sequence (of T) are summed, then added to dwte sequence
-// after sequence, so the sum does not depend on how many sequences a batch holds.
+// increasing order. A thread takes X128 channels of a token (16-byte loads of dout where its rows are
+// aligned; one thread per channel, 8 times the instructions, made the whole backward 0.296 ms per
+// d12 B 64 call on an H100 instead of 0.276). The positions of one sequence (of T) are summed,
+// then added to dwte sequence after sequence, so the sum does not depend on how many sequences a
+// batch holds.
 __global__ void encoder_backward_wte_kernel(float* dwte, const floatX* dout, const int* tokens,
                                             const int* bucket_start, const int* bucket_count,
-                                            const int* num_buckets, const int* rows, int T, int C) {
-    int c = blockIdx.y * blockDim.x + threadIdx.x;
+                                            const int* num_buckets, const int* rows, int T, int C, bool vector) {
+    const int c = (blockIdx.y * blockDim.x + threadIdx.x) * X128;
     if (c >= C) return;
     for (int bucket = blockIdx.x; bucket < *num_buckets; bucket += gridDim.x) {
-        float total = dwte[(size_t)tokens[bucket] * C + c], sum = 0.0f;
+        float* dst = dwte + (size_t)tokens[bucket] * C + c;
+        float total[X128], sum[X128] = {};
+        for (int k = 0; k < X128; k++) total[k] = c + k < C ? dst[k] : 0.0f;
         int first = bucket_start[bucket], end = first + bucket_count[bucket], sequence = rows[first] / T;
-        for (int k = first; k < end; k++) {
-            if (rows[k] / T != sequence) {
-                total += sum;
-                sum = 0.0f;
-                sequence = rows[k] / T;
+        for (int i = first; i < end; i++) {
+            if (rows[i] / T != sequence) {
+                for (int k = 0; k < X128; k++) total[k] += sum[k], sum[k] = 0.0f;
+                sequence = rows[i] / T;
             }
-            sum += (float)dout[(size_t)rows[k] * C + c];
+            float values[X128];
+            load_x128(values, dout + (size_t)rows[i] * C, c, C, vector);
+            for (int k = 0; k < X128; k++) sum[k] += values[k];
         }
-        dwte[(size_t)tokens[bucket] * C + c] = total + sum;
+        for (int k = 0; k < X128 && c + k < C; k++) dst[k] = total[k] + sum[k];
     }
 }
 
@@ -99,8 +105,9 @@ void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const int* i
     cudaCheck(cub::DeviceRunLengthEncode::Encode(temp, encode_bytes, sorted_tokens, tokens, counts, num_buckets, N));
     cudaCheck(cub::DeviceScan::ExclusiveSum(temp, scan_bytes, counts, starts, N));
 
-    dim3 grid(N < 4096 ? N : 4096, ceil_div(C, 128));
-    encoder_backward_wte_kernel<<<grid, 128>>>(dwte, dout, tokens, starts, counts, num_buckets, rows, T, C);
+    const bool vector = C % X128 == 0 && (uintptr_t)dout % 16 == 0;
+    dim3 grid(N < 4096 ? N : 4096, ceil_div(C, 128 * X128));
+    encoder_backward_wte_kernel<<<grid, 128>>>(dwte, dout, tokens, starts, counts, num_buckets, rows, T, C, vector);
     launchCheck();
     encoder_backward_wpe_kernel<<<ceil_div((size_t)T * C, 256), 256>>>(dwpe, dout, B, T, C);
     launchCheck();
