@@ -22,6 +22,10 @@ static void* carve(Carver* c, size_t bytes) {
     return p;
 }
 
+// Elements between rows of ln2: fc's input carries its bias columns (kernels.h), from which fc's
+// backward has its bias gradient.
+static int ln2_ld(int C) { return C + LINEAR_BIAS_COLUMNS; }
+
 // The activations of batches up to B x T: carve(c, ...) for each buffer, the only place that says
 // how big they are (the memory plan is a sizing pass of this function).
 static void carve_activations(Activations* a, const GPT2Config* cfg, size_t B, size_t T, int recompute,
@@ -38,7 +42,7 @@ static void carve_activations(Activations* a, const GPT2Config* cfg, size_t B, s
     a->atty = carve(c, L * BT * C * X);
     a->att_saved = carve(c, L * attention_saved_bytes(B, T, cfg->num_heads));
     a->residual2 = carve(c, L * BT * C * X);
-    a->ln2 = carve(c, L_ln * BT * (C + LINEAR_BIAS_COLUMNS) * X); // with fc's bias columns (kernels.h)
+    a->ln2 = carve(c, L_ln * BT * ln2_ld(cfg->channels) * X);
     a->ln2_mean = carve(c, L * BT * sizeof(float));
     a->ln2_rstd = carve(c, L * BT * sizeof(float));
     a->fch = carve(c, L * BT * 4 * C * X);
@@ -339,7 +343,7 @@ static LayerActs layer_acts(const GPT2* model, int l, int B, int T) {
     s.atty = a->atty + l * N * C;
     s.att_saved = a->att_saved + l * attention_saved_bytes(B, T, model->config.num_heads);
     s.residual2 = a->residual2 + l * N * C;
-    s.ln2 = a->ln2 + l_ln * N * (C + LINEAR_BIAS_COLUMNS);
+    s.ln2 = a->ln2 + l_ln * N * ln2_ld(model->config.channels);
     s.ln2_mean = a->ln2_mean + l * N;
     s.ln2_rstd = a->ln2_rstd + l * N;
     s.fch = a->fch + l * N * 4 * C;
@@ -401,12 +405,11 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         linear_forward(s.qkv, s.ln1, w.qkvw, w.qkvb, N, rows, C, 3 * C, C);
         attention_forward(s.atty, s.att_saved, s.qkv, B, T, C, NH);
         linear_forward(a->dbuf_c, s.atty, w.attprojw, w.attprojb, N, rows, C, C, C);
-        // ln2 is written with the bias columns, from which fc's backward has its bias gradient.
         residual_layernorm_forward(s.residual2, s.ln2, s.ln2_mean, s.ln2_rstd, s.input, a->dbuf_c, w.ln2w, w.ln2b,
-                                   N, C, C + LINEAR_BIAS_COLUMNS);
+                                   N, C, ln2_ld(C));
         // not fused into the matmul: recompute (-r >= 1) rebuilds fch_gelu with this same kernel,
         // so every recompute level trains bit for bit alike
-        linear_forward(s.fch, s.ln2, w.fcw, w.fcb, N, rows, C, 4 * C, C + LINEAR_BIAS_COLUMNS);
+        linear_forward(s.fch, s.ln2, w.fcw, w.fcb, N, rows, C, 4 * C, ln2_ld(C));
         gelu_forward(s.fch_gelu, s.fch, (size_t)N * 4 * C);
         linear_forward(a->dbuf_c, s.fch_gelu, w.fcprojw, w.fcprojb, N, rows, 4 * C, C, 4 * C);
         if (l + 1 < L) {
@@ -493,13 +496,12 @@ void gpt2_backward(GPT2* model) {
         LayerActs s = layer_acts(model, l, B, T);
         if (model->recompute >= 1) gelu_forward(s.fch_gelu, s.fch, (size_t)N * 4 * C);
         if (model->recompute >= 2)
-            layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.residual2, w.ln2w, w.ln2b, N, C,
-                              C + LINEAR_BIAS_COLUMNS);
+            layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.residual2, w.ln2w, w.ln2b, N, C, ln2_ld(C));
         // MLP branch
         matmul_backward_gelu(a->dbuf_4c, grad_of(model, w.fcprojw), NULL, a->dresidual, s.fch_gelu, w.fcprojw,
                              s.fch, N, 4 * C, C, sum_rows);
         matmul_backward(a->dbuf_c, grad_of(model, w.fcw), grad_of(model, w.fcb), a->dbuf_4c, s.ln2, w.fcw,
-                        N, C, 4 * C, C + LINEAR_BIAS_COLUMNS, sum_rows);
+                        N, C, 4 * C, ln2_ld(C), sum_rows);
         layernorm_backward(a->dresidual, grad_of(model, w.ln2w), grad_of(model, w.ln2b), grad_of(model, w.attprojb),
                            a->dbuf_c, s.residual2, w.ln2w, s.ln2_mean, s.ln2_rstd, N, C, sum_rows);
         // attention branch
