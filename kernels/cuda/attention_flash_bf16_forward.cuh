@@ -1,9 +1,11 @@
 // The forward kernel of the BF16 flash attention: each thread block owns a block of query rows of
 // one (batch, head) and streams the K/V tiles at or below the diagonal through shared memory
 // (TileStream: cp.async or TMA, double-buffered, one barrier per tile); an online softmax keeps
-// the running max and sum in registers; it writes O and (m, l). Its products and tile loads are in
-// attention_flash_bf16_mma.cuh; its tile shapes and launch in attention_flash.cu; the backward in
-// attention_flash_bf16_backward.cuh.
+// the running max and sum in registers; it writes O and (m, l). With products that run while the
+// warps go on (Wgmma), tile j - 1's O += P V is issued after tile j's S = Q K^T and runs during
+// tile j's softmax (FlashAttention-3's overlap within a warp group), and V comes one step after K
+// (TileStream's B_LAG). Its products and tile loads are in attention_flash_bf16_mma.cuh; its tile
+// shapes and launch in attention_flash.cu; the backward in attention_flash_bf16_backward.cuh.
 #pragma once
 #include <math.h>
 
@@ -27,10 +29,13 @@ __global__ void __launch_bounds__(WARPS * 32)
     const int stride = 3 * C; // between rows of qkv; T * stride < 2^31 (checked at launch)
     const floatX* q_src = qkv + (size_t)b * T * stride + h * HS;
     const int num_tiles = (min(q0 + ROWS, T) + COLS - 1) / COLS; // tiles above the diagonal skipped
-    const TileStream<Mma, COLS, THREADS, STAGES> kv = {k_tiles, v_tiles, landed, 0, num_tiles, T,
-                                                       q_src + C, q_src + 2 * C, stride, stride,
-                                                       &qkv_map, &qkv_map, C + h * HS, 2 * C + h * HS, b};
-    auto load_kv_tile = [&](int tile) { // one commit group per tile (empty with TMA or past the last)
+    // LAG 1: step j computes S and the softmax of tile j and multiplies P V of tile j - 1; one step
+    // more than tiles. The O it accumulates goes through the same operations in the same order.
+    constexpr int LAG = Mma::ASYNC ? 1 : 0;
+    const TileStream<Mma, COLS, THREADS, STAGES, LAG> kv = {k_tiles, v_tiles, landed, 0, num_tiles, T,
+                                                            q_src + C, q_src + 2 * C, stride, stride,
+                                                            &qkv_map, &qkv_map, C + h * HS, 2 * C + h * HS, b};
+    auto load_kv_tile = [&](int tile) { // one commit group per step (empty with TMA or past the last)
         kv.load(tile);
         cp_async_commit();
     };
@@ -63,55 +68,99 @@ __global__ void __launch_bounds__(WARPS * 32)
             l_run[mt][half] = 0.0f; // this thread's columns only; the quad's four add up at the end
         }
 
-    for (int tile = 0; tile < num_tiles; tile++) {
-        kv.wait(tile);      // this tile has arrived,
-        __syncthreads();    // and every warp is done with the previous one, whose stage
-        load_kv_tile(tile + STAGES - 1); // takes the tile STAGES - 1 ahead
+    // One step's start: its tiles have arrived, and every warp is done with the previous step's,
+    // whose stage takes the step STAGES - 1 ahead.
+    auto begin_step = [&](int tile) {
+        kv.wait(tile);
+        __syncthreads();
+        load_kv_tile(tile + STAGES - 1);
+    };
+    auto issue_scores = [&](float s[M_TILES][COLS / 8][4], int tile) { // S = Q K^T
+        if constexpr (Mma::SHARED_A) Mma::template gemm_shared_a_bt<COLS>(s, q_group, kv.a_tile(tile));
+        else Mma::template gemm_a_bt<M_TILES, COLS>(s, q_frag, kv.a_tile(tile));
+    };
+    // Online softmax of tile `tile`'s scores: P into s, the running max and sum moved to the new max;
+    // correction is what O must be multiplied by before this tile's P V is added.
+    auto softmax = [&](float s[M_TILES][COLS / 8][4], float correction[M_TILES][2], int tile) {
         const int c0 = tile * COLS;
-        // Tile 0 holds key 0, which every row sees, so every running max is finite after it (and
-        // a later tile masked whole for a warp of a wgmma group leaves its rows as they were).
-        if (c0 <= group_last_row) { // some key of the tile is visible to some row of the warp group
-            const floatX* k_tile = kv.a_tile(tile);
-            const floatX* v_tile = kv.b_tile(tile);
-            float s[M_TILES][COLS / 8][4];
-            if constexpr (Mma::SHARED_A) Mma::template gemm_shared_a_bt<COLS>(s, q_group, k_tile);
-            else Mma::template gemm_a_bt<M_TILES, COLS>(s, q_frag, k_tile);
-            Mma::wait(s);
-            if (c0 + COLS - 1 > r0) mask_scores<M_TILES, COLS>(s, [&](int row, int col) { return c0 + col > r0 + row; });
+        if (c0 + COLS - 1 > r0) mask_scores<M_TILES, COLS>(s, [&](int row, int col) { return c0 + col > r0 + row; });
 #pragma unroll
-            for (int mt = 0; mt < M_TILES; mt++)
+        for (int mt = 0; mt < M_TILES; mt++)
 #pragma unroll
-                for (int half = 0; half < 2; half++) {
-                    float tile_max = -INFINITY; // of the unscaled scores
+            for (int half = 0; half < 2; half++) {
+                float tile_max = -INFINITY; // of the unscaled scores
 #pragma unroll
-                    for (int nt = 0; nt < COLS / 8; nt++)
+                for (int nt = 0; nt < COLS / 8; nt++)
 #pragma unroll
-                        for (int e = 0; e < 2; e++) tile_max = fmaxf(tile_max, s[mt][nt][2 * half + e]);
-                    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 1));
-                    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 2));
-                    // Online softmax: move the row to the new max and rescale what was summed.
-                    const float m_new = fmaxf(m_run[mt][half], tile_max * scale_log2);
-                    const float correction = fast_exp2(m_run[mt][half] - m_new); // 0 on the first tile
-                    float sum = 0.0f;
+                    for (int e = 0; e < 2; e++) tile_max = fmaxf(tile_max, s[mt][nt][2 * half + e]);
+                tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 1));
+                tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 2));
+                const float m_new = fmaxf(m_run[mt][half], tile_max * scale_log2);
+                correction[mt][half] = fast_exp2(m_run[mt][half] - m_new); // 0 on the first tile
+                float sum = 0.0f;
 #pragma unroll
-                    for (int nt = 0; nt < COLS / 8; nt++)
+                for (int nt = 0; nt < COLS / 8; nt++)
 #pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            const float p = fast_exp2(s[mt][nt][2 * half + e] * scale_log2 - m_new); // one FFMA
-                            s[mt][nt][2 * half + e] = p;
-                            sum += p;
-                        }
-                    m_run[mt][half] = m_new;
-                    l_run[mt][half] = l_run[mt][half] * correction + sum;
-#pragma unroll
-                    for (int nt = 0; nt < HS / 8; nt++) {
-                        o_acc[mt][nt][2 * half] *= correction;
-                        o_acc[mt][nt][2 * half + 1] *= correction;
+                    for (int e = 0; e < 2; e++) {
+                        const float p = fast_exp2(s[mt][nt][2 * half + e] * scale_log2 - m_new); // one FFMA
+                        s[mt][nt][2 * half + e] = p;
+                        sum += p;
                     }
+                m_run[mt][half] = m_new;
+                l_run[mt][half] = l_run[mt][half] * correction[mt][half] + sum;
+            }
+    };
+    auto rescale = [&](const float correction[M_TILES][2]) {
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+            for (int half = 0; half < 2; half++)
+#pragma unroll
+                for (int nt = 0; nt < HS / 8; nt++) {
+                    o_acc[mt][nt][2 * half] *= correction[mt][half];
+                    o_acc[mt][nt][2 * half + 1] *= correction[mt][half];
                 }
-            Mma::template gemm_c_b<M_TILES, COLS>(o_acc, s, v_tile);
-            Mma::wait(o_acc);
+    };
+
+    // Tile 0 holds key 0, which every row sees, so every running max is finite after it (and a
+    // later tile masked whole for a warp of a wgmma group leaves its rows as they were).
+    if constexpr (LAG == 0) {
+        for (int tile = 0; tile < num_tiles; tile++) {
+            begin_step(tile);
+            if (tile * COLS <= group_last_row) { // some key of the tile is visible to some row of the warp group
+                float s[M_TILES][COLS / 8][4], correction[M_TILES][2];
+                issue_scores(s, tile);
+                Mma::wait(s);
+                softmax(s, correction, tile);
+                rescale(correction);
+                Mma::template gemm_c_b<M_TILES, COLS>(o_acc, s, kv.b_tile(tile)); // O += P V
+                Mma::wait(o_acc);
+            }
         }
+    } else {
+        // Every tile up to the block's last row is visible to its one warp group, and no product is
+        // issued or waited for in a branch (ptxas serialises wgmma it cannot prove uniform).
+        static_assert(LAG == 0 || WARPS == Mma::GROUP_WARPS, "LAG 1: the block is one warp group");
+        uint32_t p_frag[M_TILES][COLS / 16][4]; // P of the step before, read by O += P V until its wait
+        float s[M_TILES][COLS / 8][4], correction[M_TILES][2];
+        begin_step(0);
+        issue_scores(s, 0);
+        Mma::wait(s);
+        softmax(s, correction, 0);
+        a_fragments_of<M_TILES, COLS>(p_frag, s); // O is 0: nothing to rescale
+        for (int tile = 1; tile < num_tiles; tile++) {
+            begin_step(tile);
+            issue_scores(s, tile);
+            Mma::template gemm_a_b<M_TILES, COLS>(o_acc, p_frag, kv.b_tile(tile - 1)); // behind S in the tensor cores
+            Mma::template wait<1>(s); // S only: P V runs on during the softmax
+            softmax(s, correction, tile);
+            Mma::wait(o_acc);
+            rescale(correction);
+            a_fragments_of<M_TILES, COLS>(p_frag, s);
+        }
+        begin_step(num_tiles); // V of the last tile
+        Mma::template gemm_a_b<M_TILES, COLS>(o_acc, p_frag, kv.b_tile(num_tiles - 1));
+        Mma::wait(o_acc);
     }
 
     float inv_l[M_TILES][2];

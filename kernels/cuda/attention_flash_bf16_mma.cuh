@@ -11,6 +11,15 @@
 
 #include "kernels/cuda/attention_flash_bf16_ptx.cuh"
 
+// A fragments (16 x 16 blocks, bf16) of a warp's (16 M_TILES x COLS) accumulator: P for O += P V.
+template <int M_TILES, int COLS>
+__device__ __forceinline__ void a_fragments_of(uint32_t a[M_TILES][COLS / 16][4], const float p[M_TILES][COLS / 8][4]) {
+#pragma unroll
+    for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+        for (int k = 0; k < COLS / 16; k++) a_fragment_of(a[mt][k], p[mt], k);
+}
+
 // ---- warp matrix products ------------------------------------------------------------------
 // Two policies, `Mma`, for the same kernels. Both keep the A operands computed in the loop (P, dS)
 // in registers in mma.m16n8k16's fragment layout, which is also wgmma's register-A layout, and
@@ -30,11 +39,12 @@ template <int HEAD_SIZE> struct MmaSync {
     static constexpr int HS = HEAD_SIZE, STRIDE = HS + 8, GROUP_WARPS = 1;
     static constexpr bool TMA = false;      // streamed tiles by cp.async (TileStream)
     static constexpr bool SHARED_A = false; // A operands (Q, dO, K, V) as fragments in registers
+    static constexpr bool ASYNC = false;    // the products are complete when they return
     static constexpr size_t ALIGN = 16;
     __device__ static int offset(int row, int col) { return row * STRIDE + col; }
     __device__ static void tiles_ready() {} // ldmatrix reads what cp.async wrote once the barrier is passed
-    // The products below are complete when they return; Wgmma's are not until wait().
-    template <class... Accumulators> __device__ static void wait(Accumulators&...) {}
+    // Wgmma's products are not complete until wait().
+    template <int PENDING = 0, class... Accumulators> __device__ static void wait(Accumulators&...) {}
 
     // acc (16 M_TILES x COLS) = A (16 M_TILES x HS, fragments) B^T, B a (COLS x HS) tile: S = Q K^T.
     // The B fragments of two column groups come from one ldmatrix of four 8 x 8 blocks.
@@ -108,6 +118,9 @@ struct Wgmma {
     // again for every tile). A descriptor covers 64 contiguous rows: the warp group's rows must be
     // one block of the tile, so the kernels run one m-tile per warp.
     static constexpr bool SHARED_A = true;
+    // The products are issued and run while the warps go on, until wait(): the forward multiplies
+    // one tile's P V while it computes the next tile's softmax.
+    static constexpr bool ASYNC = true;
     static constexpr size_t ALIGN = 1024; // the swizzle pattern repeats from 1024-byte boundaries
     __device__ static int offset(int row, int col) { return row * STRIDE + ((col / 8) ^ (row % 8)) * 8 + col % 8; }
     // cp.async writes through the generic proxy, wgmma reads through the async proxy.
@@ -130,10 +143,14 @@ struct Wgmma {
     __device__ static void gemm_c_b(float acc[M_TILES][HS / 8][4], const float p[M_TILES][COLS / 8][4],
                                     const floatX* b_tile) {
         uint32_t a[M_TILES][COLS / 16][4];
-#pragma unroll
-        for (int mt = 0; mt < M_TILES; mt++)
-#pragma unroll
-            for (int k = 0; k < COLS / 16; k++) a_fragment_of(a[mt][k], p[mt], k);
+        a_fragments_of<M_TILES, COLS>(a, p);
+        gemm_a_b<M_TILES, COLS>(acc, a, b_tile);
+    }
+    // The same with P already as A fragments (a_fragments_of), which must stay as they are until
+    // the wait: the tensor cores read them while the product runs.
+    template <int M_TILES, int COLS>
+    __device__ static void gemm_a_b(float acc[M_TILES][HS / 8][4], const uint32_t a[M_TILES][COLS / 16][4],
+                                    const floatX* b_tile) {
         wgmma_pin<M_TILES, HS / 8>(acc);
         wgmma_fence();
 #pragma unroll
@@ -156,13 +173,14 @@ struct Wgmma {
         wgmma_commit();
     }
 
-    // Waits for every product issued and pins their accumulators after the wait. Two products
-    // issued before one wait run back to back in the tensor cores.
+    // Waits for the products issued, all but the newest PENDING groups (one group per call above),
+    // and pins the accumulators of those waited for after the wait. Two products issued before one
+    // wait run back to back in the tensor cores.
     template <int M_TILES, int N_TILES> __device__ static void pin(float (&acc)[M_TILES][N_TILES][4]) {
         wgmma_pin<M_TILES, N_TILES>(acc);
     }
-    template <class... Accumulators> __device__ static void wait(Accumulators&... acc) {
-        wgmma_wait_all();
+    template <int PENDING = 0, class... Accumulators> __device__ static void wait(Accumulators&... acc) {
+        wgmma_wait<PENDING>();
         (pin(acc), ...);
     }
 };
@@ -216,7 +234,11 @@ __device__ __forceinline__ void load_vector_async(float* dst, const float* src, 
 // (attention_flash.cu; rows past T are outside the tensor: zeros too), with one mbarrier per
 // stage that the copies signal: the other threads spend no instructions on addresses (the cp.async
 // loads' were about 45 per thread and tile in the forward, which got 5-11% faster without them).
-template <class Mma, int COLS, int THREADS, int STAGES> struct TileStream {
+// B_LAG 1: the second matrix's tiles come one step later, for a kernel that multiplies tile j - 1
+// of it while it works on tile j of the first (the forward's V): step j loads a tile j and b tile
+// j - 1, and there is one step more than tiles. Each stage's a and b slots are then free one step
+// apart, so the streamed tiles need no more shared memory.
+template <class Mma, int COLS, int THREADS, int STAGES, int B_LAG = 0> struct TileStream {
     floatX *a_tiles, *b_tiles; // STAGES stages each
     uint64_t* landed;          // STAGES mbarriers (TMA)
     int first_tile, num_tiles, T;
@@ -236,24 +258,25 @@ template <class Mma, int COLS, int THREADS, int STAGES> struct TileStream {
                 for (int i = 0; i < STAGES; i++) mbarrier_init(&landed[i], 1);
         }
     }
-    // Starts tile `tile` into its stage (nothing past the last tile). The stage's previous tile must
-    // be done with: the kernels call this after a barrier that every warp reaches once it is.
+    // Starts step `tile`'s tiles (a tile `tile`, b tile `tile - B_LAG`, those that exist) into their
+    // stages. The stages' previous tiles must be done with: the kernels call this after a barrier
+    // that every warp reaches once they are.
     __device__ void load(int tile) const {
-        if (tile >= num_tiles) return;
+        const bool a = tile < num_tiles, b = tile - B_LAG >= first_tile && tile - B_LAG < num_tiles;
         if constexpr (Mma::TMA) {
-            if (threadIdx.x == 0) {
+            if (threadIdx.x == 0 && (a || b)) {
                 uint64_t* bar = &landed[stage(tile)];
-                mbarrier_expect_bytes(bar, 2 * COLS * Mma::HS * sizeof(floatX));
-                tma_load_3d(a_tile(tile), a_map, a_col, tile * COLS, batch, bar);
-                tma_load_3d(b_tile(tile), b_map, b_col, tile * COLS, batch, bar);
+                mbarrier_expect_bytes(bar, (a + b) * COLS * Mma::HS * sizeof(floatX));
+                if (a) tma_load_3d(a_tile(tile), a_map, a_col, tile * COLS, batch, bar);
+                if (b) tma_load_3d(b_tile(tile - B_LAG), b_map, b_col, (tile - B_LAG) * COLS, batch, bar);
             }
         } else {
-            load_tile_async<Mma, COLS, THREADS>(a_tile(tile), a_src, tile * COLS, T, a_stride);
-            load_tile_async<Mma, COLS, THREADS>(b_tile(tile), b_src, tile * COLS, T, b_stride);
+            if (a) load_tile_async<Mma, COLS, THREADS>(a_tile(tile), a_src, tile * COLS, T, a_stride);
+            if (b) load_tile_async<Mma, COLS, THREADS>(b_tile(tile - B_LAG), b_src, (tile - B_LAG) * COLS, T, b_stride);
         }
     }
-    // Waits until tile `tile` and the rest of its tile's cp.async group (STAGES - 2 newer groups may
-    // be in flight) are in shared memory, for the products; the kernels then hold a barrier.
+    // Waits until step `tile`'s tiles and the rest of its cp.async group (STAGES - 2 newer groups
+    // may be in flight) are in shared memory, for the products; the kernels then hold a barrier.
     __device__ void wait(int tile) const {
         cp_async_wait<STAGES - 2>();
         if constexpr (Mma::TMA) mbarrier_wait(&landed[stage(tile)], (tile - first_tile) / STAGES % 2);

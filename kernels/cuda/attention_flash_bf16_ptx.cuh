@@ -205,7 +205,7 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
 }
 
 // Orders this thread's register accesses before the wgmmas that follow (wgmma.fence); closes a
-// group of issued wgmmas; waits for every group issued.
+// group of issued wgmmas; waits until at most `pending` groups, the newest, are still running.
 __device__ __forceinline__ void wgmma_fence() {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -216,9 +216,9 @@ __device__ __forceinline__ void wgmma_commit() {
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 #endif
 }
-__device__ __forceinline__ void wgmma_wait_all() {
+template <int pending> __device__ __forceinline__ void wgmma_wait() {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(pending) : "memory");
 #endif
 }
 // Pins accumulator registers at this point of the program, so the compiler cannot move their
