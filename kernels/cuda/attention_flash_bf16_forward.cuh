@@ -68,21 +68,13 @@ __global__ void __launch_bounds__(WARPS * 32)
             l_run[mt][half] = 0.0f; // this thread's columns only; the quad's four add up at the end
         }
 
-    // One step's start: its tiles have arrived, and every warp is done with the previous step's,
-    // whose stage takes the step STAGES - 1 ahead.
-    auto begin_step = [&](int tile) {
-        kv.wait(tile);
-        __syncthreads();
-        load_kv_tile(tile + STAGES - 1);
-    };
     auto issue_scores = [&](float s[M_TILES][COLS / 8][4], int tile) { // S = Q K^T
         if constexpr (Mma::SHARED_A) Mma::template gemm_shared_a_bt<COLS>(s, q_group, kv.a_tile(tile));
         else Mma::template gemm_a_bt<M_TILES, COLS>(s, q_frag, kv.a_tile(tile));
     };
-    // Online softmax of tile `tile`'s scores: P into s, the running max and sum moved to the new max;
-    // correction is what O must be multiplied by before this tile's P V is added.
-    auto softmax = [&](float s[M_TILES][COLS / 8][4], float correction[M_TILES][2], int tile) {
-        const int c0 = tile * COLS;
+    // Online softmax of the scores of the tile from key c0: P into s, the running max and sum moved
+    // to the new max; correction is what O must be multiplied by before this tile's P V is added.
+    auto softmax = [&](float s[M_TILES][COLS / 8][4], float correction[M_TILES][2], int c0) {
         if (c0 + COLS - 1 > r0) mask_scores<M_TILES, COLS>(s, [&](int row, int col) { return c0 + col > r0 + row; });
 #pragma unroll
         for (int mt = 0; mt < M_TILES; mt++)
@@ -108,9 +100,16 @@ __global__ void __launch_bounds__(WARPS * 32)
                     }
                 m_run[mt][half] = m_new;
                 l_run[mt][half] = l_run[mt][half] * correction[mt][half] + sum;
+                if constexpr (LAG == 0) { // no product is writing O: the row is rescaled here (else rescale below)
+#pragma unroll
+                    for (int nt = 0; nt < HS / 8; nt++) {
+                        o_acc[mt][nt][2 * half] *= correction[mt][half];
+                        o_acc[mt][nt][2 * half + 1] *= correction[mt][half];
+                    }
+                }
             }
     };
-    auto rescale = [&](const float correction[M_TILES][2]) {
+    auto rescale = [&](const float correction[M_TILES][2]) { // LAG 1: once the product of the step before is done
 #pragma unroll
         for (int mt = 0; mt < M_TILES; mt++)
 #pragma unroll
@@ -126,13 +125,15 @@ __global__ void __launch_bounds__(WARPS * 32)
     // later tile masked whole for a warp of a wgmma group leaves its rows as they were).
     if constexpr (LAG == 0) {
         for (int tile = 0; tile < num_tiles; tile++) {
-            begin_step(tile);
-            if (tile * COLS <= group_last_row) { // some key of the tile is visible to some row of the warp group
+            kv.wait(tile);   // this tile has arrived,
+            __syncthreads(); // and every warp is done with the previous one, whose stage
+            load_kv_tile(tile + STAGES - 1); // takes the tile STAGES - 1 ahead
+            const int c0 = tile * COLS;
+            if (c0 <= group_last_row) { // some key of the tile is visible to some row of the warp group
                 float s[M_TILES][COLS / 8][4], correction[M_TILES][2];
                 issue_scores(s, tile);
                 Mma::wait(s);
-                softmax(s, correction, tile);
-                rescale(correction);
+                softmax(s, correction, c0);
                 Mma::template gemm_c_b<M_TILES, COLS>(o_acc, s, kv.b_tile(tile)); // O += P V
                 Mma::wait(o_acc);
             }
@@ -141,6 +142,11 @@ __global__ void __launch_bounds__(WARPS * 32)
         // Every tile up to the block's last row is visible to its one warp group, and no product is
         // issued or waited for in a branch (ptxas serialises wgmma it cannot prove uniform).
         static_assert(LAG == 0 || WARPS == Mma::GROUP_WARPS, "LAG 1: the block is one warp group");
+        auto begin_step = [&](int tile) { // as above, with steps for tiles
+            kv.wait(tile);
+            __syncthreads();
+            load_kv_tile(tile + STAGES - 1);
+        };
         uint32_t p_frag[M_TILES][COLS / 16][4]; // P of the step before, read by O += P V until its wait
         float s[M_TILES][COLS / 8][4], correction[M_TILES][2];
         begin_step(0);
@@ -153,7 +159,7 @@ __global__ void __launch_bounds__(WARPS * 32)
             issue_scores(s, tile);
             Mma::template gemm_a_b<M_TILES, COLS>(o_acc, p_frag, kv.b_tile(tile - 1)); // behind S in the tensor cores
             Mma::template wait<1>(s); // S only: P V runs on during the softmax
-            softmax(s, correction, tile);
+            softmax(s, correction, tile * COLS);
             Mma::wait(o_acc);
             rescale(correction);
             a_fragments_of<M_TILES, COLS>(p_frag, s);

@@ -262,9 +262,10 @@ template <class Mma, int COLS, int THREADS, int STAGES, int B_LAG = 0> struct Ti
     // stages. The stages' previous tiles must be done with: the kernels call this after a barrier
     // that every warp reaches once they are.
     __device__ void load(int tile) const {
-        const bool a = tile < num_tiles, b = tile - B_LAG >= first_tile && tile - B_LAG < num_tiles;
+        const bool a = tile < num_tiles, b = B_LAG == 0 ? a : tile - B_LAG >= first_tile && tile - B_LAG < num_tiles;
+        if (!a && !b) return;
         if constexpr (Mma::TMA) {
-            if (threadIdx.x == 0 && (a || b)) {
+            if (threadIdx.x == 0) {
                 uint64_t* bar = &landed[stage(tile)];
                 mbarrier_expect_bytes(bar, (a + b) * COLS * Mma::HS * sizeof(floatX));
                 if (a) tma_load_3d(a_tile(tile), a_map, a_col, tile * COLS, batch, bar);
