@@ -72,6 +72,13 @@ __global__ void __launch_bounds__(WARPS * 32)
         if constexpr (Mma::SHARED_A) Mma::template gemm_shared_a_bt<COLS>(s, q_group, kv.a_tile(tile));
         else Mma::template gemm_a_bt<M_TILES, COLS>(s, q_frag, kv.a_tile(tile));
     };
+    auto rescale_row = [&](int mt, int half, float correction) { // O's rows g + 8 half of m-tile mt
+#pragma unroll
+        for (int nt = 0; nt < HS / 8; nt++) {
+            o_acc[mt][nt][2 * half] *= correction;
+            o_acc[mt][nt][2 * half + 1] *= correction;
+        }
+    };
     // Online softmax of the scores of the tile from key c0: P into s, the running max and sum moved
     // to the new max; correction is what O must be multiplied by before this tile's P V is added.
     auto softmax = [&](float s[M_TILES][COLS / 8][4], float correction[M_TILES][2], int c0) {
@@ -100,25 +107,15 @@ __global__ void __launch_bounds__(WARPS * 32)
                     }
                 m_run[mt][half] = m_new;
                 l_run[mt][half] = l_run[mt][half] * correction[mt][half] + sum;
-                if constexpr (LAG == 0) { // no product is writing O: the row is rescaled here (else rescale below)
-#pragma unroll
-                    for (int nt = 0; nt < HS / 8; nt++) {
-                        o_acc[mt][nt][2 * half] *= correction[mt][half];
-                        o_acc[mt][nt][2 * half + 1] *= correction[mt][half];
-                    }
-                }
+                // No product is writing O: the row is rescaled here (LAG 1: after the wait, below).
+                if constexpr (LAG == 0) rescale_row(mt, half, correction[mt][half]);
             }
     };
     auto rescale = [&](const float correction[M_TILES][2]) { // LAG 1: once the product of the step before is done
 #pragma unroll
         for (int mt = 0; mt < M_TILES; mt++)
 #pragma unroll
-            for (int half = 0; half < 2; half++)
-#pragma unroll
-                for (int nt = 0; nt < HS / 8; nt++) {
-                    o_acc[mt][nt][2 * half] *= correction[mt][half];
-                    o_acc[mt][nt][2 * half + 1] *= correction[mt][half];
-                }
+            for (int half = 0; half < 2; half++) rescale_row(mt, half, correction[mt][half]);
     };
 
     // Tile 0 holds key 0, which every row sees, so every running max is finite after it (and a
