@@ -2,9 +2,12 @@
 // one (batch, head) and streams the K/V tiles at or below the diagonal through shared memory
 // (TileStream: cp.async or TMA, double-buffered, one barrier per tile); an online softmax keeps
 // the running max and sum in registers; it writes O and (m, l). With products that run while the
-// warps go on (Wgmma), tile j - 1's O += P V is issued after tile j's S = Q K^T and runs during
-// tile j's softmax (FlashAttention-3's overlap within a warp group), and V comes one step after K
-// (TileStream's B_LAG). Its products and tile loads are in attention_flash_bf16_mma.cuh; its tile
+// warps go on (Wgmma), tile j - 1's O += P V is issued right after tile j's S = Q K^T, so the tensor
+// cores run both back to back, and V comes one step after K (TileStream's B_LAG). (The wait for
+// P V is written after tile j's softmax, FlashAttention-3's overlap within a warp group, but ptxas
+// moves it up to the softmax's start, before the max: it interleaves O's rescale with the
+// exponentials. Kept so measured; a true overlap cost registers or shared memory, and blocks per
+// SM: PERFORMANCE.md.) Its products and tile loads are in attention_flash_bf16_mma.cuh; its tile
 // shapes and launch in attention_flash.cu; the backward in attention_flash_bf16_backward.cuh.
 #pragma once
 #include <math.h>
@@ -174,7 +177,7 @@ __global__ void __launch_bounds__(WARPS * 32)
             begin_step(tile);
             issue_scores(s, tile);
             Mma::template gemm_a_b<M_TILES, COLS>(o_acc, p_frag, kv.b_tile(tile - 1)); // behind S in the tensor cores
-            Mma::template wait<1>(s); // S only: P V runs on during the softmax
+            Mma::template wait<1>(s); // S only (ptxas moves the wait for P V up to here: file header)
             softmax(s, correction, tile * COLS);
             Mma::wait(o_acc);
             rescale(correction);

@@ -118,8 +118,8 @@ struct Wgmma {
     // again for every tile). A descriptor covers 64 contiguous rows: the warp group's rows must be
     // one block of the tile, so the kernels run one m-tile per warp.
     static constexpr bool SHARED_A = true;
-    // The products are issued and run while the warps go on, until wait(): the forward multiplies
-    // one tile's P V while it computes the next tile's softmax.
+    // The products are issued and run while the warps go on, until wait(): the forward issues one
+    // tile's P V together with the next tile's S = Q K^T.
     static constexpr bool ASYNC = true;
     static constexpr size_t ALIGN = 1024; // the swizzle pattern repeats from 1024-byte boundaries
     __device__ static int offset(int row, int col) { return row * STRIDE + ((col / 8) ^ (row % 8)) * 8 + col % 8; }
