@@ -6,8 +6,8 @@
 // cores run both back to back, and V comes one step after K (TileStream's B_LAG). (The wait for
 // P V is written after tile j's softmax, FlashAttention-3's overlap within a warp group, but ptxas
 // moves it up to the softmax's start, before the max: it interleaves O's rescale with the
-// exponentials. Kept so measured; a true overlap cost registers or shared memory, and blocks per
-// SM: PERFORMANCE.md.) Its products and tile loads are in attention_flash_bf16_mma.cuh; its tile
+// exponentials. Left so: the ways to a true overlap that were tried cost registers or shared
+// memory, so blocks per SM, and were slower; PERFORMANCE.md.) Its products and tile loads are in attention_flash_bf16_mma.cuh; its tile
 // shapes and launch in attention_flash.cu; the backward in attention_flash_bf16_backward.cuh.
 #pragma once
 #include <math.h>
@@ -102,12 +102,12 @@ __global__ void __launch_bounds__(WARPS * 32)
                 // A100 tiles (230 registers) were 2-4% slower with the tree at T 4096.
                 float tile_max = -INFINITY;
                 if constexpr (M_TILES == 1) {
-                    float m[COLS / 4];
+                    float row[COLS / 4]; // the thread's scores of the row
 #pragma unroll
                     for (int nt = 0; nt < COLS / 8; nt++)
 #pragma unroll
-                        for (int e = 0; e < 2; e++) m[2 * nt + e] = s[mt][nt][2 * half + e];
-                    tile_max = max_tree<COLS / 4>(m);
+                        for (int e = 0; e < 2; e++) row[2 * nt + e] = s[mt][nt][2 * half + e];
+                    tile_max = max_tree<COLS / 4>(row);
                 } else {
 #pragma unroll
                     for (int nt = 0; nt < COLS / 8; nt++)
@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(WARPS * 32)
             begin_step(tile);
             issue_scores(s, tile);
             Mma::template gemm_a_b<M_TILES, COLS>(o_acc, p_frag, kv.b_tile(tile - 1)); // behind S in the tensor cores
-            Mma::template wait<1>(s); // S only (ptxas moves the wait for P V up to here: file header)
+            Mma::template wait<1>(s); // S only (ptxas moves the wait for P V up near here: file header)
             softmax(s, correction, tile * COLS);
             Mma::wait(o_acc);
             rescale(correction);
