@@ -259,7 +259,7 @@ struct TilesSm86 { // RTX 3090/4090: 100 KB per SM; 16-row warps keep the forwar
 // tree max), four blocks per SM instead of five, and 5-12% faster (held to five blocks it spills
 // and runs at 0.6x; 8 x 16 so, both warp groups through every tile, lost 1-8% at T <= 8192, won 2%
 // at 16384). 3 stages were no faster. Blocks of several warp groups that share the K/V tiles
-// without a block barrier (a producer warp group with setmaxnreg, or a producer thread) lost 4-25%
+// without a block barrier (a producer warp group with setmaxnreg, or a producer thread) lost 2-30%
 // (PERFORMANCE.md).
 struct TilesSm90 : TilesSm80 {
     static constexpr bool WGMMA = true;
