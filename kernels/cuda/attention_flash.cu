@@ -257,10 +257,10 @@ struct TilesSm86 { // RTX 3090/4090: 100 KB per SM; 16-row warps keep the forwar
 // at 16384 (with fragments 8 x 16 had been best, 5-8% ahead of 4 x 32 and 4 x 16 on an H200);
 // since one tile's P V is issued with the next tile's S (2026-11-26) 106 registers (108 with the
 // tree max), four blocks per SM instead of five, and 5-12% faster (held to five blocks it spills
-// and runs at 0.6x; 8 x 16 so, both warp groups through every tile, lost 1-8% at T <= 8192, won 2%
-// at 16384). 3 stages were no faster. Blocks of several warp groups that share the K/V tiles
-// without a block barrier (a producer warp group with setmaxnreg, or a producer thread) lost 2-30%
-// (PERFORMANCE.md).
+// and runs at 0.6x; 8 x 16 issuing so, both warp groups through every tile, lost 1-8% at T <=
+// 8192, won 2% at 16384). 3 stages were no faster. Blocks of several warp groups that share the
+// K/V tiles without a block barrier (a producer warp group with setmaxnreg, or a producer thread)
+// lost 2-30% (PERFORMANCE.md).
 struct TilesSm90 : TilesSm80 {
     static constexpr bool WGMMA = true;
     static constexpr int FWD_WARPS = 4, FWD_M_TILES = 1, DQ_WARPS = 8, DQ_M_TILES = 1;

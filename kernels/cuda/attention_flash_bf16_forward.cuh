@@ -7,8 +7,9 @@
 // P V is written after tile j's softmax, FlashAttention-3's overlap within a warp group, but ptxas
 // moves it up to the softmax's start, before the max: it interleaves O's rescale with the
 // exponentials. Left so: the ways to a true overlap that were tried cost registers or shared
-// memory, so blocks per SM, and were slower; PERFORMANCE.md.) Its products and tile loads are in attention_flash_bf16_mma.cuh; its tile
-// shapes and launch in attention_flash.cu; the backward in attention_flash_bf16_backward.cuh.
+// memory, so blocks per SM, and were slower; PERFORMANCE.md.) Its products and tile loads are in
+// attention_flash_bf16_mma.cuh; its tile shapes and launch in attention_flash.cu; the backward in
+// attention_flash_bf16_backward.cuh.
 #pragma once
 #include <math.h>
 
@@ -16,10 +17,16 @@
 
 #define LN2 0.6931471805599453f
 
-// The max of n values as a balanced tree.
+// The max of n values as a balanced tree (depth log2 n), and as a chain from -inf (depth n).
 template <int N> __device__ __forceinline__ float max_tree(const float* v) {
     if constexpr (N == 1) return v[0];
     else return fmaxf(max_tree<N / 2>(v), max_tree<N - N / 2>(v + N / 2));
+}
+template <int N> __device__ __forceinline__ float max_chain(const float* v) {
+    float m = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < N; i++) m = fmaxf(m, v[i]);
+    return m;
 }
 
 template <class Mma, int WARPS, int M_TILES, int COLS, int STAGES>
@@ -100,20 +107,12 @@ __global__ void __launch_bounds__(WARPS * 32)
                 // chain's is 16 (the max is exact in any order: the same bits): the wgmma forward 1-3%
                 // faster. With two m-tiles a warp has four chains to interleave already, and the
                 // A100 tiles (230 registers) were 2-4% slower with the tree at T 4096.
-                float tile_max = -INFINITY;
-                if constexpr (M_TILES == 1) {
-                    float row[COLS / 4]; // the thread's scores of the row
+                float row[COLS / 4]; // the thread's scores of the row
 #pragma unroll
-                    for (int nt = 0; nt < COLS / 8; nt++)
+                for (int nt = 0; nt < COLS / 8; nt++)
 #pragma unroll
-                        for (int e = 0; e < 2; e++) row[2 * nt + e] = s[mt][nt][2 * half + e];
-                    tile_max = max_tree<COLS / 4>(row);
-                } else {
-#pragma unroll
-                    for (int nt = 0; nt < COLS / 8; nt++)
-#pragma unroll
-                        for (int e = 0; e < 2; e++) tile_max = fmaxf(tile_max, s[mt][nt][2 * half + e]);
-                }
+                    for (int e = 0; e < 2; e++) row[2 * nt + e] = s[mt][nt][2 * half + e];
+                float tile_max = M_TILES == 1 ? max_tree<COLS / 4>(row) : max_chain<COLS / 4>(row);
                 tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 1));
                 tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 2));
                 const float m_new = fmaxf(m_run[mt][half], tile_max * scale_log2);
