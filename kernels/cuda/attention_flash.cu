@@ -227,7 +227,8 @@ static void launch_causal(Kernel kernel, int n, int BH, int threads, size_t smem
 // Shared memory, HS 64 (rows of 144 bytes), 2 stages: forward (ROWS + 4 COLS) rows, dK/dV and dQ
 // (2 ROWS + 4 COLS) rows; the atomic-dQ dK/dV kernel adds dS^T (ROWS x (COLS + 8) bf16), 93 KB at
 // 8 warps (on wgmma, 4 warps: dS^T (ROWS x COLS) and a 16 x 64 fp32 dQ tile per warp, 74 KB, three
-// blocks per SM at 168 registers). HS 128 halves COLS and uses 4 warps everywhere so every kernel stays under 99 KB and
+// blocks per SM at 168 registers; 8 warps summing dQ over 128 keys, half the TMA adds, ran one
+// block per SM at 177 registers and were 3-13% slower on an H100, PERFORMANCE.md). HS 128 halves COLS and uses 4 warps everywhere so every kernel stays under 99 KB and
 // 255 registers per thread.
 // Measured on an H200 (T 1024 to 16384): forward 4 warps x 32 rows beat 8 x 32 and 4 x 16 by 5 to
 // 15%, and 64 columns beat 128 (which spills, 9 to 16% slower; 2% slower with Q reloaded from
