@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     float* d_tiles = lse_tiles + STAGES * COLS;
     floatX* ds_tile = (floatX*)(d_tiles + STAGES * COLS); // ATOMIC_DQ: dS^T, ROWS x COLS
     float* dq_tiles = (float*)(ds_tile + ROWS * DS_STRIDE); // REDUCE_BY_TMA: each warp's 16 x HS dQ
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int warp = warp_index(), lane = threadIdx.x % 32;
     const CausalBlock place = causal_block<ROWS, true>(tail, NH);
     const int C = NH * HS, b = place.b, h = place.h, k0 = place.row0;
     const int stride = 3 * C; // between rows of qkv and dqkv; T * stride < 2^31 (checked at launch)
@@ -286,7 +286,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     floatX* do_tile = q_tile + ROWS * STRIDE;
     floatX* k_tiles = do_tile + ROWS * STRIDE; // STAGES stages each
     floatX* v_tiles = k_tiles + STAGES * COLS * STRIDE;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int warp = warp_index(), lane = threadIdx.x % 32;
     const CausalBlock place = causal_block<ROWS, false>(tail, NH);
     const int C = NH * HS, b = place.b, h = place.h, q0 = place.row0;
     const int stride = 3 * C; // between rows of qkv and dqkv; T * stride < 2^31 (checked at launch)

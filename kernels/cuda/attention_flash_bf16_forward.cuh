@@ -39,7 +39,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     floatX* q_tile = (floatX*)align_shared<Mma::ALIGN>(smem);
     floatX* k_tiles = q_tile + ROWS * STRIDE; // STAGES stages each
     floatX* v_tiles = k_tiles + STAGES * COLS * STRIDE;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int warp = warp_index(), lane = threadIdx.x % 32;
     const CausalBlock place = causal_block<ROWS, false>(tail, NH);
     const int C = NH * HS, b = place.b, h = place.h, q0 = place.row0;
     const int stride = 3 * C; // between rows of qkv; T * stride < 2^31 (checked at launch)

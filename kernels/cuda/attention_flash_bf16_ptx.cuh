@@ -15,6 +15,10 @@
 __device__ __forceinline__ uint32_t smem_address(const void* p) {
     return (uint32_t)__cvta_generic_to_shared(p);
 }
+// The warp's index in its block, taken from lane 0 so that ptxas knows every lane has it: what is
+// computed from it (the warp group's tile addresses, the wgmma descriptors made from them) can then
+// live in uniform registers instead of being made in every lane and moved over (R2UR) per product.
+__device__ __forceinline__ int warp_index() { return __shfl_sync(0xffffffff, (int)threadIdx.x / 32, 0); }
 // 16 bytes global -> shared without passing through registers; src_bytes 0 writes zeros.
 __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src),
