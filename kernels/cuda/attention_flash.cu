@@ -16,9 +16,10 @@
 // so every result is bit-identical from run to run, and no extra memory beyond D, lse and the bias
 // partials.
 // BF16 only, FLASH_ATTN_DETERMINISTIC=0: dQ added into an fp32 buffer by the dK/dV kernel instead
-// (float atomics, or TMA adds on H100/H200), in another order on every run: 5 products, faster
-// alone at long T, no faster in training under the power cap (attention_flash_bf16_backward.cuh,
-// with what was measured and tried).
+// (float atomics, or TMA adds on H100/H200), in another order on every run: 5 products, but the
+// adds keep the L2 busy; on an H100 it was faster alone at long T until warp_index (2026-11-26),
+// slower at every length since, and no faster in training under the power cap
+// (attention_flash_bf16_backward.cuh, with what was measured and tried).
 //
 // BF16 build: tensor cores, bf16 in, fp32 accumulate, through mma.sync m16n8k16 with ldmatrix
 // from shared memory rows padded by 16 bytes, or on H100/H200 (sm_90a) with HS 64 through wgmma
