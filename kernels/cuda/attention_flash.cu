@@ -226,11 +226,11 @@ static void launch_causal(Kernel kernel, int n, int BH, int threads, size_t smem
 // ---- tile configurations -------------------------------------------------------------------
 // ROWS = 16 * WARPS * M_TILES rows per block; COLS columns per streamed tile, in STAGES buffers.
 // Shared memory, HS 64 (rows of 144 bytes), 2 stages: forward (ROWS + 4 COLS) rows, dK/dV and dQ
-// (2 ROWS + 4 COLS) rows; the atomic-dQ dK/dV kernel adds dS^T (ROWS x (COLS + 8) bf16), 93 KB at
-// 8 warps (on wgmma, 4 warps: dS^T (ROWS x COLS) and a 16 x 64 fp32 dQ tile per warp, 74 KB, three
+// (2 ROWS + 4 COLS) rows; the atomic-dQ dK/dV kernel adds dS^T (ROWS x (COLS + 8) bf16), 93 KB at 8
+// warps (on wgmma, 4 warps: dS^T (ROWS x COLS) and a 16 x 64 fp32 dQ tile per warp, 74 KB, three
 // blocks per SM at 161 registers; 8 warps summing dQ over 128 keys, half the TMA adds, ran one
-// block per SM at 177 registers and were 3-13% slower on an H100, PERFORMANCE.md). HS 128 halves COLS and uses 4 warps everywhere so every kernel stays under 99 KB and
-// 255 registers per thread.
+// block per SM at 177 registers and were 3-13% slower on an H100, PERFORMANCE.md). HS 128 halves
+// COLS and uses 4 warps everywhere so every kernel stays under 99 KB and 255 registers per thread.
 // Measured on an H200 (T 1024 to 16384): forward 4 warps x 32 rows beat 8 x 32 and 4 x 16 by 5 to
 // 15%, and 64 columns beat 128 (which spills, 9 to 16% slower; 2% slower with Q reloaded from
 // shared memory instead); dK/dV blocks of 4 warps beat 8 by 2 to 5% (two blocks per SM overlap
@@ -256,13 +256,13 @@ struct TilesSm86 { // RTX 3090/4090: 100 KB per SM; 16-row warps keep the forwar
 // since warp_index; three blocks per SM; with fragments 187 and two blocks, 2-7% slower; 8 warps
 // lost 2-5%); dQ 8 warps x 16 rows, 122 registers, 0-4% faster than 4 x 16 and than 4 x 32 with
 // fragments (252 registers); forward 4 warps x 16 rows, 90 registers, forward 3-8% faster than
-// 8 x 16 at T <= 8192 and level at 16384 (with fragments 8 x 16 had been best, 5-8% ahead of
-// 4 x 32 and 4 x 16 on an H200); since one tile's P V is issued with the next tile's S
-// (2026-11-26) 106 registers (108 with the tree max, 106 again with warp_index), four blocks per
-// SM instead of five, and 5-12% faster (held to five blocks it spills and runs at 0.6x; 8 x 16
-// issuing so, both warp groups through every tile, lost 1-8% at T <= 8192, won 2% at 16384). 3 stages were no faster. Blocks of several warp groups that share the
-// K/V tiles without a block barrier (a producer warp group with setmaxnreg, or a producer thread)
-// lost 2-30% (PERFORMANCE.md).
+// 8 x 16 at T <= 8192 and level at 16384 (with fragments 8 x 16 had been best, 5-8% ahead of 4 x 32
+// and 4 x 16 on an H200); since one tile's P V is issued with the next tile's S (2026-11-26) 106
+// registers (108 with the tree max, 106 again with warp_index), four blocks per SM instead of five,
+// and 5-12% faster (held to five blocks it spills and runs at 0.6x; 8 x 16 issuing so, both warp
+// groups through every tile, lost 1-8% at T <= 8192, won 2% at 16384). 3 stages were no faster.
+// Blocks of several warp groups that share the K/V tiles without a block barrier (a producer warp
+// group with setmaxnreg, or a producer thread) lost 2-30% (PERFORMANCE.md).
 struct TilesSm90 : TilesSm80 {
     static constexpr bool WGMMA = true;
     static constexpr int FWD_WARPS = 4, FWD_M_TILES = 1, DQ_WARPS = 8, DQ_M_TILES = 1;
