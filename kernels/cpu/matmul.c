@@ -2,10 +2,10 @@
 //
 // All three products are computed by one register-blocked tile: TILE_I x TILE_J sums
 //     acc[i][j] += a_i[k] * b_k[j]
-// where each a value is broadcast and b_k[0..TILE_J) is contiguous, one vector, so each step is
-// TILE_I vector FMAs and the accumulators stay in registers over the whole k loop. Every output element is one
-// sum over k in increasing order, computed by one thread, so the results do not depend on the
-// number of threads.
+// where each a value is broadcast and b_k[0..TILE_J) is contiguous, two vectors, so each step is
+// 2 TILE_I vector FMAs and the accumulators stay in vector registers over the whole k loop (with
+// AVX2's 16, a few of them spill to the L1 cache). Every output element is one sum over k in
+// increasing order, computed by one thread, so the results do not depend on the number of threads.
 #include "kernels/kernels.h"
 #include "common/util.h"
 
@@ -21,26 +21,41 @@
 
 static inline int min_int(int a, int b) { return a < b ? a : b; }
 
-// TILE_J floats as one value of GCC's vector extension (C as clang also compiles it): the compiler
-// maps it onto whatever vector registers -march gives (2 AVX2 or 1 AVX-512 register) and does not
-// have to discover the vectorisation itself, which it gets wrong for this loop nest. Rows of b start
-// at any float, so they are loaded with memcpy (one unaligned vector load).
-typedef float vec_j __attribute__((vector_size(TILE_J * sizeof(float))));
+// Half a tile row, TILE_J / 2 floats, as one value of GCC's vector extension (C as clang also
+// compiles it): one AVX2 register, so the compiler does not have to discover the vectorisation
+// itself, which it gets wrong for this loop nest. A whole row as one 16-float value was slower on
+// an AVX2 CPU: GCC 12 kept the running sums on the stack and moved them through integer registers at
+// every k (perf: under 2% of the samples on the FMAs; the CPU training step 2.2x slower).
+typedef float vec_half __attribute__((vector_size(TILE_J / 2 * sizeof(float))));
 
 // acc[i][j] += sum over k < K, in order, of a_rows[i][k * a_stride] * b[k * b_stride + j], for
-// j < width. A ragged row of b (width < TILE_J) is padded with zeros.
-static void tile_multiply(vec_j acc[TILE_I], const float* const a_rows[TILE_I], size_t a_stride,
+// j < width. A ragged row of b (width < TILE_J) is padded with zeros. Rows of b start at any float,
+// so they are loaded with memcpy (unaligned vector loads).
+static void tile_multiply(float acc[TILE_I][TILE_J], const float* const a_rows[TILE_I], size_t a_stride,
                           const float* b, size_t b_stride, int K, int width) {
-    vec_j sums[TILE_I];
-    for (int i = 0; i < TILE_I; i++) sums[i] = acc[i];
+    vec_half lo[TILE_I], hi[TILE_I];
+    for (int i = 0; i < TILE_I; i++) {
+        memcpy(&lo[i], acc[i], sizeof(vec_half));
+        memcpy(&hi[i], acc[i] + TILE_J / 2, sizeof(vec_half));
+    }
     for (int k = 0; k < K; k++) {
         const float* b_k = b + (size_t)k * b_stride;
-        vec_j b_row = {0};
-        if (width == TILE_J) memcpy(&b_row, b_k, sizeof(b_row));
-        else memcpy(&b_row, b_k, width * sizeof(float));
-        for (int i = 0; i < TILE_I; i++) sums[i] += a_rows[i][(size_t)k * a_stride] * b_row;
+        float b_row[TILE_J] = {0};
+        if (width == TILE_J) memcpy(b_row, b_k, sizeof(b_row));
+        else memcpy(b_row, b_k, width * sizeof(float));
+        vec_half b_lo, b_hi;
+        memcpy(&b_lo, b_row, sizeof(vec_half));
+        memcpy(&b_hi, b_row + TILE_J / 2, sizeof(vec_half));
+        for (int i = 0; i < TILE_I; i++) {
+            const float a = a_rows[i][(size_t)k * a_stride];
+            lo[i] += a * b_lo;
+            hi[i] += a * b_hi;
+        }
     }
-    for (int i = 0; i < TILE_I; i++) acc[i] = sums[i];
+    for (int i = 0; i < TILE_I; i++) {
+        memcpy(acc[i], &lo[i], sizeof(vec_half));
+        memcpy(acc[i] + TILE_J / 2, &hi[i], sizeof(vec_half));
+    }
 }
 
 // out[n, oc] = bias[oc] + sum_c inp[n, c] weight[oc, c]. The tile runs over i = oc and j = n, so it
@@ -72,12 +87,8 @@ void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const 
             for (int oc0 = block * oc_per_block; oc0 < oc_end; oc0 += TILE_I) {
                 // Past OC the tile repeats the last row; those sums are not stored.
                 const float* w_rows[TILE_I];
-                vec_j acc[TILE_I];
-                for (int i = 0; i < TILE_I; i++) {
-                    int oc = min_int(oc0 + i, OC - 1);
-                    w_rows[i] = weight + (size_t)oc * C;
-                    acc[i] = (vec_j){0};
-                }
+                float acc[TILE_I][TILE_J] = {{0}};
+                for (int i = 0; i < TILE_I; i++) w_rows[i] = weight + (size_t)min_int(oc0 + i, OC - 1) * C;
                 tile_multiply(acc, w_rows, 1, packed + (size_t)panel * C * TILE_J, TILE_J, C, TILE_J);
                 int n_end = min_int(N - panel * TILE_J, TILE_J), i_end = min_int(OC - oc0, TILE_I);
                 for (int j = 0; j < n_end; j++) {
@@ -110,7 +121,7 @@ static void matmul_backward_dinp(float* dinp, const float* dout, const float* we
                     int i_end = min_int(N - n0, TILE_I);
                     // Past N the tile repeats the last row; those sums are not stored.
                     const float* dout_rows[TILE_I];
-                    vec_j acc[TILE_I];
+                    float acc[TILE_I][TILE_J];
                     for (int i = 0; i < TILE_I; i++) {
                         dout_rows[i] = dout + (size_t)min_int(n0 + i, N - 1) * OC + oc_begin;
                         for (int j = 0; j < TILE_J; j++)
@@ -141,11 +152,8 @@ static void matmul_backward_dweight(float* dweight, const float* dout, const flo
             for (int n0 = 0; n0 < N; n0 += sum_rows) {
                 // Past OC the tile repeats the last column of dout; those sums are not stored.
                 const float* dout_columns[TILE_I];
-                vec_j acc[TILE_I];
-                for (int i = 0; i < TILE_I; i++) {
-                    dout_columns[i] = dout + (size_t)n0 * OC + min_int(oc0 + i, OC - 1);
-                    acc[i] = (vec_j){0};
-                }
+                float acc[TILE_I][TILE_J] = {{0}};
+                for (int i = 0; i < TILE_I; i++) dout_columns[i] = dout + (size_t)n0 * OC + min_int(oc0 + i, OC - 1);
                 tile_multiply(acc, dout_columns, OC, inp + (size_t)n0 * ld_inp + c0, ld_inp, sum_rows, width);
                 for (int i = 0; i < i_end; i++)
                     for (int j = 0; j < width; j++) dweight[(size_t)(oc0 + i) * C + c0 + j] += acc[i][j];
