@@ -2,7 +2,7 @@
 # Flash attention speed on the GPU beside PyTorch's scaled_dot_product_attention (flash and cuDNN
 # backends), measured in the same run: causal, NH 12, HS 64, bf16, 65536 tokens per call, T from
 # 1024 to 16384. Prints one table of TFLOP/s (forward, forward + backward with deterministic and with
-# atomic dQ) and our fractions of both.
+# atomic dQ) and our fractions of both. Each length is timed in processes of its own (below).
 #
 #   scripts/bench_attention.sh            from the repository root, on a GPU machine
 #
@@ -22,11 +22,20 @@ mkdir -p "$BUILD"
 "$NVCC" -std=c++17 -O3 -gencode "arch=compute_$SASS,code=sm_$SASS" -I. -DATTN_FLASH -DPRECISION_BF16 \
     scripts/bench_attention.cu kernels/cuda/attention_flash.cu kernels/cuda/backend.cu common/util.c -lcublasLt -lcublas \
     -lcurand -o "$BUILD/bench_attention" # backend.cu: the column sums of the bias gradient
-# shellcheck disable=SC2086 # SEQ_LENS is a list
-"$BUILD/bench_attention" $SEQ_LENS | tee "$BUILD/ours.txt"
-if python3 -c "import torch" 2>/dev/null; then
-    # shellcheck disable=SC2086
-    python3 scripts/bench_attention_torch.py "$BUILD/ours.txt" $SEQ_LENS
+# Each length is timed by its own processes, ours and then PyTorch's, before the next length, so
+# that both meet the card in the same state. (Ours for all lengths first and PyTorch's after, as
+# before 2026-11-27, put our T 16384 forward after a few seconds of back-to-back kernels at the
+# shorter lengths, and it came out up to 8% below its speed timed alone: PERFORMANCE.md.)
+have_torch=0
+python3 -c "import torch" 2>/dev/null && have_torch=1
+: > "$BUILD/ours.txt"
+: > "$BUILD/torch.txt"
+for T in $SEQ_LENS; do
+    "$BUILD/bench_attention" "$T" | tee -a "$BUILD/ours.txt"
+    if [ "$have_torch" = 1 ]; then python3 scripts/bench_attention_torch.py --measure "$T" >> "$BUILD/torch.txt"; fi
+done
+if [ "$have_torch" = 1 ]; then
+    python3 scripts/bench_attention_torch.py --table "$BUILD/ours.txt" "$BUILD/torch.txt"
 else
     echo "PyTorch not found: our numbers only (T B fwd_ms fwd_TFLOP/s fwdbwd_ms fwdbwd_TFLOP/s, then the same with atomic dQ) above"
 fi
