@@ -12,8 +12,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
 BUILD=${BUILD:-.}
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+# The builds use every core (MAKE_JOBS sets another number of jobs).
+JOBS=${MAKE_JOBS:-$(nproc)}
 export BUILD
-make --no-print-directory BUILD="$BUILD" test-programs || exit 1
+make --no-print-directory -j"$JOBS" BUILD="$BUILD" test-programs || exit 1
 # What scripts/get_data.sh prepares by default, given relative on purpose: tests must take any path.
 DATA=data
 
@@ -52,7 +54,7 @@ export FUZZ_VOCAB_DIR=$DATA/gpt2 # for fuzz_tokenizer
 for f in fuzz_tokenfile fuzz_modelfile fuzz_tokenizer fuzz_jsonl; do
     run "$f" tests/run_fuzzer.sh "$BUILD/fuzz/$f" "$FUZZ_SECONDS"
 done
-run cuda_compile make --no-print-directory BUILD="$BUILD" test-cuda-compile
+run cuda_compile make --no-print-directory -j"$JOBS" BUILD="$BUILD" test-cuda-compile
 
 [ -n "$failures" ] && echo "failed:$failures"
 echo "$passed passed, $failed failed"
