@@ -1,6 +1,6 @@
 // The GPU flash attention (kernels/cuda/attention_flash.cu) against the CPU flash reference
 // (kernels/cpu/attention_flash.c, fp32): O, (m, l), dQ, dK, dV on fresh random inputs for T in
-// {1, 7, 64, 65, 127, 1024, 1025, 4096}, several B and NH (up to 96 (b, h)), head sizes 64, 32 and
+// {1, 7, 64, 65, 127, 1024, 1025, 4096, 4161}, several B and NH (up to 96 (b, h)), head sizes 64, 32 and
 // 128; in the BF16 build with every tile configuration the GPU can run (FLASH_ATTN_CONFIG=sm80 and
 // sm86, and sm90, the wgmma kernels, on an H100/H200), each with dQ from its own kernel and summed
 // by atomics (FLASH_ATTN_DETERMINISTIC=1 and 0). GPU outputs are poisoned with 0xFF
@@ -415,6 +415,7 @@ int main(void) {
     const Case cases[] = {
         {3, 1, 2, 64, 2.0f},    {2, 7, 3, 64, 2.0f},    {2, 64, 2, 64, 2.0f},   {1, 65, 3, 64, 2.0f},
         {2, 127, 1, 64, 2.0f},  {1, 1024, 2, 64, 2.0f}, {2, 1025, 1, 64, 2.0f}, {1, 4096, 2, 64, 2.0f},
+        {1, 4161, 1, 64, 2.0f}, // from T 4096 the wgmma forward's key tiles are 128 wide: a ragged last one
         {1, 1025, 2, 64, 4.0f}, // peaked softmax: scores up to about +-30, the running max moves a lot
         {2, 65, 2, 32, 2.0f},   {1, 1025, 2, 32, 2.0f}, {2, 127, 2, 128, 2.0f}, {1, 1025, 1, 128, 2.0f},
         // 96 (b, h): more than the last (b, h) that start longest first together (causal_tail: 74,

@@ -242,12 +242,12 @@ static void launch_causal(Kernel kernel, int n, int BH, int threads, size_t smem
 // dQ tiles take 2 m-tiles too: one block per SM either way there; not timed on an RTX card.
 struct TilesSm80 { // A100, H100, H200: 228 KB of shared memory and 64K registers per SM
     static constexpr int FWD_WARPS = 4, FWD_M_TILES = 2, DKV_WARPS = 4, DQ_WARPS = 4, DQ_M_TILES = 2, ATOMIC_DKV_WARPS = 8;
-    static constexpr int STAGES = 2;
+    static constexpr int STAGES = 2, LONG_T = 0, LONG_FWD_COLS = 64;
     static constexpr bool WGMMA = false;
 };
 struct TilesSm86 { // RTX 3090/4090: 100 KB per SM; 16-row warps keep the forward at 46 KB, two blocks per SM
     static constexpr int FWD_WARPS = 4, FWD_M_TILES = 1, DKV_WARPS = 4, DQ_WARPS = 4, DQ_M_TILES = 2, ATOMIC_DKV_WARPS = 8;
-    static constexpr int STAGES = 2;
+    static constexpr int STAGES = 2, LONG_T = 0, LONG_FWD_COLS = 64;
     static constexpr bool WGMMA = false;
 };
 // H100, H200 with the sm_90a build: wgmma for HS 64 (the atomic dQ's dK/dV blocks too), with the
@@ -262,10 +262,15 @@ struct TilesSm86 { // RTX 3090/4090: 100 KB per SM; 16-row warps keep the forwar
 // and 5-12% faster (held to five blocks it spills and runs at 0.6x; 8 x 16 issuing so, both warp
 // groups through every tile, lost 1-8% at T <= 8192, won 2% at 16384). 3 stages were no faster.
 // Blocks of several warp groups that share the K/V tiles without a block barrier (a producer warp
-// group with setmaxnreg, or a producer thread) lost 2-30% (PERFORMANCE.md).
+// group with setmaxnreg, or a producer thread) lost 2-30% (PERFORMANCE.md). From T 4096 the forward
+// takes key tiles of 128 (LONG_FWD_COLS: half the tile steps, so half the per-tile max shuffles,
+// O rescales, barriers and waits; 154 registers, three blocks per SM): 2-5% faster at T 4096 to
+// 16384 on an H100, but 3-7% slower at 1024, where the diagonal's tile is half masked out for half
+// the blocks (2026-11-26).
 struct TilesSm90 : TilesSm80 {
     static constexpr bool WGMMA = true;
     static constexpr int FWD_WARPS = 4, FWD_M_TILES = 1, DQ_WARPS = 8, DQ_M_TILES = 1;
+    static constexpr int LONG_T = 4096, LONG_FWD_COLS = 128;
 };
 template <int HS> constexpr int tile_cols() { return HS > 64 ? 32 : 64; }
 template <int HS> constexpr int warps_for(int warps) { return HS > 64 ? 4 : warps; }
@@ -306,18 +311,22 @@ static CUtensorMap tensor_map_3d(const void* base, CUtensorMapDataType type, siz
 template <int HS, class Tiles> struct FlashBf16 {
     using Mma = std::conditional_t<Tiles::WGMMA && HS == 64, Wgmma, MmaSync<HS>>;
     static constexpr int COLS = tile_cols<HS>(), STAGES = Tiles::STAGES;
+    // The forward's key tiles from T = Tiles::LONG_T on (TilesSm90).
+    static constexpr int LONG_FWD_COLS = HS == 64 ? Tiles::LONG_FWD_COLS : COLS;
     static constexpr int FWD_WARPS = warps_for<HS>(Tiles::FWD_WARPS), FWD_M_TILES = m_tiles_for<HS>(Tiles::FWD_M_TILES);
     static constexpr int DKV_WARPS = warps_for<HS>(Tiles::DKV_WARPS), DQ_WARPS = warps_for<HS>(Tiles::DQ_WARPS);
     static constexpr int DQ_M_TILES = m_tiles_for<HS>(Tiles::DQ_M_TILES);
     static constexpr int ATOMIC_DKV_WARPS = warps_for<HS>(Tiles::ATOMIC_DKV_WARPS);
     // Shared memory of a block: `rows` resident head vectors plus STAGES streamed tiles of two
     // matrices and `vectors` per-row floats, plus room to align the start to M::ALIGN.
-    template <class M> static constexpr size_t smem_bytes(int rows, int vectors) {
-        return (rows + 2 * STAGES * COLS) * M::STRIDE * sizeof(floatX) + (size_t)vectors * STAGES * COLS * sizeof(float) +
+    template <class M> static constexpr size_t smem_bytes(int rows, int vectors, int cols = COLS) {
+        return (rows + 2 * STAGES * cols) * M::STRIDE * sizeof(floatX) + (size_t)vectors * STAGES * cols * sizeof(float) +
                M::ALIGN - 16;
     }
 
-    static constexpr auto forward_kernel() { return flash_forward_kernel<Mma, FWD_WARPS, FWD_M_TILES, COLS, STAGES>; }
+    template <int FWD_COLS = COLS> static constexpr auto forward_kernel() {
+        return flash_forward_kernel<Mma, FWD_WARPS, FWD_M_TILES, FWD_COLS, STAGES>;
+    }
 
     // The tensor map of a (B, T, width) matrix where the kernels load by TMA; the other kernels
     // ignore the (empty) map they get.
@@ -327,11 +336,17 @@ template <int HS, class Tiles> struct FlashBf16 {
         return map;
     }
 
-    static void forward(floatX* out, float* m, float* l, const floatX* qkv, int B, int T, int NH) {
+    template <int FWD_COLS> static void forward_with(floatX* out, float* m, float* l, const floatX* qkv, int B, int T, int NH) {
         constexpr int ROWS = 16 * FWD_WARPS * FWD_M_TILES;
-        const size_t smem = smem_bytes<Mma>(ROWS, 0);
+        const size_t smem = smem_bytes<Mma>(ROWS, 0, FWD_COLS);
         const CUtensorMap qkv_map = tile_map(qkv, B, T, 3 * NH * HS);
-        launch_causal(forward_kernel(), ceil_div(T, ROWS), B * NH, FWD_WARPS * 32, smem, out, m, l, qkv, qkv_map, T, NH);
+        launch_causal(forward_kernel<FWD_COLS>(), ceil_div(T, ROWS), B * NH, FWD_WARPS * 32, smem, out, m, l, qkv, qkv_map,
+                      T, NH);
+    }
+    static void forward(floatX* out, float* m, float* l, const floatX* qkv, int B, int T, int NH) {
+        if constexpr (LONG_FWD_COLS != COLS)
+            if (T >= Tiles::LONG_T) return forward_with<LONG_FWD_COLS>(out, m, l, qkv, B, T, NH);
+        forward_with<COLS>(out, m, l, qkv, B, T, NH);
     }
 
     // dq_accum NULL: dQ from its own kernel (deterministic), and the column sums of dqkv's 64-row

@@ -127,14 +127,18 @@ struct Wgmma {
     __device__ static void tiles_ready() { fence_proxy_async(); }
 
     // As MmaSync's gemm_a_bt, issued only (see wait), with A the warpgroup's 64 rows of a tile (from
-    // a_rows) read from shared memory: acc = A B^T (one m64n64k16 per 16 head dimensions, B K-major).
+    // a_rows) read from shared memory: acc = A B^T (one m64n64k16 per 16 head dimensions and 64 rows
+    // of B, B K-major).
     template <int COLS>
     __device__ static void gemm_shared_a_bt(float acc[1][COLS / 8][4], const floatX* a_rows, const floatX* b_tile) {
-        static_assert(COLS == 64, "wgmma tiles are 64 wide");
+        static_assert(COLS % 64 == 0, "wgmma tiles are a multiple of 64 wide");
         wgmma_fence();
 #pragma unroll
         for (int k = 0; k < HS / 16; k++)
-            wgmma_m64n64k16_shared_a<0, 0>(acc[0], wgmma_descriptor(a_rows + k * 16), wgmma_descriptor(b_tile + k * 16), k > 0);
+#pragma unroll
+            for (int n = 0; n < COLS / 64; n++)
+                wgmma_m64n64k16_shared_a<0, 0>(acc[0] + 8 * n, wgmma_descriptor(a_rows + k * 16),
+                                               wgmma_descriptor(b_tile + n * 64 * STRIDE + k * 16), k > 0);
         wgmma_commit();
     }
 
@@ -268,8 +272,13 @@ template <class Mma, int COLS, int THREADS, int STAGES, int B_LAG = 0> struct Ti
             if (threadIdx.x == 0) {
                 uint64_t* bar = &landed[stage(tile)];
                 mbarrier_expect_bytes(bar, (a + b) * COLS * Mma::HS * sizeof(floatX));
-                if (a) tma_load_3d(a_tile(tile), a_map, a_col, tile * COLS, batch, bar);
-                if (b) tma_load_3d(b_tile(tile - B_LAG), b_map, b_col, (tile - B_LAG) * COLS, batch, bar);
+#pragma unroll
+                for (int part = 0; part < COLS / 64; part++) { // the maps' boxes are 64 rows
+                    if (a) tma_load_3d(a_tile(tile) + part * 64 * Mma::STRIDE, a_map, a_col, tile * COLS + part * 64, batch, bar);
+                    if (b)
+                        tma_load_3d(b_tile(tile - B_LAG) + part * 64 * Mma::STRIDE, b_map, b_col,
+                                    (tile - B_LAG) * COLS + part * 64, batch, bar);
+                }
             }
         } else {
             if (a) load_tile_async<Mma, COLS, THREADS>(a_tile(tile), a_src, tile * COLS, T, a_stride);
