@@ -40,12 +40,16 @@ static void tile_multiply(float acc[TILE_I][TILE_J], const float* const a_rows[T
     }
     for (int k = 0; k < K; k++) {
         const float* b_k = b + (size_t)k * b_stride;
-        float b_row[TILE_J] = {0};
-        if (width == TILE_J) memcpy(b_row, b_k, sizeof(b_row));
-        else memcpy(b_row, b_k, width * sizeof(float));
         vec_half b_lo, b_hi;
-        memcpy(&b_lo, b_row, sizeof(vec_half));
-        memcpy(&b_hi, b_row + TILE_J / 2, sizeof(vec_half));
+        if (width == TILE_J) { // straight from b (copied through a padded row, the loads wait on its stores)
+            memcpy(&b_lo, b_k, sizeof(vec_half));
+            memcpy(&b_hi, b_k + TILE_J / 2, sizeof(vec_half));
+        } else {
+            float b_row[TILE_J] = {0};
+            memcpy(b_row, b_k, width * sizeof(float));
+            memcpy(&b_lo, b_row, sizeof(vec_half));
+            memcpy(&b_hi, b_row + TILE_J / 2, sizeof(vec_half));
+        }
         for (int i = 0; i < TILE_I; i++) {
             const float a = a_rows[i][(size_t)k * a_stride];
             lo[i] += a * b_lo;
