@@ -3,7 +3,7 @@
 # recipes/reference/ci-tiny.csv, made by train_gpt_cpu, fp32 and deterministic) with
 # scripts/compare_curves.py: the recipe passes; the same recipe with another seed, and with another
 # learning rate, fails on the curve (not on missing steps); a run that stops early fails; inputs
-# that cannot be read give exit status 2. About 7.5 minutes on 2 cores (three runs of 120 steps).
+# that cannot be read give exit status 2. About 4.5 minutes on 2 cores (three runs of 120 steps).
 set -euo pipefail
 BUILD=${BUILD:-.}
 DATA=$(cd "${1:?usage: tests/test_recipe_cpu.sh DATA_DIR (the directory scripts/get_data.sh fills)}" && pwd)

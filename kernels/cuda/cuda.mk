@@ -93,16 +93,18 @@ $(BUILD)/profile_step: $(call cuda_obj,scripts/profile_step.cu $(COMMON_SRC) $(C
 	$(CC) $(filter %.o,$^) $(LDLIBS_CUDA) -o $@
 
 # Every ATTN x PRECISION for all four architectures, each in a BUILD dir of its own, without a
-# warning in our code.
+# warning in our code. Each is a target of its own, so that `make -j` builds them side by side.
 CUDA_CHECK_ARCH = 80 86 89 90
-test-cuda-compile:
-	@for a in naive flash; do for p in BF16 FP32; do \
-	    dir=$(BUILD)/cuda-compile/$$a-$$p; \
-	    tests="$$dir/tests/test_kernels_gpu $$dir/tests/dump_grads $$dir/tests/test_generate"; [ $$a = flash ] && tests="$$tests $$dir/tests/test_attention_gpu"; \
-	    $(MAKE) -f $(TOP_MAKEFILE) --no-print-directory BUILD=$$dir ATTN=$$a PRECISION=$$p GPU_ARCH="$(CUDA_CHECK_ARCH)" \
-	        CUDA_WERROR=1 $$dir/train_gpt $$dir/profile_step $$tests || exit 1; \
-	    echo "PASS ATTN=$$a PRECISION=$$p compiles for sm $(CUDA_CHECK_ARCH) without warnings"; \
-	done; done
+CUDA_CHECK_VARIANTS = naive-BF16 naive-FP32 flash-BF16 flash-FP32
+CUDA_CHECK_TARGETS = $(addprefix cuda-compile-,$(CUDA_CHECK_VARIANTS))
+.PHONY: $(CUDA_CHECK_TARGETS)
+test-cuda-compile: $(CUDA_CHECK_TARGETS)
+$(CUDA_CHECK_TARGETS): cuda-compile-%:
+	@a=$(word 1,$(subst -, ,$*)); p=$(word 2,$(subst -, ,$*)); dir=$(BUILD)/cuda-compile/$*; \
+	tests="$$dir/tests/test_kernels_gpu $$dir/tests/dump_grads $$dir/tests/test_generate"; [ $$a = flash ] && tests="$$tests $$dir/tests/test_attention_gpu"; \
+	$(MAKE) -f $(TOP_MAKEFILE) --no-print-directory BUILD=$$dir ATTN=$$a PRECISION=$$p GPU_ARCH="$(CUDA_CHECK_ARCH)" \
+	    CUDA_WERROR=1 $$dir/train_gpt $$dir/profile_step $$tests && \
+	echo "PASS ATTN=$$a PRECISION=$$p compiles for sm $(CUDA_CHECK_ARCH) without warnings"
 
 # On a GPU machine: the kernel tests in both precisions (the flash kernels under both tile
 # configurations), then the whole-model checks.
