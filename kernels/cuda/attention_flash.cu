@@ -233,21 +233,22 @@ static void launch_causal(Kernel kernel, int n, int BH, int threads, size_t smem
 // COLS and uses 4 warps everywhere so every kernel stays under 99 KB and 255 registers per thread.
 // Measured on an H200 (T 1024 to 16384): forward 4 warps x 32 rows beat 8 x 32 and 4 x 16 by 5 to
 // 15%, and 64 columns beat 128 (which spills, 9 to 16% slower; 2% slower with Q reloaded from
-// shared memory instead); dK/dV blocks of 4 warps beat 8 by 2 to 5% (two blocks per SM overlap
-// each other's barriers), but with atomic dQ 8 warps win by 3% (half the atomics); dQ blocks of 8
-// warps lost 5 to 8% to 4, and dQ warps of 32 rows (2 m-tiles, 74 KB) made the whole forward +
-// backward 2.7 / 3.6 / 5% faster than 16 rows at T = 1024 / 4096 / 16384 (Q and dO fragments are
-// read by twice the rows per shared-memory load; 24 bytes of registers spill, and 32-column
-// tiles, which avoid that, gained only half as much); 3 stages were no faster than 2. The sm86
-// dQ tiles take 2 m-tiles too: one block per SM either way there; not timed on an RTX card.
+// shared memory instead; the wgmma forward takes 128 from T 4096, below); dK/dV blocks of 4 warps
+// beat 8 by 2 to 5% (two blocks per SM overlap each other's barriers), but with atomic dQ 8 warps
+// win by 3% (half the atomics); dQ blocks of 8 warps lost 5 to 8% to 4, and dQ warps of 32 rows
+// (2 m-tiles, 74 KB) made the whole forward + backward 2.7 / 3.6 / 5% faster than 16 rows at T =
+// 1024 / 4096 / 16384 (Q and dO fragments are read by twice the rows per shared-memory load; 24
+// bytes of registers spill, and 32-column tiles, which avoid that, gained only half as much); 3
+// stages were no faster than 2. The sm86 dQ tiles take 2 m-tiles too: one block per SM either way
+// there; not timed on an RTX card.
 struct TilesSm80 { // A100, H100, H200: 228 KB of shared memory and 64K registers per SM
     static constexpr int FWD_WARPS = 4, FWD_M_TILES = 2, DKV_WARPS = 4, DQ_WARPS = 4, DQ_M_TILES = 2, ATOMIC_DKV_WARPS = 8;
-    static constexpr int STAGES = 2, LONG_T = 0, LONG_FWD_COLS = 64;
+    static constexpr int STAGES = 2, LONG_T = 0, LONG_FWD_COLS = 64; // one forward tile width at every T
     static constexpr bool WGMMA = false;
 };
 struct TilesSm86 { // RTX 3090/4090: 100 KB per SM; 16-row warps keep the forward at 46 KB, two blocks per SM
     static constexpr int FWD_WARPS = 4, FWD_M_TILES = 1, DKV_WARPS = 4, DQ_WARPS = 4, DQ_M_TILES = 2, ATOMIC_DKV_WARPS = 8;
-    static constexpr int STAGES = 2, LONG_T = 0, LONG_FWD_COLS = 64;
+    static constexpr int STAGES = 2, LONG_T = 0, LONG_FWD_COLS = 64; // one forward tile width at every T
     static constexpr bool WGMMA = false;
 };
 // H100, H200 with the sm_90a build: wgmma for HS 64 (the atomic dQ's dK/dV blocks too), with the
