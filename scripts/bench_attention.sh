@@ -24,8 +24,9 @@ mkdir -p "$BUILD"
     -lcurand -o "$BUILD/bench_attention" # backend.cu: the column sums of the bias gradient
 # Each length is timed by its own processes, ours and then PyTorch's, before the next length, so
 # that both meet the card in the same state. (Ours for all lengths first and PyTorch's after, as
-# before 2026-11-27, put our T 16384 forward after a few seconds of back-to-back kernels at the
-# shorter lengths, and it came out up to 8% below its speed timed alone: PERFORMANCE.md.)
+# this script did until 2026-11-26, put our T 16384 forward after a few seconds of back-to-back
+# kernels at the shorter lengths, and it came out up to 8% below its speed timed alone:
+# PERFORMANCE.md.)
 have_torch=0
 python3 -c "import torch" 2>/dev/null && have_torch=1
 : > "$BUILD/ours.txt"
