@@ -333,7 +333,8 @@ template <int HS, class Tiles> struct FlashBf16 {
     // ignore the (empty) map they get.
     static CUtensorMap tile_map(const floatX* base, int B, int T, int width) {
         CUtensorMap map = {};
-        if constexpr (Mma::TMA) map = tensor_map_3d(base, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, sizeof(floatX), B, T, width, 64);
+        if constexpr (Mma::TMA)
+            map = tensor_map_3d(base, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, sizeof(floatX), B, T, width, Mma::TMA_BOX_ROWS);
         return map;
     }
 

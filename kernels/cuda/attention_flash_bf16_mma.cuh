@@ -110,6 +110,7 @@ template <int HEAD_SIZE> struct MmaSync {
 struct Wgmma {
     static constexpr int HS = 64, STRIDE = 64, GROUP_WARPS = 4;
     static constexpr bool TMA = true; // streamed tiles by TMA (TileStream), which writes this same swizzle
+    static constexpr int TMA_BOX_ROWS = 64; // rows per TMA copy of a streamed tile (the tensor maps' boxes)
     // The resident A operands (Q, dO, K, V) are read by the tensor cores from their tiles
     // (gemm_shared_a_bt), not held as fragments: their registers free, the kernels fit more
     // blocks per SM (dK/dV three instead of two: 2-7% faster; dQ and the forward then faster with
@@ -272,12 +273,16 @@ template <class Mma, int COLS, int THREADS, int STAGES, int B_LAG = 0> struct Ti
             if (threadIdx.x == 0) {
                 uint64_t* bar = &landed[stage(tile)];
                 mbarrier_expect_bytes(bar, (a + b) * COLS * Mma::HS * sizeof(floatX));
+                constexpr int BOX = Mma::TMA_BOX_ROWS;
+                static_assert(COLS % BOX == 0, "a streamed tile is whole TMA boxes");
 #pragma unroll
-                for (int part = 0; part < COLS / 64; part++) { // the maps' boxes are 64 rows
-                    if (a) tma_load_3d(a_tile(tile) + part * 64 * Mma::STRIDE, a_map, a_col, tile * COLS + part * 64, batch, bar);
+                for (int part = 0; part < COLS / BOX; part++) {
+                    if (a)
+                        tma_load_3d(a_tile(tile) + part * BOX * Mma::STRIDE, a_map, a_col, tile * COLS + part * BOX,
+                                    batch, bar);
                     if (b)
-                        tma_load_3d(b_tile(tile - B_LAG) + part * 64 * Mma::STRIDE, b_map, b_col,
-                                    (tile - B_LAG) * COLS + part * 64, batch, bar);
+                        tma_load_3d(b_tile(tile - B_LAG) + part * BOX * Mma::STRIDE, b_map, b_col,
+                                    (tile - B_LAG) * COLS + part * BOX, batch, bar);
                 }
             }
         } else {
