@@ -21,6 +21,8 @@
 // to set beside train_gpt's measured step, and the step's calls timed once more back to back: were
 // it much longer than the sum, the gaps between kernels would be worth a CUDA graph of the step
 // (on an H100, d12 B 64, 2026-11-25, it was 1.5 ms shorter: there are none to speak of).
+// With --at-cap, a second table times every row again at the card's sustained clock (print_at_cap):
+// a step in training holds a card at its power cap, where the burst sum is 10-12% short of it.
 // Built by `make BUILD=DIR DIR/profile_step` (kernels/cuda/cuda.mk); scripts/profile_step.sh runs it.
 #include <getopt.h>
 #include <math.h>
@@ -59,6 +61,7 @@ typedef struct {
 static Row rows[MAX_ROWS];
 static int num_rows;
 static int repeats = 20;
+static double at_cap_seconds = 0; // --at-cap: each row's time at the sustained clock too (at_cap_ms)
 // Every row's call, for replaying the whole step back to back (step_back_to_back_ms).
 static std::vector<std::function<void()>> row_calls;
 
@@ -122,6 +125,61 @@ static double step_back_to_back_ms(int tries) {
     return best;
 }
 
+// The GPU time of one call of `call` made back to back for `seconds` (after a tenth as long untimed,
+// for the clock to settle to this call's own power), with the GPU already hot: the card's time for
+// the call at its sustained clock. Under a power cap that clock is lower for a call that draws more
+// power, so the time is then proportional to the call's energy. Batches of calls are queued between
+// host waits; the waits' gaps (microseconds) count in the time.
+static double at_cap_ms(const std::function<void()>& call, double seconds) {
+    cudaEvent_t start, stop;
+    cudaCheck(cudaEventCreate(&start));
+    cudaCheck(cudaEventCreate(&stop));
+    double ms = 0.0;
+    long calls = 0;
+    for (int timed = 0; timed <= 1; timed++) {
+        const double target_ms = 1e3 * seconds * (timed ? 1.0 : 0.1);
+        calls = 0;
+        cudaCheck(cudaEventRecord(start));
+        for (int batch = 1; ms < target_ms || calls == 0; batch = batch < 64 ? 2 * batch : 64) {
+            for (int i = 0; i < batch; i++) call();
+            calls += batch;
+            cudaCheck(cudaEventRecord(stop));
+            cudaCheck(cudaEventSynchronize(stop));
+            float elapsed;
+            cudaCheck(cudaEventElapsedTime(&elapsed, start, stop));
+            ms = elapsed;
+        }
+        if (!timed) ms = 0.0;
+    }
+    cudaCheck(cudaEventDestroy(start));
+    cudaCheck(cudaEventDestroy(stop));
+    return ms / calls;
+}
+
+// Every row again at the sustained clock (at_cap_ms), after the step's forward and backward rows
+// (the first `heat_rows`; not AdamW, so that the weights stay as they were) have run back to back
+// for 10 x `seconds` to heat the card. Where training holds the card at its power cap (an H200 at
+// 700 W; nvidia-smi's clocks_throttle_reasons.active 0x4), this sum, not the burst one, is what to set
+// beside train_gpt's step, and a row's at-cap / burst ratio is what the cap costs it: about 1.0 for a
+// row held by memory bandwidth, more for one that draws the most power per unit of work.
+static void print_at_cap(double seconds, int heat_rows, double burst_step_ms) {
+    at_cap_ms([heat_rows] {
+        for (int i = 0; i < heat_rows; i++)
+            for (int c = 0; c < rows[i].calls; c++) row_calls[i]();
+    }, 10 * seconds);
+    printf("\neach row again at the sustained clock: its call back to back for %.2f s on a hot card\n", seconds);
+    printf("%-31s %5s %9s %9s %9s %6s\n", "call", "calls", "burst ms", "at cap ms", "ms/step", "ratio");
+    double step_ms = 0.0;
+    for (int i = 0; i < num_rows; i++) {
+        const double ms = at_cap_ms(row_calls[i], seconds);
+        step_ms += rows[i].calls * ms;
+        printf("%-31s %5d %9.4f %9.4f %9.3f %6.3f\n", rows[i].name, rows[i].calls, rows[i].ms, ms,
+               rows[i].calls * ms, ms / rows[i].ms);
+    }
+    printf("step at the sustained clock (sum of rows) %.2f ms, %.3f x the burst sum\n", step_ms,
+           step_ms / burst_step_ms);
+}
+
 static double rows_ms(int from, int to) {
     double ms = 0.0;
     for (int i = from; i < to; i++) ms += rows[i].calls * rows[i].ms;
@@ -130,7 +188,7 @@ static double rows_ms(int from, int to) {
 
 static void usage(void) {
     printf("usage: profile_step [-b B] [-t T] [--layers L] [--channels C] [--heads NH] [--repeats R]\n"
-           "                    [--batch-invariant 0|1]\n"
+           "                    [--batch-invariant 0|1] [--at-cap MS]\n"
            "Times every kernel call of one training step (forward, backward, AdamW) on GPU 0.\n"
            "  -b N            micro-batch (default 64)\n"
            "  -t N            sequence length (default 1024)\n"
@@ -139,16 +197,20 @@ static void usage(void) {
            "  --heads N       attention heads NH (default 12)\n"
            "  --repeats N     timed calls per row, the median is shown (default 20)\n"
            "  --batch-invariant 0|1  weight gradients summed per sequence, as train_gpt's option\n"
-           "                  (default 0)\n");
+           "                  (default 0)\n"
+           "  --at-cap MS     then time every row at the card's sustained clock too: MS milliseconds of\n"
+           "                  back-to-back calls each, on a card heated by 10 x MS of forward and\n"
+           "                  backward (default 0: not; 500 is enough for an H200)\n");
 }
 
 int main(int argc, char** argv) {
     int B = 64, T = 1024, L = 12, C = 768, NH = 12, batch_invariant = 0;
-    enum { OPT_LAYERS = 1000, OPT_CHANNELS, OPT_HEADS, OPT_REPEATS, OPT_BATCH_INVARIANT };
+    enum { OPT_LAYERS = 1000, OPT_CHANNELS, OPT_HEADS, OPT_REPEATS, OPT_BATCH_INVARIANT, OPT_AT_CAP };
     static const struct option longs[] = {
         {"batch", 1, 0, 'b'}, {"seq-len", 1, 0, 't'}, {"layers", 1, 0, OPT_LAYERS},
         {"channels", 1, 0, OPT_CHANNELS}, {"heads", 1, 0, OPT_HEADS}, {"repeats", 1, 0, OPT_REPEATS},
-        {"batch-invariant", 1, 0, OPT_BATCH_INVARIANT}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"batch-invariant", 1, 0, OPT_BATCH_INVARIANT}, {"at-cap", 1, 0, OPT_AT_CAP}, {"help", 0, 0, 'h'},
+        {0, 0, 0, 0}};
     opterr = 0;
     int c, index;
     while ((c = getopt_long(argc, argv, ":b:t:h", longs, &index)) != -1) {
@@ -163,6 +225,7 @@ int main(int argc, char** argv) {
         case OPT_HEADS: NH = (int)parse_int_option(optarg, name, 1, 65536); break;
         case OPT_REPEATS: repeats = (int)parse_int_option(optarg, name, 1, 10000); break;
         case OPT_BATCH_INVARIANT: batch_invariant = (int)parse_int_option(optarg, name, 0, 1); break;
+        case OPT_AT_CAP: at_cap_seconds = parse_int_option(optarg, name, 0, 10000) / 1e3; break;
         case 'h': usage(); return 0;
         case ':': fatal("option %s needs a value (see --help)", argv[optind - 1]);
         default: fatal("unknown option %s (see --help)", argv[optind - 1]);
@@ -403,5 +466,6 @@ int main(int argc, char** argv) {
     const double whole_ms = step_back_to_back_ms(5);
     printf("step (the rows back to back, shortest of 5) %.2f ms, %+.2f ms against the sum of rows\n", whole_ms,
            whole_ms - step_ms);
+    if (at_cap_seconds > 0) print_at_cap(at_cap_seconds, update_start, step_ms);
     return 0;
 }
