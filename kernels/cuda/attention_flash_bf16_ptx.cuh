@@ -1,9 +1,10 @@
 // PTX wrappers of the BF16 flash attention (kernels/cuda/attention_flash.cu and the files it
-// includes, listed there): cp.async (global to shared memory without registers), ldmatrix,
-// mma.sync m16n8k16 and its fragment layouts, wgmma (sm_90a) with its shared-memory descriptor,
-// fences and register pins, TMA tile copies with the mbarriers they signal, and TMA reduce-adds
-// with their bulk async-groups (sm_90a). Nothing here knows about attention: the matrix-product
-// policies built on these, and the tile loads and stores, are in attention_flash_bf16_mma.cuh.
+// includes, listed there): cp.async of 4 bytes (the 16-byte copies and their groups, which the
+// layernorm uses too, are in common.cuh), ldmatrix, mma.sync m16n8k16 and its fragment layouts,
+// wgmma (sm_90a) with its shared-memory descriptor, fences and register pins, TMA tile copies with
+// the mbarriers they signal, and TMA reduce-adds with their bulk async-groups (sm_90a). Nothing here
+// knows about attention: the matrix-product policies built on these, and the tile loads and stores,
+// are in attention_flash_bf16_mma.cuh.
 #pragma once
 #if !defined(PRECISION_BF16)
 #error "the tensor-core flash attention (kernels/cuda/attention_flash_bf16_*.cuh) is for the BF16 build"
@@ -12,26 +13,14 @@
 
 #include "kernels/cuda/common.cuh"
 
-__device__ __forceinline__ uint32_t smem_address(const void* p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
 // The warp's index in its block, taken from lane 0 so that ptxas knows every lane has it: what is
 // computed from it (the warp group's tile addresses, the wgmma descriptors made from them) can then
 // live in uniform registers instead of being made in every lane and moved over (R2UR) per product.
 __device__ __forceinline__ int warp_index() { return __shfl_sync(0xffffffff, (int)threadIdx.x / 32, 0); }
-// 16 bytes global -> shared without passing through registers; src_bytes 0 writes zeros.
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src),
-                 "r"(valid ? 16 : 0));
-}
+// 4 bytes global -> shared (cp.async; zeros where !valid).
 __device__ __forceinline__ void cp_async_4(void* dst, const void* src, bool valid) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(dst)), "l"(src),
                  "r"(valid ? 4 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-// Waits until at most `pending` of this thread's committed groups are still in flight.
-template <int pending> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
 }
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void* p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"

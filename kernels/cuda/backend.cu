@@ -10,6 +10,7 @@ cublasLtHandle_t cublaslt_handle;
 void* cublaslt_workspace;
 size_t cublaslt_workspace_bytes = 32u << 20; // what cuBLASLt's fastest algorithms ask for on Hopper
 int device_sm_count;
+size_t device_shared_per_sm;
 static char description[512];
 static double peak_flops;
 
@@ -41,6 +42,7 @@ void backend_init(int device_index) {
     cudaDeviceProp props;
     cudaCheck(cudaGetDeviceProperties(&props, device_index));
     device_sm_count = props.multiProcessorCount;
+    device_shared_per_sm = props.sharedMemPerMultiprocessor;
     peak_flops = bf16_peak_tflops(props.name) * 1e12;
     cublasCheck(cublasCreate(&cublas_handle));
     cublasCheck(cublasLtCreate(&cublaslt_handle));

@@ -38,6 +38,24 @@ extern cublasLtHandle_t cublaslt_handle;
 extern void* cublaslt_workspace;
 extern size_t cublaslt_workspace_bytes;
 extern int device_sm_count;
+extern size_t device_shared_per_sm; // bytes of shared memory an SM has for its blocks
+
+// cp.async (sm_80 on): global to shared memory without passing through registers, so that a load
+// can be in flight while the thread works on something else. A thread sees its own copies once
+// cp_async_wait has let their group through.
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+// 16 bytes; zeros where !valid.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most `pending` of this thread's committed groups are still in flight.
+template <int pending> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
+}
 
 // Working memory that grows on demand and is never returned (reused by later calls of the same
 // layer). Safe because all work runs in order on the default stream and cudaFree synchronizes.

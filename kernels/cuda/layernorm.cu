@@ -156,20 +156,28 @@ __device__ inline void keep_packed(PackedX& p) {
 // With sum_dinp, each warp also adds the dinp it stores (rounded to floatX, as a later pass would
 // read it) into its own slots of the dynamic shared memory (LN_WARPS x VECS x X128 x 32 floats: the
 // registers are full), and the chunk's column sums of dinp go 2 gridDim.x * C further on.
+// With stage_dinp (vector rows), each lane copies its vectors of the row's dinp into shared memory
+// by cp.async as the row starts (LN_WARPS x VECS x 32 x 16 bytes, before the sums), so that they
+// arrive while x and dout are loaded and reduced: loaded after the reductions, they had each row
+// wait for memory twice (there are no registers left to hold them sooner).
 // partials NULL (rows wider than the registers hold): dinp only.
 template <int VECS>
 __global__ void __launch_bounds__(32 * LN_WARPS)
     layernorm_backward_kernel(floatX* __restrict__ dinp, float* __restrict__ partials,
                               const floatX* __restrict__ dout, const floatX* __restrict__ inp,
                               const floatX* __restrict__ weight, const float* __restrict__ mean,
-                              const float* __restrict__ rstd, int C, int sum_rows, bool vector, bool sum_dinp) {
+                              const float* __restrict__ rstd, int C, int sum_rows, bool vector, bool sum_dinp,
+                              bool stage_dinp) {
     int row0, row_end;
     group_chunk_rows(blockIdx.x, sum_rows, LN_BWD_CHUNK, &row0, &row_end);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float dweight[VECS][X128] = {}, dbias[VECS][X128] = {};
+    extern __shared__ float4 dynamic_shared[];
+    // [warp][v][lane]: this lane's vectors of its warp's row of dinp.
+    PackedX* dinp_stage = reinterpret_cast<PackedX*>(dynamic_shared) + warp * VECS * 32 + lane;
     // [warp][v][k / 4][lane][k % 4]: a lane adds 4 columns at a time, conflict-free, into its own
     // slots, which it zeroes first.
-    extern __shared__ float4 warp_dinp_sums[];
+    float4* warp_dinp_sums = dynamic_shared + (stage_dinp ? LN_WARPS * VECS * 32 : 0);
     auto dinp_sums4 = [&](int w, int v, int q, int l) -> float4& { // columns 4q .. 4q + 3 of vector v
         return warp_dinp_sums[((w * VECS + v) * (X128 / 4) + q) * 32 + l];
     };
@@ -179,6 +187,14 @@ __global__ void __launch_bounds__(32 * LN_WARPS)
             for (int k = 0; k < X128; k++) dinp_sum(warp, v, k, lane) = 0.0f;
     for (int r = row0 + warp; r < row_end; r += LN_WARPS) {
         const size_t start = (size_t)r * C;
+        if (stage_dinp) {
+            asm volatile("" ::: "memory"); // the row before read its stage first
+#pragma unroll
+            for (int v = 0; v < VECS; v++)
+                if (lane_column(lane, v) < C)
+                    cp_async_16(&dinp_stage[v * 32], dinp + start + lane_column(lane, v), true);
+            cp_async_commit();
+        }
         const float m = mean[r], s = rstd[r];
         PackedX x[VECS], dy[VECS];
 #pragma unroll
@@ -222,9 +238,13 @@ __global__ void __launch_bounds__(32 * LN_WARPS)
             keep_packed(x[v]);
             keep_packed(dy[v]);
         }
+        if (stage_dinp) cp_async_wait<0>();
         each_vector([&](const PackedX&, const float norm[X128], const float dnorm[X128], int c, int v) {
             float dx[X128];
-            load_x128(dx, dinp + start, c, C, vector);
+            if (stage_dinp && v < VECS)
+                for (int k = 0; k < X128; k++) dx[k] = (float)dinp_stage[v * 32].v[k];
+            else
+                load_x128(dx, dinp + start, c, C, vector);
             for (int k = 0; k < X128; k++) dx[k] += s * (dnorm[k] - dnorm_mean - norm[k] * dnorm_norm_mean);
             store_x128(dinp + start, dx, c, C, vector);
             if (sum_dinp && v < VECS)
@@ -299,11 +319,20 @@ void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* dinp_
     with_vecs(C, [&](auto vecs) {
         constexpr int VECS = decltype(vecs)::value;
         auto kernel = layernorm_backward_kernel<VECS>;
-        const size_t shared = sum_dinp ? LN_WARPS * VECS * X128 * 32 * sizeof(float) : 0;
-        if (shared > 48 * 1024) // beyond the default limit (VECS > 6 in BF16): at most 64 KB
+        const size_t sums_bytes = sum_dinp ? LN_WARPS * VECS * X128 * 32 * sizeof(float) : 0;
+        const size_t stage_bytes = LN_WARPS * VECS * 32 * sizeof(PackedX);
+        // Staged only where two blocks still fit on an SM by shared memory, as they do by registers:
+        // on a 100 KB SM (RTX 3090, 4090) up to C = 768 in BF16.
+        cudaFuncAttributes attributes;
+        cudaCheck(cudaFuncGetAttributes(&attributes, kernel));
+        const bool stage_dinp = vector && in_registers &&
+                                2 * (attributes.sharedSizeBytes + sums_bytes + stage_bytes + 1024) <=
+                                    device_shared_per_sm;
+        const size_t shared = sums_bytes + (stage_dinp ? stage_bytes : 0);
+        if (attributes.sharedSizeBytes + shared > 48 * 1024) // beyond the default limit of a block
             cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
         kernel<<<chunks, 32 * LN_WARPS, shared>>>(dinp, partials, dout, inp, weight, mean, rstd, C, sum_rows, vector,
-                                                  sum_dinp);
+                                                  sum_dinp, stage_dinp);
         launchCheck();
     });
     if (in_registers) {
