@@ -321,8 +321,9 @@ void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* dinp_
         auto kernel = layernorm_backward_kernel<VECS>;
         const size_t sums_bytes = sum_dinp ? LN_WARPS * VECS * X128 * 32 * sizeof(float) : 0;
         const size_t stage_bytes = LN_WARPS * VECS * 32 * sizeof(PackedX);
-        // Staged only where two blocks still fit on an SM by shared memory, as they do by registers:
-        // on a 100 KB SM (RTX 3090, 4090) up to C = 768 in BF16.
+        // Staged only where two blocks still fit on an SM by shared memory (with the 1 KB the system
+        // keeps per block), as they do by registers: on a 100 KB SM (RTX 3090, 4090) up to C = 768
+        // in BF16.
         cudaFuncAttributes attributes;
         cudaCheck(cudaFuncGetAttributes(&attributes, kernel));
         const bool stage_dinp = vector && in_registers &&
