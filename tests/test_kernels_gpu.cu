@@ -728,6 +728,8 @@ int main(void) {
     test_layernorm(900, 96, 300); // three groups of two row chunks each
     test_layernorm(600, 768, 600); // GPT-2's C; chunks of 256, 256 and 88 rows
     test_layernorm(520, 1001, 260); // C not a multiple of 8: rows unaligned; two groups of 256 + 4 rows
+    test_layernorm(300, 1280, 300); // GPT-2 large's C: in BF16 40 KB of dinp sums and 10 KB of static
+                                    // shared memory a block, past the 48 KB a launch gets without asking
     test_layernorm(300, 2048, 300); // the widest rows in BF16's registers: 64 KB of dinp sums per block
     test_layernorm(70, 2101, 35); // wider than the registers hold (2048 in BF16, 1024 in FP32)
     test_residual_layernorm(7, 13, 0);
