@@ -64,6 +64,11 @@ static int repeats = 20;
 static double at_cap_seconds = 0; // --at-cap: each row's time at the sustained clock too (at_cap_ms)
 // Every row's call, for replaying the whole step back to back (step_back_to_back_ms).
 static std::vector<std::function<void()>> row_calls;
+// Rows 0 .. to - 1 once more, each call as many times as a step makes it, in row order.
+static void replay_rows(int to) {
+    for (int i = 0; i < to; i++)
+        for (int c = 0; c < rows[i].calls; c++) row_calls[i]();
+}
 
 static int compare_floats(const void* a, const void* b) {
     float x = *(const float*)a, y = *(const float*)b;
@@ -112,8 +117,7 @@ static double step_back_to_back_ms(int tries) {
         spin_kernel<<<1, 1>>>(50 * SPIN_NS);
         launchCheck();
         cudaCheck(cudaEventRecord(start));
-        for (int i = 0; i < num_rows; i++)
-            for (int c = 0; c < rows[i].calls; c++) row_calls[i]();
+        replay_rows(num_rows);
         cudaCheck(cudaEventRecord(stop));
         cudaCheck(cudaEventSynchronize(stop));
         float ms;
@@ -163,10 +167,7 @@ static double at_cap_ms(const std::function<void()>& call, double seconds) {
 // beside train_gpt's step, and a row's at-cap / burst ratio is what the cap costs it: about 1.0 for a
 // row held by memory bandwidth, more for one that draws the most power per unit of work.
 static void print_at_cap(double seconds, int heat_rows, double burst_step_ms) {
-    at_cap_ms([heat_rows] {
-        for (int i = 0; i < heat_rows; i++)
-            for (int c = 0; c < rows[i].calls; c++) row_calls[i]();
-    }, 10 * seconds);
+    at_cap_ms([heat_rows] { replay_rows(heat_rows); }, 10 * seconds);
     printf("\neach row again at the sustained clock: its call back to back for %.2f s on a hot card\n", seconds);
     printf("%-31s %5s %9s %9s %9s %6s\n", "call", "calls", "burst ms", "at cap ms", "ms/step", "ratio");
     double step_ms = 0.0;
