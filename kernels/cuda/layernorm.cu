@@ -324,13 +324,15 @@ void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* dinp_
         // Staged only where two blocks still fit on an SM by shared memory (with the 1 KB the system
         // keeps per block), as they do by registers: on a 100 KB SM (RTX 3090, 4090) up to C = 768
         // in BF16.
-        cudaFuncAttributes attributes;
-        cudaCheck(cudaFuncGetAttributes(&attributes, kernel));
-        const bool stage_dinp = vector && in_registers &&
-                                2 * (attributes.sharedSizeBytes + sums_bytes + stage_bytes + 1024) <=
-                                    device_shared_per_sm;
+        static const size_t static_bytes = [&] { // the kernel's own shared memory, asked once per VECS
+            cudaFuncAttributes attributes;
+            cudaCheck(cudaFuncGetAttributes(&attributes, kernel));
+            return attributes.sharedSizeBytes;
+        }();
+        const bool stage_dinp =
+            vector && in_registers && 2 * (static_bytes + sums_bytes + stage_bytes + 1024) <= device_shared_per_sm;
         const size_t shared = sums_bytes + (stage_dinp ? stage_bytes : 0);
-        if (attributes.sharedSizeBytes + shared > 48 * 1024) // beyond the default limit of a block
+        if (static_bytes + shared > 48 * 1024) // beyond the default limit of a block
             cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
         kernel<<<chunks, 32 * LN_WARPS, shared>>>(dinp, partials, dout, inp, weight, mean, rstd, C, sum_rows, vector,
                                                   sum_dinp, stage_dinp);
