@@ -1,10 +1,9 @@
 // PTX wrappers of the BF16 flash attention (kernels/cuda/attention_flash.cu and the files it
-// includes, listed there): cp.async of 4 bytes (the 16-byte copies and their groups, which the
-// layernorm uses too, are in common.cuh), ldmatrix, mma.sync m16n8k16 and its fragment layouts,
-// wgmma (sm_90a) with its shared-memory descriptor, fences and register pins, TMA tile copies with
-// the mbarriers they signal, and TMA reduce-adds with their bulk async-groups (sm_90a). Nothing here
-// knows about attention: the matrix-product policies built on these, and the tile loads and stores,
-// are in attention_flash_bf16_mma.cuh.
+// includes, listed there): ldmatrix, mma.sync m16n8k16 and its fragment layouts, wgmma (sm_90a)
+// with its shared-memory descriptor, fences and register pins, TMA tile copies with the mbarriers
+// they signal, and TMA reduce-adds with their bulk async-groups (sm_90a); cp.async, which the
+// layernorm uses too, is in common.cuh. Nothing here knows about attention: the matrix-product
+// policies built on these, and the tile loads and stores, are in attention_flash_bf16_mma.cuh.
 #pragma once
 #if !defined(PRECISION_BF16)
 #error "the tensor-core flash attention (kernels/cuda/attention_flash_bf16_*.cuh) is for the BF16 build"
@@ -17,11 +16,6 @@
 // computed from it (the warp group's tile addresses, the wgmma descriptors made from them) can then
 // live in uniform registers instead of being made in every lane and moved over (R2UR) per product.
 __device__ __forceinline__ int warp_index() { return __shfl_sync(0xffffffff, (int)threadIdx.x / 32, 0); }
-// 4 bytes global -> shared (cp.async; zeros where !valid).
-__device__ __forceinline__ void cp_async_4(void* dst, const void* src, bool valid) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(dst)), "l"(src),
-                 "r"(valid ? 4 : 0));
-}
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void* p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])

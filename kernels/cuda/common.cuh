@@ -51,6 +51,11 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool val
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src),
                  "r"(valid ? 16 : 0));
 }
+// 4 bytes; zeros where !valid.
+__device__ __forceinline__ void cp_async_4(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(dst)), "l"(src),
+                 "r"(valid ? 4 : 0));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Waits until at most `pending` of this thread's committed groups are still in flight.
 template <int pending> __device__ __forceinline__ void cp_async_wait() {
