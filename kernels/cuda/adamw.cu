@@ -49,11 +49,8 @@ __device__ inline floatX adamw_element(float g, float& mi, float& vi, float& w, 
 // Four elements per thread and iteration with 16-byte loads where every array is 16-byte aligned
 // (ncu on an H100: one 4-byte element per thread left the update at 80% of the memory bandwidth);
 // the elements past the last multiple of 4, or all of them otherwise, one at a time. Either way
-// each element gets the same arithmetic, so the result does not depend on the path. At most 32
-// registers (8 blocks of 256 threads per SM, no spills; 55 and 4 blocks without the bound), so that
-// more threads' loads are in flight while others run Philox: 1.248 -> 1.222 ms per d12 step on an
-// H200, the same bits.
-__global__ void __launch_bounds__(256, 8) adamw_kernel(floatX* param, float* master, const float* grad, float* m, float* v,
+// each element gets the same arithmetic, so the result does not depend on the path.
+__global__ void adamw_kernel(floatX* param, float* master, const float* grad, float* m, float* v,
                              size_t n, size_t index0, AdamWStep step, bool vector) {
     const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
     const size_t n4 = vector ? n / 4 : 0;
