@@ -6,7 +6,8 @@
 // exist: the per-layer calls run on layer 0 and count L times per step (the MLP's residual add, fused
 // with the next layer's ln1, writes layer 0's ln1 and takes its weights). Parameters, gradients and
 // AdamW state are whole, so the encoder, the head and the optimizer run at full size. The inputs are
-// random (weights N(0, 0.02), token ids and targets uniform in [0, V)); every activation is written
+// random (weights N(0, 0.02), token ids and targets uniform in [0, V), or from a token file with
+// --tokens: text repeats its frequent tokens far more); every activation is written
 // by an earlier call of the step before a later one reads it, so no other buffer needs filling.
 // Gradients keep accumulating over the repetitions: other values, the same work.
 //
@@ -34,6 +35,7 @@
 #include <functional>
 #include <vector>
 
+#include "data/tokenfile.h"
 #include "kernels/cuda/common.cuh"
 #include "model/config.h"
 
@@ -189,7 +191,7 @@ static double rows_ms(int from, int to) {
 
 static void usage(void) {
     printf("usage: profile_step [-b B] [-t T] [--layers L] [--channels C] [--heads NH] [--repeats R]\n"
-           "                    [--batch-invariant 0|1] [--at-cap MS]\n"
+           "                    [--batch-invariant 0|1] [--at-cap MS] [--tokens FILE]\n"
            "Times every kernel call of one training step (forward, backward, AdamW) on GPU 0.\n"
            "  -b N            micro-batch (default 64)\n"
            "  -t N            sequence length (default 1024)\n"
@@ -201,16 +203,21 @@ static void usage(void) {
            "                  (default 0)\n"
            "  --at-cap MS     then time every row at the card's sustained clock too: MS milliseconds of\n"
            "                  back-to-back calls each, on a card heated by 10 x MS of forward and\n"
-           "                  backward (default 0: not; 500 is enough for an H200)\n");
+           "                  backward (default 0: not; 500 is enough for an H200)\n"
+           "  --tokens FILE   the step's token ids and targets from the start of a token file (e.g.\n"
+           "                  data/tinyshakespeare/tiny_shakespeare_train.bin) instead of uniform random\n"
+           "                  ids: the encoder backward lasts as long as its most frequent token's chain\n");
 }
 
 int main(int argc, char** argv) {
     int B = 64, T = 1024, L = 12, C = 768, NH = 12, batch_invariant = 0;
-    enum { OPT_LAYERS = 1000, OPT_CHANNELS, OPT_HEADS, OPT_REPEATS, OPT_BATCH_INVARIANT, OPT_AT_CAP };
+    const char* token_path = NULL;
+    enum { OPT_LAYERS = 1000, OPT_CHANNELS, OPT_HEADS, OPT_REPEATS, OPT_BATCH_INVARIANT, OPT_AT_CAP, OPT_TOKENS };
     static const struct option longs[] = {
         {"batch", 1, 0, 'b'}, {"seq-len", 1, 0, 't'}, {"layers", 1, 0, OPT_LAYERS},
         {"channels", 1, 0, OPT_CHANNELS}, {"heads", 1, 0, OPT_HEADS}, {"repeats", 1, 0, OPT_REPEATS},
-        {"batch-invariant", 1, 0, OPT_BATCH_INVARIANT}, {"at-cap", 1, 0, OPT_AT_CAP}, {"help", 0, 0, 'h'},
+        {"batch-invariant", 1, 0, OPT_BATCH_INVARIANT}, {"at-cap", 1, 0, OPT_AT_CAP}, {"tokens", 1, 0, OPT_TOKENS},
+        {"help", 0, 0, 'h'},
         {0, 0, 0, 0}};
     opterr = 0;
     int c, index;
@@ -227,6 +234,7 @@ int main(int argc, char** argv) {
         case OPT_REPEATS: repeats = (int)parse_int_option(optarg, name, 1, 10000); break;
         case OPT_BATCH_INVARIANT: batch_invariant = (int)parse_int_option(optarg, name, 0, 1); break;
         case OPT_AT_CAP: at_cap_seconds = parse_int_option(optarg, name, 0, 10000) / 1e3; break;
+        case OPT_TOKENS: token_path = optarg; break;
         case 'h': usage(); return 0;
         case ':': fatal("option %s needs a value (see --help)", argv[optind - 1]);
         default: fatal("unknown option %s (see --help)", argv[optind - 1]);
@@ -300,33 +308,46 @@ int main(int argc, char** argv) {
     int* inputs = (int*)dev_malloc((size_t)N * sizeof(int), "inputs");
     int* targets = (int*)dev_malloc((size_t)N * sizeof(int), "targets");
 
-    // Token ids and targets from xorshift64; the distinct ids set encoder_backward's dwte traffic.
+    // Token ids and targets from xorshift64, or the first N + 1 tokens of --tokens (targets one
+    // further on, as the data loader has them). The distinct ids set encoder_backward's dwte traffic,
+    // the most frequent one's count its length.
     int* host_inputs = (int*)xmalloc((size_t)N * sizeof(int), "inputs");
     int* host_targets = (int*)xmalloc((size_t)N * sizeof(int), "targets");
     float* host_losses = (float*)xmalloc((size_t)N * sizeof(float), "losses");
-    char* seen = (char*)xcalloc((size_t)V, 1, "token ids seen");
-    unsigned long long rng = 0x9E3779B97F4A7C15ull;
-    size_t distinct = 0;
-    for (int i = 0; i < 2 * N; i++) {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        int id = (int)(rng % (unsigned long long)V);
-        if (i < N) {
-            host_inputs[i] = id;
-            distinct += !seen[id];
-            seen[id] = 1;
-        } else {
-            host_targets[i - N] = id;
+    if (token_path) {
+        size_t count;
+        uint16_t* file_tokens = tokenfile_read(token_path, V, &count);
+        if (count < (size_t)N + 1)
+            fatal("%s holds %zu tokens; -b %d x -t %d needs %d", token_path, count, B, T, N + 1);
+        for (int i = 0; i < N; i++) host_inputs[i] = file_tokens[i], host_targets[i] = file_tokens[i + 1];
+        free(file_tokens);
+    } else {
+        unsigned long long rng = 0x9E3779B97F4A7C15ull;
+        for (int i = 0; i < 2 * N; i++) {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            int id = (int)(rng % (unsigned long long)V);
+            if (i < N) host_inputs[i] = id;
+            else host_targets[i - N] = id;
         }
     }
-    free(seen);
+    int* occurrences = (int*)xcalloc((size_t)V, sizeof(int), "token id counts");
+    size_t distinct = 0;
+    int most = 0;
+    for (int i = 0; i < N; i++) {
+        distinct += occurrences[host_inputs[i]]++ == 0;
+        if (occurrences[host_inputs[i]] > most) most = occurrences[host_inputs[i]];
+    }
+    free(occurrences);
 
     printf("profile_step: GPT-2 L %d, C %d, NH %d (HS %d), V %d, Vp %d, %zu parameters; B %d, T %d "
            "(%d tokens per step), recompute 0%s\n", L, C, NH, HS, V, Vp, n, B, T, N,
            batch_invariant ? ", weight gradients summed per sequence" : "");
     printf("%s | %s attention | precision %s\n", backend_describe(), attention_name(),
            X == 2 ? "BF16" : "FP32");
+    printf("token ids: %s, %zu distinct, the most frequent %d times\n", token_path ? token_path : "uniform random",
+           distinct, most);
     printf("each row: GPU time of one call, median of %d after %d warm-up calls, queued behind a spin "
            "kernel (launch latency hidden as in a step)\n\n", repeats, WARMUP);
     fflush(stdout);

@@ -163,6 +163,8 @@ static void test_encoder(int B, int T, int C, int vocab) {
     // Backward accumulates into random gradients; run it twice from the same start to check the
     // result is bit-identical (no atomics).
     float *dwte = random_array((size_t)vocab * C, -1, 1), *dwpe = random_array((size_t)T * C, -1, 1);
+    float* dwte_start = host_floats((size_t)vocab * C); // dwte before the CPU reference adds into it
+    memcpy(dwte_start, dwte, (size_t)vocab * C * sizeof(float));
     float* dout = random_array(N * C, -1, 1);
     float *d_dwte = upload_f(dwte, (size_t)vocab * C), *d_dwpe = upload_f(dwpe, (size_t)T * C);
     floatX* d_dout = upload_x(dout, N * C);
@@ -175,6 +177,31 @@ static void test_encoder(int B, int T, int C, int vocab) {
     check_f(name, d_dwte, dwte, (size_t)vocab * C, GRAD_TOLERANCE);
     snprintf(name, sizeof name, "encoder_backward dwpe B=%d T=%d C=%d", B, T, C);
     check_f(name, d_dwpe, dwpe, (size_t)T * C, GRAD_TOLERANCE);
+    // dwte bit for bit against its contract's order (kernels/cuda/encoder.cu): each token's positions
+    // in a sequence summed from 0 in increasing order, the sequences' sums added to the gradient in
+    // turn; dout as the GPU holds it (floatX).
+    float *ordered = host_floats((size_t)vocab * C), *dout_stored = host_floats(N * C);
+    float *sequence_sum = host_floats(C), *got = host_floats((size_t)vocab * C);
+    memcpy(ordered, dwte_start, (size_t)vocab * C * sizeof(float));
+    download_x(dout_stored, d_dout, N * C);
+    for (int v = 0; v < vocab; v++)
+        for (int b = 0; b < B; b++) {
+            int seen = 0;
+            for (int c = 0; c < C; c++) sequence_sum[c] = 0.0f;
+            for (int t = 0; t < T; t++)
+                if (tokens[b * T + t] == v) {
+                    seen = 1;
+                    for (int c = 0; c < C; c++) sequence_sum[c] += dout_stored[((size_t)b * T + t) * C + c];
+                }
+            if (seen)
+                for (int c = 0; c < C; c++) ordered[(size_t)v * C + c] += sequence_sum[c];
+        }
+    dev_download(got, d_dwte, (size_t)vocab * C * sizeof(float));
+    snprintf(name, sizeof name, "encoder_backward dwte B=%d T=%d C=%d in the contract's order, bit for bit", B, T, C);
+    int in_order = memcmp(got, ordered, (size_t)vocab * C * sizeof(float)) == 0;
+    test_check(in_order, name, "%s", in_order ? "equal" : "bits differ");
+    free(ordered), free(dout_stored), free(sequence_sum), free(got), free(dwte_start);
+
     size_t bytes = (size_t)vocab * C * sizeof(floatX);
     void *first = xmalloc(bytes, "copy"), *second = xmalloc(bytes, "copy");
     dev_download(first, d_dwte, bytes);
@@ -722,6 +749,8 @@ int main(void) {
     test_encoder(3, 7, 37, 11);
     test_encoder(2, 1, 768, 50);
     test_encoder(4, 64, 72, 13); // 16-byte rows; tokens recurring within and across sequences
+    test_encoder(8, 300, 72, 3); // chains of about 800 positions, their loads in flight across sequences
+    test_encoder(5, 100, 37, 2); // the same with rows not 16-byte aligned
     test_layernorm(1, 37, 1);
     test_layernorm(301, 771, 301);
     test_layernorm(513, 96, 513); // chunks of 256, 256 and 1 rows

@@ -88,8 +88,10 @@ $(TEST_BIN)/test_attention_gpu: $(call cuda_obj,tests/test_attention_gpu.cu test
 	@mkdir -p $(dir $@)
 	$(CC) $^ $(LDLIBS_CUDA) -o $@
 
-# Times every kernel call of one training step; the model's shapes come from its options.
-$(BUILD)/profile_step: $(call cuda_obj,scripts/profile_step.cu $(COMMON_SRC) $(CUDA_KERNEL_SRC)) $(CONFIG_STAMP)
+# Times every kernel call of one training step; the model's shapes come from its options (its token
+# ids from a token file with --tokens).
+$(BUILD)/profile_step: $(call cuda_obj,scripts/profile_step.cu $(COMMON_SRC) data/tokenfile.c checkpoints/atomic_file.c \
+    $(CUDA_KERNEL_SRC)) $(CONFIG_STAMP)
 	$(CC) $(filter %.o,$^) $(LDLIBS_CUDA) -o $@
 
 # Every ATTN x PRECISION for all four architectures, each in a BUILD dir of its own, without a

@@ -34,31 +34,70 @@ void encoder_forward(floatX* out, const int* inp, const floatX* wte, const float
 
 // blockIdx.x walks the distinct tokens (bucket < *num_buckets, read on the device, so the host never
 // waits for the count); rows[bucket_start[b] .. + bucket_count[b]) are token tokens[b]'s positions in
-// increasing order. A thread takes X128 channels of a token (16-byte loads of dout where its rows are
-// aligned; one thread per channel, 8 times the instructions, made the whole backward 0.296 ms per
-// d12 B 64 call on an H100 instead of 0.276). The positions of one sequence (of T) are summed,
-// then added to dwte sequence after sequence, so the sum does not depend on how many sequences a
-// batch holds.
-__global__ void encoder_backward_wte_kernel(float* dwte, const floatX* dout, const int* tokens,
-                                            const int* bucket_start, const int* bucket_count,
-                                            const int* num_buckets, const int* rows, int T, int C, bool vector) {
-    const int c = (blockIdx.y * blockDim.x + threadIdx.x) * X128;
-    if (c >= C) return;
+// increasing order. Thread x of the block owns X128 channels of the token (16-byte loads of dout where
+// its rows are aligned): the positions of one sequence (of T) are summed, then added to dwte sequence
+// after sequence, so the sum does not depend on how many sequences a batch holds.
+// The kernel lasts as long as the most frequent token's chain of positions, which in text is long:
+// newline is 4,913 of tinyshakespeare's first 65,536 tokens (uniform random ids repeat one at most
+// 8 times). Each owner loading its positions one after another, that chain took 1.8 ms of a d12 B 64
+// step on an H100 (0.27 ms on random ids), and 8 loads in flight per owner 2.6 ms. So the block
+// stages ENCODER_STAGE_ROWS positions at a time in shared memory, all their vectors copied at once
+// (cp.async where rows are 16-byte aligned), and the owners then add them from there, in order.
+#define ENCODER_WTE_THREADS 128
+#define ENCODER_STAGE_ROWS 32 // 64 KB of shared memory a block
+__global__ void __launch_bounds__(ENCODER_WTE_THREADS)
+    encoder_backward_wte_kernel(float* dwte, const floatX* dout, const int* tokens, const int* bucket_start,
+                                const int* bucket_count, const int* num_buckets, const int* rows, int T, int C,
+                                bool vector) {
+    extern __shared__ float4 stage_shared[];
+    PackedX* stage = reinterpret_cast<PackedX*>(stage_shared); // [position][vector of the block]
+    int* stage_row = reinterpret_cast<int*>(stage + ENCODER_STAGE_ROWS * ENCODER_WTE_THREADS);
+    int* stage_sequence = stage_row + ENCODER_STAGE_ROWS;
+    const int c0 = blockIdx.y * ENCODER_WTE_THREADS * X128, c = c0 + threadIdx.x * X128;
+    const int vectors = min(ENCODER_WTE_THREADS, (C - c0 + X128 - 1) / X128); // this block's channels
     for (int bucket = blockIdx.x; bucket < *num_buckets; bucket += gridDim.x) {
-        float* dst = dwte + (size_t)tokens[bucket] * C + c;
         float total[X128], sum[X128] = {};
-        for (int k = 0; k < X128; k++) total[k] = c + k < C ? dst[k] : 0.0f;
-        int first = bucket_start[bucket], end = first + bucket_count[bucket], sequence = rows[first] / T;
-        for (int i = first; i < end; i++) {
-            if (rows[i] / T != sequence) {
-                for (int k = 0; k < X128; k++) total[k] += sum[k], sum[k] = 0.0f;
-                sequence = rows[i] / T;
+        float* dst = dwte + (size_t)tokens[bucket] * C + c;
+        if (c < C)
+            for (int k = 0; k < X128; k++) total[k] = c + k < C ? dst[k] : 0.0f;
+        const int first = bucket_start[bucket], end = first + bucket_count[bucket];
+        int sequence = rows[first] / T;
+        for (int chunk = first; chunk < end; chunk += ENCODER_STAGE_ROWS) {
+            const int positions = min(ENCODER_STAGE_ROWS, end - chunk);
+            __syncthreads(); // the owners are done with the stage before
+            if (threadIdx.x < positions) {
+                const int row = rows[chunk + threadIdx.x];
+                stage_row[threadIdx.x] = row;
+                stage_sequence[threadIdx.x] = row / T;
             }
-            float values[X128];
-            load_x128(values, dout + (size_t)rows[i] * C, c, C, vector);
-            for (int k = 0; k < X128; k++) sum[k] += values[k];
+            __syncthreads();
+            for (int e = threadIdx.x; e < positions * vectors; e += ENCODER_WTE_THREADS) {
+                const int p = e / vectors, v = e % vectors;
+                const size_t start = (size_t)stage_row[p] * C;
+                PackedX* to = &stage[p * ENCODER_WTE_THREADS + v];
+                if (vector) {
+                    cp_async_16(to, dout + start + c0 + v * X128, true);
+                } else {
+                    float values[X128];
+                    load_x128(values, dout + start, c0 + v * X128, C, false);
+                    for (int k = 0; k < X128; k++) to->v[k] = (floatX)values[k];
+                }
+            }
+            cp_async_commit();
+            cp_async_wait<0>();
+            __syncthreads();
+            if (c >= C) continue;
+            for (int p = 0; p < positions; p++) {
+                if (stage_sequence[p] != sequence) {
+                    for (int k = 0; k < X128; k++) total[k] += sum[k], sum[k] = 0.0f;
+                    sequence = stage_sequence[p];
+                }
+                const PackedX values = stage[p * ENCODER_WTE_THREADS + threadIdx.x];
+                for (int k = 0; k < X128; k++) sum[k] += (float)values.v[k];
+            }
         }
-        for (int k = 0; k < X128 && c + k < C; k++) dst[k] = total[k] + sum[k];
+        if (c < C)
+            for (int k = 0; k < X128 && c + k < C; k++) dst[k] = total[k] + sum[k];
     }
 }
 
@@ -106,8 +145,16 @@ void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const int* i
     cudaCheck(cub::DeviceScan::ExclusiveSum(temp, scan_bytes, counts, starts, N));
 
     const bool vector = C % X128 == 0 && (uintptr_t)dout % 16 == 0;
-    dim3 grid(N < 4096 ? N : 4096, ceil_div(C, 128 * X128));
-    encoder_backward_wte_kernel<<<grid, 128>>>(dwte, dout, tokens, starts, counts, num_buckets, rows, T, C, vector);
+    dim3 grid(N < 4096 ? N : 4096, ceil_div(C, ENCODER_WTE_THREADS * X128));
+    const size_t stage_bytes = ENCODER_STAGE_ROWS * (ENCODER_WTE_THREADS * sizeof(PackedX) + 2 * sizeof(int));
+    static const bool opted_in = [&] { // beyond a block's default 48 KB
+        cudaCheck(cudaFuncSetAttribute(encoder_backward_wte_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)stage_bytes));
+        return true;
+    }();
+    (void)opted_in;
+    encoder_backward_wte_kernel<<<grid, ENCODER_WTE_THREADS, stage_bytes>>>(dwte, dout, tokens, starts, counts,
+                                                                            num_buckets, rows, T, C, vector);
     launchCheck();
     encoder_backward_wpe_kernel<<<ceil_div((size_t)T * C, 256), 256>>>(dwpe, dout, B, T, C);
     launchCheck();
