@@ -7,10 +7,12 @@
 # GPU at its power cap (an H200 at 700 W ran its SMs at 1635-1740 MHz instead of 1980 in a d12 B=64
 # run, nvidia-smi; the summed step was 118.5 ms against 126.8 measured). `--at-cap 500` adds a table
 # of every call timed again at the sustained clock, whose sum is the one to compare on such a card.
+# The token ids are uniform random unless `--tokens FILE` gives a token file: text repeats its
+# frequent tokens far more, which sets the encoder backward's length.
 #
 #   scripts/profile_step.sh [profile_step options]   from the repository root, on a GPU machine
 #   e.g. scripts/profile_step.sh -b 32   or   scripts/profile_step.sh --layers 24 --channels 1024 --heads 16
-#   or   ATTNS=flash scripts/profile_step.sh --at-cap 500
+#   or   ATTNS=flash scripts/profile_step.sh --at-cap 500 --tokens data/tinyshakespeare/tiny_shakespeare_train.bin
 #
 # Environment: GPU_ARCH (default 90) the SASS to build; BUILD (default build/profile) where the
 # builds go, one directory per attention; PRECISION (default BF16); ATTNS (default "naive flash").
