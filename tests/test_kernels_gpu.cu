@@ -749,7 +749,7 @@ int main(void) {
     test_encoder(3, 7, 37, 11);
     test_encoder(2, 1, 768, 50);
     test_encoder(4, 64, 72, 13); // 16-byte rows; tokens recurring within and across sequences
-    test_encoder(8, 300, 72, 3); // chains of about 800 positions, their loads in flight across sequences
+    test_encoder(8, 300, 72, 3); // chains of about 800 positions, staged 32 at a time across sequences
     test_encoder(5, 100, 37, 2); // the same with rows not 16-byte aligned
     test_layernorm(1, 37, 1);
     test_layernorm(301, 771, 301);
