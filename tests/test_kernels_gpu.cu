@@ -145,11 +145,18 @@ static int* upload_tokens(const int* host, size_t n) {
 }
 
 // ---- layers ------------------------------------------------------------------------------
-static void test_encoder(int B, int T, int C, int vocab) {
+// frequent: token 0 at every even position of the sequences b % 3 != 1 and nowhere in the others (as
+// text has newline), so that it is a long bucket (kernels/cuda/encoder.cu) that some sequences lack.
+static void test_encoder(int B, int T, int C, int vocab, int frequent) {
     char name[128];
     size_t N = (size_t)B * T;
     int* tokens = (int*)xmalloc(N * sizeof(int), "tokens");
-    for (size_t i = 0; i < N; i++) tokens[i] = (int)(test_uniform(&rng) * vocab); // many repeats
+    for (size_t i = 0; i < N; i++) {
+        tokens[i] = (int)(test_uniform(&rng) * vocab); // many repeats
+        const int b = (int)(i / T), t = (int)(i % T);
+        if (frequent && b % 3 == 1 && tokens[i] == 0) tokens[i] = 1;
+        if (frequent && b % 3 != 1 && t % 2 == 0) tokens[i] = 0;
+    }
     float *wte = random_array((size_t)vocab * C, -1, 1), *wpe = random_array((size_t)T * C, -1, 1);
     int* d_tokens = upload_tokens(tokens, N);
     floatX *d_wte = upload_x(wte, (size_t)vocab * C), *d_wpe = upload_x(wpe, (size_t)T * C);
@@ -746,11 +753,13 @@ int main(void) {
     backend_init(0);
     printf("%s, attention %s\n", backend_describe(), attention_name());
 
-    test_encoder(3, 7, 37, 11);
-    test_encoder(2, 1, 768, 50);
-    test_encoder(4, 64, 72, 13); // 16-byte rows; tokens recurring within and across sequences
-    test_encoder(8, 300, 72, 3); // chains of about 800 positions, staged 32 at a time across sequences
-    test_encoder(5, 100, 37, 2); // the same with rows not 16-byte aligned
+    test_encoder(3, 7, 37, 11, 0);
+    test_encoder(2, 1, 768, 50, 0);
+    test_encoder(4, 64, 72, 13, 0); // 16-byte rows; tokens recurring within and across sequences
+    test_encoder(8, 300, 72, 3, 0); // long buckets only: about 800 positions each, summed per sequence
+    test_encoder(5, 80, 37, 2, 0); // short buckets of about 200, staged 32 at a time across sequences, unaligned
+    test_encoder(6, 700, 64, 400, 1); // a long bucket of 350 positions per sequence among short ones
+    test_encoder(12, 200, 1100, 500, 1); // the same over two blocks of channels, rows not 16-byte aligned
     test_layernorm(1, 37, 1);
     test_layernorm(301, 771, 301);
     test_layernorm(513, 96, 513); // chunks of 256, 256 and 1 rows
