@@ -169,18 +169,23 @@ static double at_cap_ms(const std::function<void()>& call, double seconds) {
 // beside train_gpt's step, and a row's at-cap / burst ratio is what the cap costs it: about 1.0 for a
 // row held by memory bandwidth, more for one that draws the most power per unit of work.
 static void print_at_cap(double seconds, int heat_rows, double burst_step_ms) {
-    at_cap_ms([heat_rows] { replay_rows(heat_rows); }, 10 * seconds);
+    const double heat_ms = at_cap_ms([heat_rows] { replay_rows(heat_rows); }, 10 * seconds);
     printf("\neach row again at the sustained clock: its call back to back for %.2f s on a hot card\n", seconds);
     printf("%-31s %5s %9s %9s %9s %6s\n", "call", "calls", "burst ms", "at cap ms", "ms/step", "ratio");
-    double step_ms = 0.0;
+    double step_ms = 0.0, heat_rows_ms = 0.0;
     for (int i = 0; i < num_rows; i++) {
         const double ms = at_cap_ms(row_calls[i], seconds);
         step_ms += rows[i].calls * ms;
+        if (i < heat_rows) heat_rows_ms += rows[i].calls * ms;
         printf("%-31s %5d %9.4f %9.4f %9.3f %6.3f\n", rows[i].name, rows[i].calls, rows[i].ms, ms,
                rows[i].calls * ms, ms / rows[i].ms);
     }
     printf("step at the sustained clock (sum of rows) %.2f ms, %.3f x the burst sum\n", step_ms,
            step_ms / burst_step_ms);
+    // The rows' calls in a step's mix, as a card runs them in training: were this much longer than
+    // their sum above, the card would spend more on the mix than on each call alone.
+    printf("zero_grad to the last backward row back to back at the sustained clock (the heating): %.2f ms "
+           "a step, the sum of their rows above %.2f ms\n", heat_ms, heat_rows_ms);
 }
 
 static double rows_ms(int from, int to) {
