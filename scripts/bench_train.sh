@@ -5,14 +5,17 @@
 # (-r, default 0): RUNS="BF16 flash 64 0,BF16 flash 64 1,BF16 flash 64 2" for the -r 0/1/2 table.
 # Usage: GPU_ARCH=90 PEAK_TFLOPS=989 scripts/bench_train.sh   (needs a GPU; scripts/get_data.sh fetches the data)
 # PEAK_TFLOPS is the GPU's dense bf16 peak (989 for H100/H200 SXM); the FP32 row uses it too, so
-# its MFU reads as a fraction of the bf16 peak. Timing: the median ms of steps 3..STEPS (the
-# first steps include cuBLAS heuristics and allocation).
+# its MFU reads as a fraction of the bf16 peak. Timing: the median ms of steps FIRST..STEPS (default
+# 3..12: the first steps include cuBLAS heuristics and allocation), and their mean. A card held at its
+# power cap in training runs its first second or so faster, until the cap takes hold (PERFORMANCE.md,
+# How to compare): FIRST=11 STEPS=40 times the sustained step, as issue 18's table of llm.c did (the
+# mean of steps 11-40).
 # Then PyTorch's rows, measured in the same run (scripts/bench_train_torch.py: the same GPT-2 124M
 # with torch.compile, causal SDPA, bf16 autocast, fused AdamW), attn torch-BACKEND:
 # TORCH_RUNS="flash 32,flash 64,cudnn 32,cudnn 64" (the default; empty: none) lists "backend B"
 # pairs, backend one of flash, cudnn, efficient, default (PyTorch's own choice). Without a torch that
-# imports and sees a GPU they are skipped with a line saying why. Their ms/step is the same median of
-# steps 3..STEPS (here the first steps include compilation), MFU the same formula, and peak_MiB the
+# imports and sees a GPU they are skipped with a line saying why. Their ms/step and mean are of the
+# same steps FIRST..STEPS (here the first steps include compilation), MFU the same formula, and peak_MiB the
 # same nvidia-smi sampling of the GPU's used memory as our rows (so both include the CUDA context);
 # PyTorch's own torch.cuda.max_memory_allocated / max_memory_reserved follow each torch row.
 set -eu
@@ -20,6 +23,8 @@ set -eu
 ARCH=${GPU_ARCH:-90}
 PEAK_TFLOPS=${PEAK_TFLOPS:-989}
 STEPS=${STEPS:-12}
+FIRST=${FIRST:-3}
+[ "$FIRST" -ge 2 ] && [ "$FIRST" -le "$STEPS" ] || { echo "bench_train.sh: FIRST=$FIRST must be in 2..STEPS=$STEPS" >&2; exit 1; }
 BUILD=${BUILD:-build/bench}
 DATA=$(dirname "$0")/../data/tinyshakespeare
 WORK=$(mktemp -d)
@@ -46,13 +51,14 @@ stop_smi() {
     kill "$smi"; wait "$smi" 2>/dev/null || true
     sort -n "$WORK/mem" | tail -1
 }
-# row PRECISION ATTN B MS PEAK_MIB [NOTE]: one line of the table.
+# row PRECISION ATTN B MS MEAN PEAK_MIB [NOTE]: one line of the table (tokens/s and MFU from MS, the median).
 row() {
-    awk -v p="$1" -v a="$2" -v B="$3" -v T=$T -v ms="$4" -v f=$FLOPS_PER_TOKEN -v peak_tf="$PEAK_TFLOPS" -v mem="$5" -v note="${6:-}" 'BEGIN {
+    awk -v p="$1" -v a="$2" -v B="$3" -v T=$T -v ms="$4" -v mean="$5" -v f=$FLOPS_PER_TOKEN -v peak_tf="$PEAK_TFLOPS" -v mem="$6" -v note="${7:-}" 'BEGIN {
         tps = B * T / (ms / 1000); mfu = tps * f / (peak_tf * 1e12)
-        printf "%-6s %-15s %4d %8d %10.1f %12.0f %5.1f%% %10s%s\n", p, a, B, T, ms, tps, 100 * mfu, mem, note }'
+        printf "%-6s %-15s %4d %8d %10.1f %8.1f %12.0f %5.1f%% %10s%s\n", p, a, B, T, ms, mean, tps, 100 * mfu, mem, note }'
 }
-printf "%-6s %-15s %4s %8s %10s %12s %6s %10s\n" precision attn B T ms/step tokens/s MFU peak_MiB
+echo "steps $FIRST..$STEPS timed: ms/step is their median, mean their mean"
+printf "%-6s %-15s %4s %8s %10s %8s %12s %6s %10s\n" precision attn B T ms/step mean tokens/s MFU peak_MiB
 for run in "${runs[@]}"; do
     # shellcheck disable=SC2086
     set -- $run
@@ -61,8 +67,10 @@ for run in "${runs[@]}"; do
     "$BUILD/$p-$attn/train_gpt" -e d12 -i "$DATA/tiny_shakespeare_train.bin" -j "$DATA/tiny_shakespeare_val.bin" \
         -b "$B" -t $T -r "$r" -x "$STEPS" -v 0 -s 0 -n 0 -o "$out" > "$out.log" 2>&1 || { stop_smi > /dev/null; cat "$out.log"; exit 1; }
     peak=$(stop_smi)
-    ms=$(awk -F, 'NR > 3 { print $6 }' "$out/log.csv" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
-    row "$p" "$attn" "$B" "$ms" "$peak" "$([ "$r" = 0 ] || echo "  -r $r")"
+    times=$(awk -F, -v first="$FIRST" 'NR > 1 && $1 >= first && $6 != "" { print $6 }' "$out/log.csv")
+    ms=$(sort -g <<< "$times" | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+    mean=$(awk '{ s += $1 } END { print s / NR }' <<< "$times")
+    row "$p" "$attn" "$B" "$ms" "$mean" "$peak" "$([ "$r" = 0 ] || echo "  -r $r")"
 done
 
 # PyTorch's rows: the script prints "RESULT ms_per_step MS tokens_per_s TPS max_allocated_MiB A
@@ -83,10 +91,10 @@ for run in "${torch_runs[@]}"; do
     backend=$1 B=$2 out=$WORK/torch-$1-$2.log
     start_smi
     if python3 "$(dirname "$0")/bench_train_torch.py" --data "$DATA/tiny_shakespeare_train.bin" --batch "$B" \
-        --seq $T --steps "$STEPS" --sdpa-backend "$backend" > "$out" 2>&1; then
+        --seq $T --steps "$STEPS" --first "$FIRST" --sdpa-backend "$backend" > "$out" 2>&1; then
         peak=$(stop_smi)
-        read -r _ _ ms _ _ _ alloc _ reserved < <(grep '^RESULT ' "$out" | tail -1)
-        row BF16 "torch-$backend" "$B" "$ms" "$peak" "  (torch max allocated $alloc MiB, reserved $reserved MiB)"
+        read -r _ _ ms _ _ _ alloc _ reserved _ mean < <(grep '^RESULT ' "$out" | tail -1)
+        row BF16 "torch-$backend" "$B" "$ms" "$mean" "$peak" "  (torch max allocated $alloc MiB, reserved $reserved MiB)"
     else
         stop_smi > /dev/null
         printf "%-6s %-15s %4d %8d  failed: %s\n" BF16 "torch-$backend" "$B" $T "$(tail -1 "$out")"

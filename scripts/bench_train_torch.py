@@ -9,8 +9,9 @@ N(0, 0.02) with residual projections N(0, 0.02 / sqrt(2 L)); bf16 autocast over 
 AdamW (betas 0.9/0.95, eps 1e-8, weight decay on 2-D weights only) at a constant LR, global-norm
 clipping at 1.0. Batches are consecutive B x T windows of an llm.c token file (wrapping at its end).
 Each step is timed on the wall clock between two torch.cuda.synchronize() calls, batch copy included.
-The last line is for scripts (the median is of steps 3..N, whose first steps include compilation):
-    RESULT ms_per_step MS tokens_per_s TPS max_allocated_MiB A max_reserved_MiB R
+The last line is for scripts (the median and the mean of steps --first..N, default 3..N, whose first
+steps include compilation):
+    RESULT ms_per_step MS tokens_per_s TPS max_allocated_MiB A max_reserved_MiB R mean_ms M
 (the two torch.cuda.max_memory_* figures; 0 on the CPU).
 """
 import argparse
@@ -94,6 +95,7 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--first", type=int, default=3, help="the first step timed")
     ap.add_argument("--sdpa-backend", choices=BACKENDS, default="flash")
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--device", default="cuda")
@@ -104,8 +106,8 @@ def main():
     ap.add_argument("--lr", type=float, default=6e-4)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
-    if a.steps < 3:
-        sys.exit("--steps must be at least 3 (the median is of steps 3..N)")
+    if not 2 <= a.first <= a.steps:
+        sys.exit(f"--first {a.first} must be in 2..--steps ({a.steps}): the median is of steps --first..N")
     if a.channels % a.heads:
         sys.exit(f"--channels {a.channels} is not a multiple of --heads {a.heads}")
     dev = torch.device(a.device)
@@ -156,11 +158,12 @@ def main():
             print(f"step {step:4d}/{a.steps} | loss {loss.item():.6f} | norm {norm.item():.4f} | "
                   f"{times[-1]:.1f} ms", flush=True)
 
-    ms = sorted(times[2:])[(len(times) - 3) // 2]  # steps 3..N, the lower middle as bench_train.sh
+    timed = times[a.first - 1:]  # steps --first..N
+    ms = sorted(timed)[(len(timed) - 1) // 2]  # the lower middle, as bench_train.sh
     mib = lambda f: f(dev) / 2**20 if dev.type == "cuda" else 0.0
     print(f"RESULT ms_per_step {ms:.3f} tokens_per_s {B * T / (ms / 1000):.0f} "
           f"max_allocated_MiB {mib(torch.cuda.max_memory_allocated):.0f} "
-          f"max_reserved_MiB {mib(torch.cuda.max_memory_reserved):.0f}")
+          f"max_reserved_MiB {mib(torch.cuda.max_memory_reserved):.0f} mean_ms {sum(timed) / len(timed):.3f}")
 
 
 if __name__ == "__main__":
