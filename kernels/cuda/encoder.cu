@@ -155,11 +155,13 @@ __device__ int warp_lower_bound(const int* rows, int lo, int hi, int value) {
 }
 
 // Work item w = (long bucket j, sequence s): the sum of its positions in sequence s, from 0 in
-// increasing order as encoder_backward_wte_kernel sums them, into sums[(j B + s) C ...]; -0.0 where the
-// sequence lacks the token, which the final addition leaves every value (-0.0 too) unchanged by.
+// increasing order as encoder_backward_wte_kernel sums them, into sums[(j B + s) C ...]. Where the
+// sequence lacks the token the sum is -0.0: adding it leaves every value as it is, -0.0 included
+// (+0.0 would turn a -0.0 into +0.0).
 __global__ void encoder_backward_sequence_sums_kernel(float* sums, const floatX* dout, const int* long_buckets,
-                                          const int* num_long, const int* bucket_start, const int* bucket_count,
-                                          const int* rows, int B, int T, int C, bool vector) {
+                                                      const int* num_long, const int* bucket_start,
+                                                      const int* bucket_count, const int* rows, int B, int T, int C,
+                                                      bool vector) {
     const EncoderStage stage = encoder_stage();
     __shared__ int range[2];
     const int c0 = blockIdx.y * ENCODER_WTE_THREADS * X128, c = c0 + threadIdx.x * X128;
