@@ -226,8 +226,8 @@ void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const int* i
     const int long_rows = ENCODER_LONG_ROWS > 4 * B ? ENCODER_LONG_ROWS : 4 * B;
     const size_t max_long = (size_t)N / long_rows;
     // Scratch: positions, then sorted tokens and their positions (rows), the distinct tokens, their
-    // counts and starts (N each, at most N distinct), the long buckets (N), the number of distinct
-    // tokens and of long buckets, the sequence sums, CUB's temporary storage (sized by CUB's
+    // counts and starts (N each, at most N distinct), the long buckets (max_long), the number of
+    // distinct tokens and of long buckets, the sequence sums, CUB's temporary storage (sized by CUB's
     // queries, which do not touch the GPU).
     size_t sort_bytes = 0, encode_bytes = 0, scan_bytes = 0;
     cudaCheck(cub::DeviceRadixSort::SortPairs(NULL, sort_bytes, inp, (int*)NULL, (int*)NULL, (int*)NULL, N));
@@ -237,14 +237,14 @@ void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const int* i
     if (scan_bytes > temp_bytes) temp_bytes = scan_bytes;
     static void* scratch;
     static size_t capacity;
-    const size_t n = (size_t)N, ints = 7 * n + 2, sums_bytes = max_long * B * C * sizeof(float);
+    const size_t n = (size_t)N, ints = 6 * n + max_long + 2, sums_bytes = max_long * B * C * sizeof(float);
     // Each part 256-byte aligned, as cudaMalloc aligns the whole (CUB's storage wants no more).
     const size_t sums_offset = (ints * sizeof(int) + 255) & ~(size_t)255;
     const size_t temp_offset = (sums_offset + sums_bytes + 255) & ~(size_t)255;
     char* base = (char*)grow_scratch(&scratch, &capacity, temp_offset + temp_bytes, "encoder_backward buckets");
     int *positions = (int*)base, *sorted_tokens = positions + n, *rows = sorted_tokens + n, *tokens = rows + n;
     int *counts = tokens + n, *starts = counts + n, *long_buckets = starts + n;
-    int *num_buckets = long_buckets + n, *num_long = num_buckets + 1;
+    int *num_buckets = long_buckets + max_long, *num_long = num_buckets + 1;
     float* sums = (float*)(base + sums_offset);
     void* temp = base + temp_offset;
 
@@ -252,7 +252,6 @@ void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const int* i
     launchCheck();
     // The counts past the distinct tokens are zeroed so that the scan over all N reads written memory.
     cudaCheck(cudaMemsetAsync(counts, 0, n * sizeof(int)));
-    cudaCheck(cudaMemsetAsync(num_long, 0, sizeof(int)));
     cudaCheck(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, inp, sorted_tokens, positions, rows, N));
     cudaCheck(cub::DeviceRunLengthEncode::Encode(temp, encode_bytes, sorted_tokens, tokens, counts, num_buckets, N));
     cudaCheck(cub::DeviceScan::ExclusiveSum(temp, scan_bytes, counts, starts, N));
@@ -273,6 +272,7 @@ void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const int* i
                                                                             num_buckets, rows, T, C, long_rows, vector);
     launchCheck();
     if (max_long > 0) {
+        cudaCheck(cudaMemsetAsync(num_long, 0, sizeof(int)));
         encoder_find_long_buckets<<<ceil_div(N, 256), 256>>>(long_buckets, num_long, counts, num_buckets, long_rows);
         launchCheck();
         const size_t items = max_long * B;
