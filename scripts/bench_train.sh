@@ -2,7 +2,8 @@
 # Training speed of train_gpt on GPT-2 124M (d12) at T = 1024 on one GPU: tokens/s, ms/step, MFU
 # and peak GPU memory, one row per configuration: BF16 naive B = 32 and 64, BF16 flash B = 32 and 64,
 # FP32 naive B = 16. RUNS="BF16 flash 64,..." picks other rows; a fourth field is the recompute level
-# (-r, default 0): RUNS="BF16 flash 64 0,BF16 flash 64 1,BF16 flash 64 2" for the -r 0/1/2 table.
+# (-r, default 0): RUNS="BF16 flash 64 0,BF16 flash 64 1,BF16 flash 64 2" for the -r 0/1/2 table;
+# RUNS="" for none (llm.c's or PyTorch's rows alone).
 # Usage: GPU_ARCH=90 PEAK_TFLOPS=989 scripts/bench_train.sh   (needs a GPU; scripts/get_data.sh fetches the data)
 # PEAK_TFLOPS is the GPU's dense bf16 peak (989 for H100/H200 SXM); the FP32 row uses it too, so
 # its MFU reads as a fraction of the bf16 peak. Timing: the median ms of steps FIRST..STEPS (default
@@ -30,7 +31,7 @@ DATA=$(dirname "$0")/../data/tinyshakespeare
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
-RUNS=${RUNS:-"BF16 naive 32,BF16 naive 64,BF16 flash 32,BF16 flash 64,FP32 naive 16"}
+RUNS=${RUNS-"BF16 naive 32,BF16 naive 64,BF16 flash 32,BF16 flash 64,FP32 naive 16"}
 IFS=, read -r -a runs <<< "$RUNS"
 for run in "${runs[@]}"; do
     # shellcheck disable=SC2086 # "precision attn B", split on purpose
@@ -73,6 +74,37 @@ for run in "${runs[@]}"; do
     row "$p" "$attn" "$B" "$ms" "$mean" "$peak" "$([ "$r" = 0 ] || echo "  -r $r")"
 done
 
+# llm.c's rows, where LLMC names a train_gpt2cu built from karpathy/llm.c (`make train_gpt2cu
+# USE_CUDNN=1` in a clone of it; nothing of llm.c is in this repository): LLMC_RUNS="B r,..." (default
+# "64 0,64 1"), the same model from scratch, data, steps and schedule as our rows (llm.c's defaults
+# are ours: LR 3e-4 constant, no warmup or weight decay, clipping at 1), its ms per step read from
+# its printed step lines, which time each step as our log.csv does. LLMC_ARGS adds options (e.g.
+# "-ge 2", its GELU fused into the fc product). llm.c's loader wants B T + 1 tokens even of a
+# validation file it never reads, more than tinyshakespeare's has, and -v 0 would divide by zero:
+# so the training file stands in, with -v past the last step and -m 0 batches. It runs in WORK,
+# where it looks for its tokenizer and HellaSwag files (and finds none: no sampling, no eval).
+if [ -n "${LLMC:-}" ]; then
+    llmc=$(realpath "$LLMC") data=$(realpath "$DATA")
+    IFS=, read -r -a llmc_runs <<< "${LLMC_RUNS:-64 0,64 1}"
+    for run in "${llmc_runs[@]}"; do
+        # shellcheck disable=SC2086 # "B r"
+        set -- $run
+        B=$1 r=$2 out=$WORK/llmc-$1-r$2
+        start_smi
+        # shellcheck disable=SC2086 # LLMC_ARGS: options, split on purpose
+        (cd "$WORK" && "$llmc" -e d12 -i "$data/tiny_shakespeare_train.bin" -j "$data/tiny_shakespeare_train.bin" \
+            -o "$out" -b "$B" -t $T -d $((B * T)) -r "$r" -z 0 -x "$STEPS" -v 1000000 -m 0 -s 0 -n 0 -h 0 \
+            ${LLMC_ARGS:-}) > "$out.log" 2>&1 || { stop_smi > /dev/null; tail -20 "$out.log"; exit 1; }
+        peak=$(stop_smi)
+        # "step   12/40 | ... | 115.81 ms | ...": the step number and the field before "ms".
+        times=$(awk -v first="$FIRST" '/^step +[0-9]+\/[0-9]+ \|/ {
+            split($2, s, "/"); for (i = 3; i < NF; i++) if ($(i + 1) == "ms" && s[1] >= first) print $i }' "$out.log")
+        [ -n "$times" ] || { echo "bench_train.sh: no step times in the output of $LLMC:"; tail -20 "$out.log"; exit 1; }
+        ms=$(sort -g <<< "$times" | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+        mean=$(awk '{ s += $1 } END { print s / NR }' <<< "$times")
+        row BF16 llm.c "$B" "$ms" "$mean" "$peak" "$([ "$r" = 0 ] || echo "  -r $r")${LLMC_ARGS:+  $LLMC_ARGS}"
+    done
+fi
 # PyTorch's rows: the script prints "RESULT ms_per_step MS tokens_per_s TPS max_allocated_MiB A
 # max_reserved_MiB R" as its last line.
 TORCH_RUNS=${TORCH_RUNS-"flash 32,flash 64,cudnn 32,cudnn 64"}
