@@ -34,13 +34,10 @@ void cpu_encoder_forward(float* out, const int* inp, const float* wte, const flo
 void cpu_encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T, int C);
 void cpu_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                            const float* bias, int N, int C, int ld_out);
-void cpu_residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd, const float* a,
-                                    const float* b, const float* weight, const float* bias, int N, int C,
-                                    int ld_out);
 void cpu_layernorm_backward(float* dinp, float* dweight, float* dbias, float* dinp_sums, const float* dout, const float* inp,
                             const float* weight, const float* mean, const float* rstd, int N, int C, int sum_rows);
-void cpu_matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
-                        int OC, int ld_inp);
+void cpu_matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                        const float* residual, int N, int C, int OC, int ld_inp);
 void cpu_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                          const float* weight, int N, int C, int OC, int ld_inp, int sum_rows);
 void cpu_gelu_forward(float* out, const float* inp, size_t n);
@@ -89,7 +86,6 @@ void cpu_adamw_update(float* param, float* master, const float* grad, float* m, 
 #define encoder_forward cpu_encoder_forward
 #define encoder_backward cpu_encoder_backward
 #define layernorm_forward cpu_layernorm_forward
-#define residual_layernorm_forward cpu_residual_layernorm_forward
 #define layernorm_backward cpu_layernorm_backward
 #define matmul_forward cpu_matmul_forward
 #define matmul_backward cpu_matmul_backward

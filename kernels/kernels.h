@@ -93,15 +93,6 @@ void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const int* i
 // overlap no input.
 void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
                        const floatX* weight, const floatX* bias, int N, int C, int ld_out);
-// The residual connection and the layernorm that reads it, in one pass: residual = a + b (in fp32,
-// rounded once to floatX), then out, mean and rstd exactly as layernorm_forward(out, mean, rstd,
-// residual, weight, bias, N, C, ld_out) makes them, bit for bit (recompute -r 2 rebuilds them with
-// layernorm_forward). The residual add's backward is the identity on a and b: the model lets the
-// residual-stream gradient flow through unchanged and layernorm_backward adds into it. The outputs
-// overlap no input.
-void residual_layernorm_forward(floatX* residual, floatX* out, float* mean, float* rstd, const floatX* a,
-                                const floatX* b, const floatX* weight, const floatX* bias, int N, int C,
-                                int ld_out);
 // dinp += ..., dweight += ..., dbias += ... (parameter sums in groups of sum_rows rows, see above).
 // dinp_sums (may be NULL) += the column sums of dinp after the update, the very bits of
 // matmul_backward's dbias for dout = dinp: the model gives it the bias gradient of the linear layer
@@ -119,10 +110,13 @@ void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* dinp_
 // 16-byte aligned.
 #define LINEAR_BIAS_COLUMNS 8
 
-// out (N, OC) = inp (N, C) @ weight(OC, C)^T + bias (OC); bias may be NULL. inp's bias columns are
-// not read.
+// out (N, OC) = inp (N, C) @ weight(OC, C)^T + bias (OC) + residual (N, OC), summed in fp32 and
+// rounded once to floatX; bias and residual may be NULL. The residual connection of a block's
+// projection is this add: its backward is the identity on residual, so the model lets the
+// residual stream's gradient flow through unchanged. inp's bias columns are not read. out overlaps
+// no input.
 void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
-                    int N, int C, int OC, int ld_inp);
+                    const floatX* residual, int N, int C, int OC, int ld_inp);
 // dinp = dout @ weight; dweight += dout^T @ inp; dbias += column sums of dout (from inp's bias columns
 // where it has them, which the caller then guarantees to be 1 and zeros). dinp, dweight or dbias
 // may be NULL, which skips that part.

@@ -352,13 +352,15 @@ static LayerActs layer_acts(const GPT2* model, int l, int B, int T) {
     return s;
 }
 
-// out = inp @ weight^T + bias over N rows, in products of `rows` rows each: with --batch-invariant
-// one group of sequences, so that each is a product of the same shape whatever the batch (cuBLASLt
-// may pick another kernel, which sums in another order, for more rows). inp's rows are ld_inp apart.
-static void linear_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int N,
-                           int rows, int C, int OC, int ld_inp) {
+// out = inp @ weight^T + bias [+ residual] over N rows, in products of `rows` rows each: with
+// --batch-invariant one group of sequences, so that each is a product of the same shape whatever
+// the batch (cuBLASLt may pick another kernel, which sums in another order, for more rows). inp's
+// rows are ld_inp apart.
+static void linear_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
+                           const floatX* residual, int N, int rows, int C, int OC, int ld_inp) {
     for (int r0 = 0; r0 < N; r0 += rows)
-        matmul_forward(out + (size_t)r0 * OC, inp + (size_t)r0 * ld_inp, weight, bias, rows, C, OC, ld_inp);
+        matmul_forward(out + (size_t)r0 * OC, inp + (size_t)r0 * ld_inp, weight, bias,
+                       residual ? residual + (size_t)r0 * OC : NULL, rows, C, OC, ld_inp);
 }
 
 // The gradient of a parameter: at the same offset in the gradients as the parameter in the parameters.
@@ -392,34 +394,32 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
     int G = model->sum_sequences, rows = G && B % G == 0 ? G * T : N; // a forward-only B may not split
 
     encoder_forward(a->encoded, a->inputs, model->params.t[P_WTE], model->params.t[P_WPE], B, T, C);
-    // Each residual add runs fused with the layernorm that reads its sum: the attention branch's
-    // with ln2, the MLP branch's with the next layer's ln1, or after the last layer with lnf. Only
-    // layer 0's ln1 reads no sum. Recompute (-r 2) rebuilds ln1 and ln2 with layernorm_forward,
-    // which gives the fused call's bits (kernels.h).
+    // Each residual add is the epilogue of the projection whose output it adds (attproj's into
+    // residual2, fcproj's into residual3): one rounding of the fp32 sum, and no pass that reads the
+    // projection's output back. The layernorms then read the residual stream alone, as recompute
+    // (-r 2) does when it rebuilds ln1 and ln2 with the same calls.
     LayerWeights w0 = layer_weights(&model->params, cfg, 0);
     LayerActs s0 = layer_acts(model, 0, B, T);
     layernorm_forward(s0.ln1, s0.ln1_mean, s0.ln1_rstd, s0.input, w0.ln1w, w0.ln1b, N, C, C);
     for (int l = 0; l < L; l++) {
         LayerWeights w = layer_weights(&model->params, cfg, l);
         LayerActs s = layer_acts(model, l, B, T);
-        linear_forward(s.qkv, s.ln1, w.qkvw, w.qkvb, N, rows, C, 3 * C, C);
+        linear_forward(s.qkv, s.ln1, w.qkvw, w.qkvb, NULL, N, rows, C, 3 * C, C);
         attention_forward(s.atty, s.att_saved, s.qkv, B, T, C, NH);
-        linear_forward(a->dbuf_c, s.atty, w.attprojw, w.attprojb, N, rows, C, C, C);
-        residual_layernorm_forward(s.residual2, s.ln2, s.ln2_mean, s.ln2_rstd, s.input, a->dbuf_c, w.ln2w, w.ln2b,
-                                   N, C, ln2_ld(C));
+        linear_forward(s.residual2, s.atty, w.attprojw, w.attprojb, s.input, N, rows, C, C, C);
+        layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.residual2, w.ln2w, w.ln2b, N, C, ln2_ld(C));
         // not fused into the matmul: recompute (-r >= 1) rebuilds fch_gelu with this same kernel,
         // so every recompute level trains bit for bit alike
-        linear_forward(s.fch, s.ln2, w.fcw, w.fcb, N, rows, C, 4 * C, ln2_ld(C));
+        linear_forward(s.fch, s.ln2, w.fcw, w.fcb, NULL, N, rows, C, 4 * C, ln2_ld(C));
         gelu_forward(s.fch_gelu, s.fch, (size_t)N * 4 * C);
-        linear_forward(a->dbuf_c, s.fch_gelu, w.fcprojw, w.fcprojb, N, rows, 4 * C, C, 4 * C);
+        linear_forward(s.residual3, s.fch_gelu, w.fcprojw, w.fcprojb, s.residual2, N, rows, 4 * C, C, 4 * C);
         if (l + 1 < L) {
             LayerWeights next_w = layer_weights(&model->params, cfg, l + 1);
             LayerActs next = layer_acts(model, l + 1, B, T);
-            residual_layernorm_forward(s.residual3, next.ln1, next.ln1_mean, next.ln1_rstd, s.residual2, a->dbuf_c,
-                                       next_w.ln1w, next_w.ln1b, N, C, C);
+            layernorm_forward(next.ln1, next.ln1_mean, next.ln1_rstd, s.residual3, next_w.ln1w, next_w.ln1b, N, C, C);
         } else {
-            residual_layernorm_forward(s.residual3, a->lnf, a->lnf_mean, a->lnf_rstd, s.residual2, a->dbuf_c,
-                                       model->params.t[P_LNFW], model->params.t[P_LNFB], N, C, C);
+            layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, s.residual3, model->params.t[P_LNFW],
+                              model->params.t[P_LNFB], N, C, C);
         }
     }
     if (!targets) return; // gpt2_logits_row makes the logits it is asked for
@@ -433,7 +433,7 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         int n = (b0 + slice <= B ? slice : B - b0) * T;
         int part = head_G ? (slice < head_G ? slice : head_G) * T : n; // rows per product and gradient sum
         size_t r0 = (size_t)b0 * T;
-        linear_forward(a->logits, a->lnf + r0 * C, wte, NULL, n, part, C, Vp, C);
+        linear_forward(a->logits, a->lnf + r0 * C, wte, NULL, NULL, n, part, C, Vp, C);
         fused_classifier(a->logits, a->losses + r0, a->targets + r0, dloss, n, V, Vp, dloss > 0.0f);
         if (dloss > 0.0f)
             matmul_backward(a->dbuf_c + r0 * C, grad_of(model, wte), NULL, a->logits, a->lnf + r0 * C, wte, n, C, Vp,
@@ -571,7 +571,7 @@ void gpt2_logits_row(GPT2* model, int b, int t, int T, float* host_out) {
     int C = cfg->channels;
     // The row's lnf first moves to the start of dbuf_c: cuBLASLt assumes aligned operands.
     dev_copy(a->dbuf_c, a->lnf + ((size_t)b * T + t) * C, (size_t)C * sizeof(floatX));
-    matmul_forward(a->logits, a->dbuf_c, model->params.t[P_WTE], NULL, 1, C, cfg->padded_vocab_size, C);
+    matmul_forward(a->logits, a->dbuf_c, model->params.t[P_WTE], NULL, NULL, 1, C, cfg->padded_vocab_size, C);
     float_from_floatX(a->row, a->logits, cfg->vocab_size);
     dev_download(host_out, a->row, cfg->vocab_size * sizeof(float));
 }

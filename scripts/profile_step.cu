@@ -3,8 +3,8 @@
 // a backward to follow), gpt2_backward, gpt2_reduce_gradients and gpt2_update (recompute 0, one
 // process), in the same order and with the same arguments and shapes, and times each call site on its
 // own with CUDA events: WARMUP calls, then the median of --repeats calls. Only layer 0's activations
-// exist: the per-layer calls run on layer 0 and count L times per step (the MLP's residual add, fused
-// with the next layer's ln1, writes layer 0's ln1 and takes its weights). Parameters, gradients and
+// exist: the per-layer calls run on layer 0 and count L times per step (the next layer's ln1 writes
+// layer 0's ln1 and takes its weights). Parameters, gradients and
 // AdamW state are whole, so the encoder, the head and the optimizer run at full size. The inputs are
 // random (weights N(0, 0.02), token ids and targets uniform in [0, V), or from a token file with
 // --tokens: text repeats its frequent tokens far more); every activation is written
@@ -359,8 +359,6 @@ int main(int argc, char** argv) {
 
     // Bytes of the memory-bound calls, from their contracts.
     const double ln_fwd_bytes = (2.0 * NC + 2.0 * C) * X + 2.0 * N * sizeof(float);
-    // reads a, b, weight and bias; writes the sum, out, mean and rstd
-    const double residual_ln_fwd_bytes = (4.0 * NC + 2.0 * C) * X + 2.0 * N * sizeof(float);
     // reads dout, inp, weight, mean, rstd and dinp, dweight, dbias (float); writes the last three
     const double ln_bwd_bytes = (4.0 * NC + C) * X + 4.0 * C * sizeof(float) + 2.0 * N * sizeof(float);
     const double mm = 2.0 * N * C; // FLOPs of a forward matmul per output channel of C inputs
@@ -379,35 +377,29 @@ int main(int argc, char** argv) {
     time_call("upload targets", 1, 0, N * sizeof(int), [&] { dev_upload(targets, host_targets, (size_t)N * sizeof(int)); });
     time_call("encoder_forward", 1, 0, 2.0 * NC * X + (double)T * C * X + N * sizeof(int),
               [&] { encoder_forward(encoded, inputs, p[P_WTE], p[P_WPE], B, T, C); });
-    time_call("layernorm_forward ln1", 1, 0, ln_fwd_bytes, // layer 0's: the others are fused below
+    // Layer 0's ln1 reads the encoder's output, the others the previous layer's residual3: the same call.
+    time_call("layernorm_forward ln1", L, 0, ln_fwd_bytes,
               [&] { layernorm_forward(ln1, ln1_mean, ln1_rstd, encoded, p[P_LN1W], p[P_LN1B], N, C, C); });
     time_call("matmul_forward qkv", L, mm * 3 * C, 0,
-              [&] { matmul_forward(qkv, ln1, p[P_QKVW], p[P_QKVB], N, C, 3 * C, C); });
+              [&] { matmul_forward(qkv, ln1, p[P_QKVW], p[P_QKVB], NULL, N, C, 3 * C, C); });
     time_call("attention_forward", L, att_fwd_flops, 0,
               [&] { attention_forward(atty, att_saved, qkv, B, T, C, NH); });
-    time_call("matmul_forward attproj", L, mm * C, 0,
-              [&] { matmul_forward(dbuf_c, atty, p[P_ATTPROJW], p[P_ATTPROJB], N, C, C, C); });
-    time_call("residual_layernorm_forward ln2", L, 0, residual_ln_fwd_bytes, [&] {
-        residual_layernorm_forward(residual2, ln2, ln2_mean, ln2_rstd, encoded, dbuf_c, p[P_LN2W], p[P_LN2B], N, C,
-                                   ld_ln2);
+    time_call("matmul_forward attproj + residual", L, mm * C, 0, [&] {
+        matmul_forward(residual2, atty, p[P_ATTPROJW], p[P_ATTPROJB], encoded, N, C, C, C);
     });
+    time_call("layernorm_forward ln2", L, 0, ln_fwd_bytes,
+              [&] { layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, p[P_LN2W], p[P_LN2B], N, C, ld_ln2); });
     time_call("matmul_forward fc", L, mm * 4 * C, 0,
-              [&] { matmul_forward(fch, ln2, p[P_FCW], p[P_FCB], N, C, 4 * C, ld_ln2); });
+              [&] { matmul_forward(fch, ln2, p[P_FCW], p[P_FCB], NULL, N, C, 4 * C, ld_ln2); });
     time_call("gelu_forward", L, 0, 2.0 * NC * 4 * X, [&] { gelu_forward(fch_gelu, fch, NC * 4); });
-    time_call("matmul_forward fcproj", L, mm * 4 * C, 0,
-              [&] { matmul_forward(dbuf_c, fch_gelu, p[P_FCPROJW], p[P_FCPROJB], N, 4 * C, C, 4 * C); });
-    if (L > 1)
-        time_call("residual_layernorm_forward ln1", L - 1, 0, residual_ln_fwd_bytes, [&] {
-            residual_layernorm_forward(residual3, ln1, ln1_mean, ln1_rstd, residual2, dbuf_c, p[P_LN1W], p[P_LN1B],
-                                       N, C, C);
-        });
-    time_call("residual_layernorm_forward lnf", 1, 0, residual_ln_fwd_bytes, [&] {
-        residual_layernorm_forward(residual3, lnf, lnf_mean, lnf_rstd, residual2, dbuf_c, p[P_LNFW], p[P_LNFB], N, C,
-                                   C);
+    time_call("matmul_forward fcproj + residual", L, mm * 4 * C, 0, [&] {
+        matmul_forward(residual3, fch_gelu, p[P_FCPROJW], p[P_FCPROJB], residual2, N, 4 * C, C, 4 * C);
     });
+    time_call("layernorm_forward lnf", 1, 0, ln_fwd_bytes,
+              [&] { layernorm_forward(lnf, lnf_mean, lnf_rstd, residual3, p[P_LNFW], p[P_LNFB], N, C, C); });
     const double head_mm = 2.0 * HN * C;
     time_call("matmul_forward lm head", slices, head_mm * Vp, 0,
-              [&] { matmul_forward(logits, lnf, p[P_WTE], NULL, HN, C, Vp, C); });
+              [&] { matmul_forward(logits, lnf, p[P_WTE], NULL, NULL, HN, C, Vp, C); });
     // reads the logits and targets, writes the losses and the dlogits over the logits
     time_call("fused_classifier", slices, 0, 2.0 * HN * Vp * X + 2.0 * HN * sizeof(int), [&] {
         fused_classifier(logits, losses, targets, 1.0f / (float)N, HN, V, Vp, 1);

@@ -286,60 +286,40 @@ static void test_layernorm(int N, int C, int sum_rows) {
     dev_free(d_db_again), dev_free(d_ds), dev_free(d_ds_again), dev_free(d_ds_matmul);
 }
 
-// residual_layernorm_forward on arrays `offset` elements in (not 16-byte aligned unless offset is a
-// multiple of X128), outputs poisoned. The sum against the CPU's (1 rounding); out, mean and rstd
-// against the CPU layernorm of the sum as the GPU rounded it (the contract; the fp32 CPU's own sum
-// is unrounded), and bit for bit what layernorm_forward makes of that sum on the GPU.
-static void test_residual_layernorm(int N, int C, size_t offset) {
+// layernorm_forward on arrays `offset` elements in (not 16-byte aligned unless offset is a multiple
+// of X128: every load and store element by element), outputs poisoned: against the CPU, and bit for
+// bit what the same rows give from aligned arrays.
+static void test_layernorm_offset(int N, int C, size_t offset) {
     char name[160];
     size_t n = (size_t)N * C;
-    float *a = random_array(n + offset, -2, 3), *b = random_array(n + offset, -1, 1);
+    float *inp = random_array(n + offset, -2, 3);
     float *w = random_array(C + offset, 0.5, 1.5), *bias = random_array(C + offset, -1, 1);
-    floatX *d_a = upload_x(a, n + offset), *d_b = upload_x(b, n + offset);
-    floatX *d_w = upload_x(w, C + offset), *d_bias = upload_x(bias, C + offset);
-    floatX* d_residual = (floatX*)poisoned((n + offset) * sizeof(floatX));
+    floatX *d_inp = upload_x(inp, n + offset), *d_w = upload_x(w, C + offset), *d_bias = upload_x(bias, C + offset);
     floatX* d_out = (floatX*)poisoned((n + offset) * sizeof(floatX));
-    floatX* d_plain_out = (floatX*)poisoned((n + offset) * sizeof(floatX));
     float *d_mean = (float*)poisoned(N * sizeof(float)), *d_rstd = (float*)poisoned(N * sizeof(float));
-    float *d_plain_mean = (float*)poisoned(N * sizeof(float)), *d_plain_rstd = (float*)poisoned(N * sizeof(float));
-    residual_layernorm_forward(d_residual + offset, d_out + offset, d_mean, d_rstd, d_a + offset, d_b + offset,
-                               d_w + offset, d_bias + offset, N, C, C);
-    float *residual = host_floats(n), *out = host_floats(n), *mean = host_floats(N), *rstd = host_floats(N);
-    cpu_residual_layernorm_forward(residual, out, mean, rstd, a + offset, b + offset, w + offset, bias + offset, N, C,
-                                   C);
-    snprintf(name, sizeof name, "residual_layernorm_forward residual N=%d C=%d offset=%zu", N, C, offset);
-    check_x(name, d_residual + offset, residual, n, 1);
-    download_x(residual, d_residual + offset, n);
-    cpu_layernorm_forward(out, mean, rstd, residual, w + offset, bias + offset, N, C, C);
-    snprintf(name, sizeof name, "residual_layernorm_forward out N=%d C=%d offset=%zu", N, C, offset);
+    layernorm_forward(d_out + offset, d_mean, d_rstd, d_inp + offset, d_w + offset, d_bias + offset, N, C, C);
+    float *out = host_floats(n), *mean = host_floats(N), *rstd = host_floats(N);
+    cpu_layernorm_forward(out, mean, rstd, inp + offset, w + offset, bias + offset, N, C, C);
+    snprintf(name, sizeof name, "layernorm_forward out N=%d C=%d offset=%zu", N, C, offset);
     check_x(name, d_out + offset, out, n, 1);
-    snprintf(name, sizeof name, "residual_layernorm_forward mean N=%d C=%d offset=%zu", N, C, offset);
+    snprintf(name, sizeof name, "layernorm_forward mean N=%d C=%d offset=%zu", N, C, offset);
     check_f(name, d_mean, mean, N, 1e-5);
-    snprintf(name, sizeof name, "residual_layernorm_forward rstd N=%d C=%d offset=%zu", N, C, offset);
+    snprintf(name, sizeof name, "layernorm_forward rstd N=%d C=%d offset=%zu", N, C, offset);
     check_f(name, d_rstd, rstd, N, 1e-5);
-    layernorm_forward(d_plain_out + offset, d_plain_mean, d_plain_rstd, d_residual + offset, d_w + offset,
-                      d_bias + offset, N, C, C);
-    snprintf(name, sizeof name,
-             "residual_layernorm_forward N=%d C=%d offset=%zu = layernorm_forward of its sum, bit for bit", N, C,
-             offset);
-    int same = same_bytes(d_out + offset, d_plain_out + offset, n * sizeof(floatX)) &&
-               same_bytes(d_mean, d_plain_mean, N * sizeof(float)) &&
-               same_bytes(d_rstd, d_plain_rstd, N * sizeof(float));
+    floatX *d_aligned_inp = upload_x(inp + offset, n), *d_aligned_w = upload_x(w + offset, C);
+    floatX *d_aligned_bias = upload_x(bias + offset, C), *d_aligned_out = (floatX*)poisoned(n * sizeof(floatX));
+    float *d_aligned_mean = (float*)poisoned(N * sizeof(float)), *d_aligned_rstd = (float*)poisoned(N * sizeof(float));
+    layernorm_forward(d_aligned_out, d_aligned_mean, d_aligned_rstd, d_aligned_inp, d_aligned_w, d_aligned_bias, N, C,
+                      C);
+    snprintf(name, sizeof name, "layernorm_forward N=%d C=%d offset=%zu = the aligned call, bit for bit", N, C, offset);
+    int same = same_bytes(d_out + offset, d_aligned_out, n * sizeof(floatX)) &&
+               same_bytes(d_mean, d_aligned_mean, N * sizeof(float)) &&
+               same_bytes(d_rstd, d_aligned_rstd, N * sizeof(float));
     test_check(same, name, "%s", same ? "out, mean, rstd equal" : "bits differ");
-    // The model's ln2: rows with the bias columns after them, the same bits otherwise.
-    floatX* d_padded = (floatX*)poisoned((size_t)N * (C + LINEAR_BIAS_COLUMNS) * sizeof(floatX));
-    residual_layernorm_forward(d_plain_out + offset, d_padded, d_plain_mean, d_plain_rstd, d_a + offset, d_b + offset,
-                               d_w + offset, d_bias + offset, N, C, C + LINEAR_BIAS_COLUMNS);
-    snprintf(name, sizeof name,
-             "residual_layernorm_forward N=%d C=%d offset=%zu with the bias columns: the same bits, then 1, 0, ...", N,
-             C, offset);
-    same = same_rows_and_bias_columns(d_padded, d_out + offset, N, C) &&
-           same_bytes(d_mean, d_plain_mean, N * sizeof(float)) && same_bytes(d_rstd, d_plain_rstd, N * sizeof(float));
-    test_check(same, name, "%s", same ? "equal" : "differ");
-    dev_free(d_padded);
-    free(a), free(b), free(w), free(bias), free(residual), free(out), free(mean), free(rstd);
-    dev_free(d_a), dev_free(d_b), dev_free(d_w), dev_free(d_bias), dev_free(d_residual), dev_free(d_out);
-    dev_free(d_plain_out), dev_free(d_mean), dev_free(d_rstd), dev_free(d_plain_mean), dev_free(d_plain_rstd);
+    free(inp), free(w), free(bias), free(out), free(mean), free(rstd);
+    dev_free(d_inp), dev_free(d_w), dev_free(d_bias), dev_free(d_out), dev_free(d_mean), dev_free(d_rstd);
+    dev_free(d_aligned_inp), dev_free(d_aligned_w), dev_free(d_aligned_bias), dev_free(d_aligned_out);
+    dev_free(d_aligned_mean), dev_free(d_aligned_rstd);
 }
 
 // The GPU's input rows ld apart: C, or C + LINEAR_BIAS_COLUMNS with the bias columns (from which
@@ -358,10 +338,21 @@ static void test_matmul(int N, int C, int OC, int with_bias, int sum_rows, int l
     floatX* d_bias = upload_x(bias, OC);
     floatX* d_out = (floatX*)poisoned((size_t)N * OC * sizeof(floatX));
     float* out = host_floats((size_t)N * OC);
-    matmul_forward(d_out, d_inp, d_w, with_bias ? d_bias : NULL, N, C, OC, ld);
-    cpu_matmul_forward(out, inp, w, with_bias ? bias : NULL, N, C, OC, C);
+    matmul_forward(d_out, d_inp, d_w, with_bias ? d_bias : NULL, NULL, N, C, OC, ld);
+    cpu_matmul_forward(out, inp, w, with_bias ? bias : NULL, NULL, N, C, OC, C);
     snprintf(name, sizeof name, "matmul_forward N=%d C=%d OC=%d bias=%d ld=%d", N, C, OC, with_bias, ld);
     check_x(name, d_out, out, (size_t)N * OC, 1);
+    // With a residual added in the same sum (one rounding): values as large as the product's, so a
+    // residual left out, added twice or rounded apart fails.
+    float* residual = random_array((size_t)N * OC, -8, 8);
+    floatX* d_residual = upload_x(residual, (size_t)N * OC);
+    floatX* d_sum = (floatX*)poisoned((size_t)N * OC * sizeof(floatX));
+    matmul_forward(d_sum, d_inp, d_w, with_bias ? d_bias : NULL, d_residual, N, C, OC, ld);
+    cpu_matmul_forward(out, inp, w, with_bias ? bias : NULL, residual, N, C, OC, C);
+    snprintf(name, sizeof name, "matmul_forward + residual N=%d C=%d OC=%d bias=%d ld=%d", N, C, OC, with_bias, ld);
+    check_x(name, d_sum, out, (size_t)N * OC, 1);
+    free(residual);
+    dev_free(d_residual), dev_free(d_sum);
 
     float *dout = random_array((size_t)N * OC, -1, 1), *dw = random_array((size_t)OC * C, -1, 1);
     float *db = random_array(OC, -1, 1), *dinp = host_floats((size_t)N * C);
@@ -770,13 +761,12 @@ int main(void) {
                                     // shared memory a block, past the 48 KB a launch gets without asking
     test_layernorm(300, 2048, 300); // the widest rows in BF16's registers: 64 KB of dinp sums per block
     test_layernorm(70, 2101, 35); // wider than the registers hold (2048 in BF16, 1024 in FP32)
-    test_residual_layernorm(7, 13, 0);
-    test_residual_layernorm(7, 13, 1);
-    test_residual_layernorm(64, 768, 0);
-    test_residual_layernorm(64, 768, 3); // C a multiple of 8, arrays unaligned
-    test_residual_layernorm(33, 771, 0);
-    test_residual_layernorm(5, 2101, 0); // wider than the registers hold
-    test_residual_layernorm(3, 1, 0);
+    test_layernorm_offset(7, 13, 1);
+    test_layernorm_offset(64, 768, 3); // C a multiple of 8, arrays unaligned
+    test_layernorm_offset(64, 768, 8); // aligned at an offset
+    test_layernorm_offset(33, 771, 1);
+    test_layernorm_offset(5, 2101, 5); // wider than the registers hold
+    test_layernorm_offset(3, 1, 1);
     test_matmul(35, 37, 101, 1, 35, 37);
     test_matmul(1, 64, 40, 1, 1, 64);
     test_matmul(133, 96, 288, 0, 133, 96);

@@ -26,17 +26,6 @@ void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
     }
 }
 
-// The sum, then layernorm_forward on it: the fused call's statistics are those of layernorm_forward
-// by construction.
-void residual_layernorm_forward(floatX* residual, floatX* out, float* mean, float* rstd, const floatX* a,
-                                const floatX* b, const floatX* weight, const floatX* bias, int N, int C,
-                                int ld_out) {
-    size_t n = (size_t)N * C;
-    #pragma omp parallel for
-    for (size_t i = 0; i < n; i++) residual[i] = a[i] + b[i];
-    layernorm_forward(out, mean, rstd, residual, weight, bias, N, C, ld_out);
-}
-
 // With norm = (x - mean) * rstd and dnorm = dout * weight:
 // dx = rstd * (dnorm - mean_c(dnorm) - norm * mean_c(dnorm * norm)).
 void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* dinp_sums, const floatX* dout,

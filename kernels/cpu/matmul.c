@@ -62,11 +62,11 @@ static void tile_multiply(float acc[TILE_I][TILE_J], const float* const a_rows[T
     }
 }
 
-// out[n, oc] = bias[oc] + sum_c inp[n, c] weight[oc, c]. The tile runs over i = oc and j = n, so it
-// needs inp's columns contiguous: inp is first packed into panels of TILE_J rows, (C, TILE_J) each,
-// zero past row N.
+// out[n, oc] = (sum_c inp[n, c] weight[oc, c] + bias[oc]) + residual[n, oc]. The tile runs over i =
+// oc and j = n, so it needs inp's columns contiguous: inp is first packed into panels of TILE_J
+// rows, (C, TILE_J) each, zero past row N.
 void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
-                    int N, int C, int OC, int ld_inp) {
+                    const floatX* residual, int N, int C, int OC, int ld_inp) {
     check_linear_ld("matmul_forward", C, ld_inp);
     int panels = (N + TILE_J - 1) / TILE_J;
     float* packed = xmalloc((size_t)panels * C * TILE_J * sizeof(float), "matmul_forward's packed input");
@@ -96,9 +96,10 @@ void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const 
                 tile_multiply(acc, w_rows, 1, packed + (size_t)panel * C * TILE_J, TILE_J, C, TILE_J);
                 int n_end = min_int(N - panel * TILE_J, TILE_J), i_end = min_int(OC - oc0, TILE_I);
                 for (int j = 0; j < n_end; j++) {
-                    float* out_n = out + (size_t)(panel * TILE_J + j) * OC + oc0;
+                    const size_t row = (size_t)(panel * TILE_J + j) * OC + oc0;
                     for (int i = 0; i < i_end; i++)
-                        out_n[i] = acc[i][j] + (bias ? bias[oc0 + i] : 0.0f);
+                        out[row + i] = acc[i][j] + (bias ? bias[oc0 + i] : 0.0f) +
+                                       (residual ? residual[row + i] : 0.0f);
                 }
             }
         }

@@ -1,4 +1,4 @@
-// LayerNorm over rows of C, eps 1e-5, statistics in fp32, and the residual add that feeds it.
+// LayerNorm over rows of C, eps 1e-5, statistics in fp32.
 // Memory-bound: each kernel reads every input element once, with 16-byte loads. One warp per row;
 // lane l holds the row's vectors of X128 elements at columns (l + 32 v) X128, v < VECS, in registers
 // (VECS fixed at compile time, the smallest that covers C, at most LN_MAX_VECS). Wider rows load
@@ -35,31 +35,18 @@ static bool aligned16(const void* p) { return (uintptr_t)p % 16 == 0; }
 
 __device__ inline int lane_column(int lane, int v) { return (lane + 32 * v) * X128; }
 
-// residual = a + b rounded to floatX (when b is not NULL; the row is a itself when it is), then out
-// (rows ld_out apart, with the bias columns of kernels.h after C when ld_out > C), mean and rstd =
-// the layernorm of those rounded values. layernorm_forward and
-// residual_layernorm_forward are this one kernel, so for the same rows they give the same bits.
+// out (rows ld_out apart, with the bias columns of kernels.h after C when ld_out > C), mean and rstd
+// = the layernorm of inp's rows.
 template <int VECS>
 __global__ void __launch_bounds__(32 * LN_WARPS)
-    layernorm_forward_kernel(floatX* __restrict__ residual, floatX* __restrict__ out, float* __restrict__ mean,
-                             float* __restrict__ rstd, const floatX* __restrict__ a, const floatX* __restrict__ b,
-                             const floatX* __restrict__ weight, const floatX* __restrict__ bias, int N, int C,
-                             int ld_out, bool vector) {
+    layernorm_forward_kernel(floatX* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
+                             const floatX* __restrict__ inp, const floatX* __restrict__ weight,
+                             const floatX* __restrict__ bias, int N, int C, int ld_out, bool vector) {
     const int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
-    const size_t start = (size_t)row * C;
-    // The row's values at column c, as layernorm_forward sees them (elements past C are 0).
-    auto load_row = [&](float vals[X128], int c) {
-        load_x128(vals, a + start, c, C, vector);
-        if (b) {
-            float other[X128];
-            load_x128(other, b + start, c, C, vector);
-            for (int k = 0; k < X128; k++) vals[k] = (float)(floatX)(vals[k] + other[k]);
-        }
-    };
-    // f(vals, c) for each vector of this lane: those held in x, then any beyond them loaded again
-    // (the sum again from a and b: never read back from residual, which the read-only path that
-    // __restrict__ allows would not see written).
+    const floatX* x_row = inp + (size_t)row * C;
+    // f(vals, c) for each vector of this lane (elements past C are 0): those held in x, then any
+    // beyond them loaded again.
     float x[VECS][X128];
     auto each_vector = [&](auto f) {
 #pragma unroll
@@ -67,17 +54,16 @@ __global__ void __launch_bounds__(32 * LN_WARPS)
             if (lane_column(lane, v) < C) f(x[v], lane_column(lane, v));
         for (int c = lane_column(lane, VECS); c < C; c += 32 * X128) {
             float vals[X128];
-            load_row(vals, c);
+            load_x128(vals, x_row, c, C, vector);
             f(vals, c);
         }
     };
     // All loads first, so that they are in flight together.
 #pragma unroll
     for (int v = 0; v < VECS; v++)
-        if (lane_column(lane, v) < C) load_row(x[v], lane_column(lane, v));
+        if (lane_column(lane, v) < C) load_x128(x[v], x_row, lane_column(lane, v), C, vector);
     float sum = 0.0f;
-    each_vector([&](const float vals[X128], int c) {
-        if (b) store_x128(residual + start, vals, c, C, vector);
+    each_vector([&](const float vals[X128], int) {
         for (int k = 0; k < X128; k++) sum += vals[k];
     });
     const float m = warp_sum(sum) / C;
@@ -101,30 +87,17 @@ __global__ void __launch_bounds__(32 * LN_WARPS)
     }
 }
 
-static void launch_layernorm_forward(floatX* residual, floatX* out, float* mean, float* rstd, const floatX* a,
-                                     const floatX* b, const floatX* weight, const floatX* bias, int N, int C,
-                                     int ld_out) {
-    check_linear_ld("layernorm_forward", C, ld_out);
-    if (N == 0) return;
-    const bool vector = C % X128 == 0 && ld_out % X128 == 0 && aligned16(a) &&
-                        (!b || (aligned16(b) && aligned16(residual))) && aligned16(out) && aligned16(weight) &&
-                        aligned16(bias);
-    with_vecs(C, [&](auto vecs) {
-        layernorm_forward_kernel<decltype(vecs)::value><<<ceil_div(N, LN_WARPS), 32 * LN_WARPS>>>(
-            residual, out, mean, rstd, a, b, weight, bias, N, C, ld_out, vector);
-        launchCheck();
-    });
-}
-
 void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
                        const floatX* bias, int N, int C, int ld_out) {
-    launch_layernorm_forward(NULL, out, mean, rstd, inp, NULL, weight, bias, N, C, ld_out);
-}
-
-void residual_layernorm_forward(floatX* residual, floatX* out, float* mean, float* rstd, const floatX* a,
-                                const floatX* b, const floatX* weight, const floatX* bias, int N, int C,
-                                int ld_out) {
-    launch_layernorm_forward(residual, out, mean, rstd, a, b, weight, bias, N, C, ld_out);
+    check_linear_ld("layernorm_forward", C, ld_out);
+    if (N == 0) return;
+    const bool vector = C % X128 == 0 && ld_out % X128 == 0 && aligned16(inp) && aligned16(out) &&
+                        aligned16(weight) && aligned16(bias);
+    with_vecs(C, [&](auto vecs) {
+        layernorm_forward_kernel<decltype(vecs)::value><<<ceil_div(N, LN_WARPS), 32 * LN_WARPS>>>(
+            out, mean, rstd, inp, weight, bias, N, C, ld_out, vector);
+        launchCheck();
+    });
 }
 
 // The X128 elements of p at i .. i + X128 as stored (0 from end on): one 16-byte load when `vector`.

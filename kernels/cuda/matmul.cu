@@ -34,14 +34,14 @@ enum Epilogue { PLAIN, GELU_BACKWARD };
 
 struct MatmulShape { // everything the heuristic sees
     int m, n, k, lda, ldb, ldd;
-    bool transpose_a, transpose_b, bias;
+    bool transpose_a, transpose_b, bias, c_in;
     cublasLtEpilogue_t epilogue;
     cudaDataType_t d_type;
 };
 static bool same_shape(const MatmulShape& x, const MatmulShape& y) {
     return x.m == y.m && x.n == y.n && x.k == y.k && x.lda == y.lda && x.ldb == y.ldb && x.ldd == y.ldd &&
            x.transpose_a == y.transpose_a && x.transpose_b == y.transpose_b && x.bias == y.bias &&
-           x.epilogue == y.epilogue && x.d_type == y.d_type;
+           x.c_in == y.c_in && x.epilogue == y.epilogue && x.d_type == y.d_type;
 }
 struct TunedAlgo {
     MatmulShape shape;
@@ -159,13 +159,14 @@ static cublasLtMatmulAlgo_t choose_algo(const MatmulShape& shape, cublasLtMatmul
     return candidates[best].algo;
 }
 
-// D (m, n, column-major, ld ldd) = op(A) (m, k) @ op(B) (k, n) [+ bias (m)] [+ D if accumulate],
-// then the epilogue with `aux`. D is floatX, or float where d_type is CUDA_R_32F (weight gradients).
+// D (m, n, column-major, ld ldd) = op(A) (m, k) @ op(B) (k, n) [+ D if accumulate, or + c_in (D's
+// shape and type) if given] [+ bias (m)], in fp32, then the epilogue with `aux`. D is floatX, or
+// float where d_type is CUDA_R_32F (weight gradients).
 static void matmul_cublaslt(void* d, const floatX* a, const floatX* b, const floatX* bias,
                             int m, int n, int k, bool transpose_a, bool transpose_b,
                             int lda, int ldb, int ldd, bool accumulate,
                             Epilogue epilogue = PLAIN, const floatX* aux = NULL,
-                            cudaDataType_t d_type = CUDA_FLOATX) {
+                            cudaDataType_t d_type = CUDA_FLOATX, const floatX* c_in = NULL) {
     cublasLtMatmulDesc_t desc;
     cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -193,12 +194,14 @@ static void matmul_cublaslt(void* d, const floatX* a, const floatX* b, const flo
     cublasCheck(cublasLtMatrixLayoutCreate(&layout_b, CUDA_FLOATX, transpose_b ? n : k,
                                            transpose_b ? k : n, ldb));
     cublasCheck(cublasLtMatrixLayoutCreate(&layout_d, d_type, m, n, ldd));
-    float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    float alpha = 1.0f, beta = accumulate || c_in ? 1.0f : 0.0f;
+    const void* c = c_in ? (const void*)c_in : d;
     auto run = [&](const cublasLtMatmulAlgo_t& algo) {
-        cublasCheck(cublasLtMatmul(cublaslt_handle, desc, &alpha, a, layout_a, b, layout_b, &beta, d, layout_d, d,
+        cublasCheck(cublasLtMatmul(cublaslt_handle, desc, &alpha, a, layout_a, b, layout_b, &beta, c, layout_d, d,
                                    layout_d, &algo, cublaslt_workspace, cublaslt_workspace_bytes, 0));
     };
-    const MatmulShape shape = {m, n, k, lda, ldb, ldd, transpose_a, transpose_b, bias != NULL, mode, d_type};
+    const MatmulShape shape = {m, n, k, lda, ldb, ldd, transpose_a, transpose_b, bias != NULL, c_in != NULL, mode,
+                               d_type};
     const size_t d_bytes = ((size_t)ldd * (n - 1) + m) * (d_type == CUDA_R_32F ? 4 : 2);
     const bool tune = !accumulate && 2.0 * m * n * k >= TUNE_MIN_FLOPS && tuning_level() > 0;
     run(choose_algo(shape, desc, layout_a, layout_b, layout_d, tune, d, d_bytes, run));
@@ -209,10 +212,13 @@ static void matmul_cublaslt(void* d, const floatX* a, const floatX* b, const flo
 }
 
 void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
-                    int N, int C, int OC, int ld_inp) {
+                    const floatX* residual, int N, int C, int OC, int ld_inp) {
     check_linear_ld("matmul_forward", C, ld_inp);
-    // out^T (OC, N) = weight (as column-major (C, OC))^T @ inp^T (C, N).
-    matmul_cublaslt(out, weight, inp, bias, OC, N, C, true, false, C, ld_inp, OC, false);
+    // out^T (OC, N) = weight (as column-major (C, OC))^T @ inp^T (C, N) + residual^T (OC, N): the
+    // residual add in cuBLASLt's epilogue (beta = 1) reads the residual once, where a pass of its own
+    // would read the product back and write the sum again.
+    matmul_cublaslt(out, weight, inp, bias, OC, N, C, true, false, C, ld_inp, OC, false, PLAIN, NULL, CUDA_FLOATX,
+                    residual);
 }
 
 // dweight += the first C rows of each column of `product` (column-major (ld, OC): inp's columns with
