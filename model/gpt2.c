@@ -398,12 +398,10 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
     // residual2, fcproj's into residual3): one rounding of the fp32 sum, and no pass that reads the
     // projection's output back. The layernorms then read the residual stream alone, as recompute
     // (-r 2) does when it rebuilds ln1 and ln2 with the same calls.
-    LayerWeights w0 = layer_weights(&model->params, cfg, 0);
-    LayerActs s0 = layer_acts(model, 0, B, T);
-    layernorm_forward(s0.ln1, s0.ln1_mean, s0.ln1_rstd, s0.input, w0.ln1w, w0.ln1b, N, C, C);
     for (int l = 0; l < L; l++) {
         LayerWeights w = layer_weights(&model->params, cfg, l);
         LayerActs s = layer_acts(model, l, B, T);
+        layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, s.input, w.ln1w, w.ln1b, N, C, C);
         linear_forward(s.qkv, s.ln1, w.qkvw, w.qkvb, NULL, N, rows, C, 3 * C, C);
         attention_forward(s.atty, s.att_saved, s.qkv, B, T, C, NH);
         linear_forward(s.residual2, s.atty, w.attprojw, w.attprojb, s.input, N, rows, C, C, C);
@@ -413,15 +411,9 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         linear_forward(s.fch, s.ln2, w.fcw, w.fcb, NULL, N, rows, C, 4 * C, ln2_ld(C));
         gelu_forward(s.fch_gelu, s.fch, (size_t)N * 4 * C);
         linear_forward(s.residual3, s.fch_gelu, w.fcprojw, w.fcprojb, s.residual2, N, rows, 4 * C, C, 4 * C);
-        if (l + 1 < L) {
-            LayerWeights next_w = layer_weights(&model->params, cfg, l + 1);
-            LayerActs next = layer_acts(model, l + 1, B, T);
-            layernorm_forward(next.ln1, next.ln1_mean, next.ln1_rstd, s.residual3, next_w.ln1w, next_w.ln1b, N, C, C);
-        } else {
-            layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, s.residual3, model->params.t[P_LNFW],
-                              model->params.t[P_LNFB], N, C, C);
-        }
     }
+    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, layer_acts(model, L - 1, B, T).residual3,
+                      model->params.t[P_LNFW], model->params.t[P_LNFB], N, C, C);
     if (!targets) return; // gpt2_logits_row makes the logits it is asked for
 
     // The head, one slice of sequences at a time (gpt2_head_slice_sequences): the logits, the

@@ -52,6 +52,12 @@ stop_smi() {
     kill "$smi"; wait "$smi" 2>/dev/null || true
     sort -n "$WORK/mem" | tail -1
 }
+# timing TIMES: sets ms and mean, the median (the lower middle) and the mean of the step times TIMES
+# (one per line).
+timing() {
+    ms=$(sort -g <<< "$1" | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+    mean=$(awk '{ s += $1 } END { print s / NR }' <<< "$1")
+}
 # row PRECISION ATTN B MS MEAN PEAK_MIB [NOTE]: one line of the table (tokens/s and MFU from MS, the median).
 row() {
     awk -v p="$1" -v a="$2" -v B="$3" -v T=$T -v ms="$4" -v mean="$5" -v f=$FLOPS_PER_TOKEN -v peak_tf="$PEAK_TFLOPS" -v mem="$6" -v note="${7:-}" 'BEGIN {
@@ -68,9 +74,7 @@ for run in "${runs[@]}"; do
     "$BUILD/$p-$attn/train_gpt" -e d12 -i "$DATA/tiny_shakespeare_train.bin" -j "$DATA/tiny_shakespeare_val.bin" \
         -b "$B" -t $T -r "$r" -x "$STEPS" -v 0 -s 0 -n 0 -o "$out" > "$out.log" 2>&1 || { stop_smi > /dev/null; cat "$out.log"; exit 1; }
     peak=$(stop_smi)
-    times=$(awk -F, -v first="$FIRST" 'NR > 1 && $1 >= first && $6 != "" { print $6 }' "$out/log.csv")
-    ms=$(sort -g <<< "$times" | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
-    mean=$(awk '{ s += $1 } END { print s / NR }' <<< "$times")
+    timing "$(awk -F, -v first="$FIRST" 'NR > 1 && $1 >= first && $6 != "" { print $6 }' "$out/log.csv")"
     row "$p" "$attn" "$B" "$ms" "$mean" "$peak" "$([ "$r" = 0 ] || echo "  -r $r")"
 done
 
@@ -100,8 +104,7 @@ if [ -n "${LLMC:-}" ]; then
         times=$(awk -v first="$FIRST" '/^step +[0-9]+\/[0-9]+ \|/ {
             split($2, s, "/"); for (i = 3; i < NF; i++) if ($(i + 1) == "ms" && s[1] >= first) print $i }' "$out.log")
         [ -n "$times" ] || { echo "bench_train.sh: no step times in the output of $LLMC:"; tail -20 "$out.log"; exit 1; }
-        ms=$(sort -g <<< "$times" | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
-        mean=$(awk '{ s += $1 } END { print s / NR }' <<< "$times")
+        timing "$times"
         row BF16 llm.c "$B" "$ms" "$mean" "$peak" "$([ "$r" = 0 ] || echo "  -r $r")${LLMC_ARGS:+  $LLMC_ARGS}"
     done
 fi
