@@ -3,9 +3,9 @@
 // a backward to follow), gpt2_backward, gpt2_reduce_gradients and gpt2_update (recompute 0, one
 // process), in the same order and with the same arguments and shapes, and times each call site on its
 // own with CUDA events: WARMUP calls, then the median of --repeats calls. Only layer 0's activations
-// exist: the per-layer calls run on layer 0 and count L times per step (the next layer's ln1 writes
-// layer 0's ln1 and takes its weights). Parameters, gradients and
-// AdamW state are whole, so the encoder, the head and the optimizer run at full size. The inputs are
+// exist: the per-layer calls run on layer 0 and count L times per step (every layer's ln1 as layer
+// 0's, which reads the encoder's output). Parameters, gradients and AdamW state are whole, so the
+// encoder, the head and the optimizer run at full size. The inputs are
 // random (weights N(0, 0.02), token ids and targets uniform in [0, V), or from a token file with
 // --tokens: text repeats its frequent tokens far more); every activation is written
 // by an earlier call of the step before a later one reads it, so no other buffer needs filling.
