@@ -42,6 +42,8 @@ void cpu_matmul_backward(float* dinp, float* dweight, float* dbias, const float*
                          const float* weight, int N, int C, int OC, int ld_inp, int sum_rows);
 void cpu_gelu_forward(float* out, const float* inp, size_t n);
 void cpu_gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
+void cpu_matmul_forward_gelu(float* pre, float* out, const float* inp, const float* weight, const float* bias,
+                             int N, int C, int OC, int ld_inp);
 void cpu_matmul_backward_gelu(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                               const float* weight, const float* pre, int N, int C, int OC,
                               int sum_rows);
@@ -91,6 +93,7 @@ void cpu_adamw_update(float* param, float* master, const float* grad, float* m, 
 #define matmul_backward cpu_matmul_backward
 #define gelu_forward cpu_gelu_forward
 #define gelu_backward cpu_gelu_backward
+#define matmul_forward_gelu cpu_matmul_forward_gelu
 #define matmul_backward_gelu cpu_matmul_backward_gelu
 #define fused_classifier cpu_fused_classifier
 #define attention_saved_bytes cpu_attention_saved_bytes

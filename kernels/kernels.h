@@ -126,11 +126,17 @@ void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* d
 // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 void gelu_forward(floatX* out, const floatX* inp, size_t n);
 void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n); // dinp =, may alias dout
+// The MLP's first layer and its GELU: pre (N, OC) = inp @ weight^T + bias, summed in fp32 and rounded
+// once as matmul_forward's, and out (N, OC) = gelu_forward(pre), the very bits that gelu_forward
+// gives from pre, so that recompute (-r >= 1) can rebuild out from pre with gelu_forward and train
+// bit for bit alike. (On H100/H200 in the BF16 build, one kernel computes both and does not read pre
+// back; elsewhere matmul_forward and gelu_forward.)
+// inp's bias columns are not read; pre and out overlap nothing.
+void matmul_forward_gelu(floatX* pre, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
+                         int N, int C, int OC, int ld_inp);
 // matmul_backward of the layer that reads gelu(pre), with dinp = gelu'(pre) * (dout @ weight): the
 // gradient with respect to pre (N, C), as gelu_backward would make it (in the GPU's BF16 build one
 // cuBLASLt call with a GELU-derivative epilogue, which saves a pass over the (N, 4C) activations).
-// The forward has no such fusion: gelu(pre) must come out of gelu_forward, the kernel that
-// recompute (-r >= 1) rebuilds it with, so that the recompute level never changes the numbers.
 void matmul_backward_gelu(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
                           const floatX* inp, const floatX* weight, const floatX* pre, int N, int C, int OC,
                           int sum_rows);

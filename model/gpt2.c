@@ -406,10 +406,11 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         attention_forward(s.atty, s.att_saved, s.qkv, B, T, C, NH);
         linear_forward(s.residual2, s.atty, w.attprojw, w.attprojb, s.input, N, rows, C, C, C);
         layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.residual2, w.ln2w, w.ln2b, N, C, ln2_ld(C));
-        // not fused into the matmul: recompute (-r >= 1) rebuilds fch_gelu with this same kernel,
-        // so every recompute level trains bit for bit alike
-        linear_forward(s.fch, s.ln2, w.fcw, w.fcb, NULL, N, rows, C, 4 * C, ln2_ld(C));
-        gelu_forward(s.fch_gelu, s.fch, (size_t)N * 4 * C);
+        // fch_gelu has gelu_forward's bits of fch, which recompute (-r >= 1) rebuilds it with, so
+        // every recompute level trains bit for bit alike
+        for (int r0 = 0; r0 < N; r0 += rows)
+            matmul_forward_gelu(s.fch + (size_t)r0 * 4 * C, s.fch_gelu + (size_t)r0 * 4 * C,
+                                s.ln2 + (size_t)r0 * ln2_ld(C), w.fcw, w.fcb, rows, C, 4 * C, ln2_ld(C));
         linear_forward(s.residual3, s.fch_gelu, w.fcprojw, w.fcprojb, s.residual2, N, rows, 4 * C, C, 4 * C);
     }
     layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, layer_acts(model, L - 1, B, T).residual3,

@@ -389,9 +389,8 @@ int main(int argc, char** argv) {
     });
     time_call("layernorm_forward ln2", L, 0, ln_fwd_bytes,
               [&] { layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, p[P_LN2W], p[P_LN2B], N, C, ld_ln2); });
-    time_call("matmul_forward fc", L, mm * 4 * C, 0,
-              [&] { matmul_forward(fch, ln2, p[P_FCW], p[P_FCB], NULL, N, C, 4 * C, ld_ln2); });
-    time_call("gelu_forward", L, 0, 2.0 * NC * 4 * X, [&] { gelu_forward(fch_gelu, fch, NC * 4); });
+    time_call("matmul_forward_gelu fc", L, mm * 4 * C, 0,
+              [&] { matmul_forward_gelu(fch, fch_gelu, ln2, p[P_FCW], p[P_FCB], N, C, 4 * C, ld_ln2); });
     time_call("matmul_forward fcproj + residual", L, mm * 4 * C, 0, [&] {
         matmul_forward(residual3, fch_gelu, p[P_FCPROJW], p[P_FCPROJB], residual2, N, 4 * C, C, 4 * C);
     });

@@ -373,6 +373,53 @@ static void test_matmul(int N, int C, int OC, int with_bias, int sum_rows, int l
     dev_free(d_db), dev_free(d_dinp);
 }
 
+// The fc layer's product with its GELU (matmul_forward_gelu): pre against the CPU's product, out
+// against the CPU's GELU of it and bit for bit gelu_forward of the pre the GPU wrote (what recompute
+// rebuilds it with), and the same rows moved down by `shift` rows of the same call shape giving
+// the same bits (the model's batch invariance: a row's outputs depend on its input alone, whatever
+// its place in the product's tiles).
+static void test_matmul_forward_gelu(int N, int C, int OC, int with_bias, int ld, int shift) {
+    char name[160];
+    float *inp = random_array((size_t)N * C, -1, 1), *w = random_array((size_t)OC * C, -1, 1);
+    float* bias = random_array(OC, -1, 1);
+    floatX *d_inp = upload_x(inp, (size_t)N * C), *d_w = upload_x(w, (size_t)OC * C), *d_bias = upload_x(bias, OC);
+    if (ld > C) {
+        float* padded = with_bias_columns(inp, N, C);
+        dev_free(d_inp);
+        d_inp = upload_x(padded, (size_t)N * ld);
+        free(padded);
+    }
+    const size_t n = (size_t)N * OC;
+    floatX *d_pre = (floatX*)poisoned(n * sizeof(floatX)), *d_out = (floatX*)poisoned(n * sizeof(floatX));
+    matmul_forward_gelu(d_pre, d_out, d_inp, d_w, with_bias ? d_bias : NULL, N, C, OC, ld);
+    float *pre = host_floats(n), *out = host_floats(n);
+    cpu_matmul_forward_gelu(pre, out, inp, w, with_bias ? bias : NULL, N, C, OC, C);
+    snprintf(name, sizeof name, "matmul_forward_gelu pre N=%d C=%d OC=%d bias=%d ld=%d", N, C, OC, with_bias, ld);
+    check_x(name, d_pre, pre, n, 1);
+    snprintf(name, sizeof name, "matmul_forward_gelu out N=%d C=%d OC=%d bias=%d ld=%d", N, C, OC, with_bias, ld);
+    check_x(name, d_out, out, n, 2);
+    floatX* d_gelu = (floatX*)poisoned(n * sizeof(floatX));
+    gelu_forward(d_gelu, d_pre, n);
+    snprintf(name, sizeof name, "matmul_forward_gelu out N=%d C=%d OC=%d = gelu_forward(pre), bit for bit", N, C, OC);
+    int same = same_bytes(d_gelu, d_out, n * sizeof(floatX));
+    test_check(same, name, "%s", same ? "equal" : "bits differ");
+    // The input's rows moved down by shift (its last rows first), multiplied in a call of the same shape.
+    floatX* d_moved = (floatX*)poisoned((size_t)N * ld * sizeof(floatX));
+    dev_copy(d_moved + (size_t)shift * ld, d_inp, (size_t)(N - shift) * ld * sizeof(floatX));
+    dev_copy(d_moved, d_inp + (size_t)(N - shift) * ld, (size_t)shift * ld * sizeof(floatX));
+    floatX *d_moved_pre = (floatX*)poisoned(n * sizeof(floatX)), *d_moved_out = (floatX*)poisoned(n * sizeof(floatX));
+    matmul_forward_gelu(d_moved_pre, d_moved_out, d_moved, d_w, with_bias ? d_bias : NULL, N, C, OC, ld);
+    snprintf(name, sizeof name, "matmul_forward_gelu N=%d C=%d OC=%d: rows moved down by %d, bit for bit", N, C, OC,
+             shift);
+    const size_t kept = (size_t)(N - shift) * OC * sizeof(floatX);
+    same = same_bytes(d_moved_pre + (size_t)shift * OC, d_pre, kept) &&
+           same_bytes(d_moved_out + (size_t)shift * OC, d_out, kept);
+    test_check(same, name, "%s", same ? "equal" : "bits differ");
+    free(inp), free(w), free(bias), free(pre), free(out);
+    dev_free(d_inp), dev_free(d_w), dev_free(d_bias), dev_free(d_pre), dev_free(d_out), dev_free(d_gelu);
+    dev_free(d_moved), dev_free(d_moved_pre), dev_free(d_moved_out);
+}
+
 // matmul_backward twice from the same starting gradients gives the same bits (cuBLASLt's products
 // and the column sums of dbias each run in a fixed order); with ld > C the input has the bias
 // columns, and dbias comes from the product.
@@ -782,6 +829,14 @@ int main(void) {
     test_matmul(1, 64, 40, 1, 1, 64 + LINEAR_BIAS_COLUMNS);
     test_matmul(256, 768, 3072, 1, 256, 768 + LINEAR_BIAS_COLUMNS); // GPT-2 124M's fc
     test_matmul_backward_rerun(600, 64, 264, 300, 64);
+    // On H100/H200 (BF16) its own kernel, in 128 x 256 tiles of 64-deep blocks: partial row, column
+    // and depth blocks, two rows, blocks with several tiles each (3000 x 3072: 288 tiles), GPT-2's fc.
+    test_matmul_forward_gelu(300, 768, 3072, 1, 768 + LINEAR_BIAS_COLUMNS, 77);
+    test_matmul_forward_gelu(3000, 256, 3072, 1, 256 + LINEAR_BIAS_COLUMNS, 1000);
+    test_matmul_forward_gelu(200, 40, 264, 1, 40, 3);
+    test_matmul_forward_gelu(129, 96, 8, 0, 96 + LINEAR_BIAS_COLUMNS, 1);
+    test_matmul_forward_gelu(2, 64, 512, 1, 64, 1);
+    test_matmul_forward_gelu(50, 37, 101, 1, 37, 10); // the fallback: rows and columns not 16-byte multiples
     test_matmul_backward_rerun(70, 40, 101, 35, 40);
     test_matmul_backward_rerun(600, 64, 264, 300, 64 + LINEAR_BIAS_COLUMNS);
     test_matmul_backward_gelu(37, 96, 384);  // fused

@@ -278,35 +278,11 @@ template <int HS> constexpr int warps_for(int warps) { return HS > 64 ? 4 : warp
 template <int HS> constexpr int m_tiles_for(int m_tiles) { return HS > 64 ? 1 : m_tiles; }
 
 // ---- TMA --------------------------------------------------------------------------------------
-// The tensor maps of the Wgmma kernels: a (B, T, width) matrix in boxes of box_rows rows by 128
-// bytes of a row, with the 128-byte swizzle of the Wgmma tiles. The streamed tiles come through
+// The tensor maps of the Wgmma kernels (tensor_map_3d, common.cuh): the streamed tiles come through
 // maps of bf16 (qkv, width 3C, or dout, width C) in boxes of 64 rows by one 64-element head vector
 // (TileStream), and rows at or past T (outside the tensor) arrive as zeros, as cp.async makes them;
 // the atomic dQ is added through a map of its fp32 accumulator (B, T, C) in boxes of 16 rows by 32
-// columns, and rows at or past T are not written. cuTensorMapEncodeTiled is a driver function:
-// reached through the runtime, so that nothing links libcuda.
-static CUtensorMap tensor_map_3d(const void* base, CUtensorMapDataType type, size_t element_bytes, int B, int T,
-                                 int width, int box_rows) {
-    static decltype(&cuTensorMapEncodeTiled) encode = NULL;
-    if (!encode) {
-        cudaDriverEntryPointQueryResult found;
-        cudaCheck(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void**)&encode, 12000, cudaEnableDefault,
-                                                   &found));
-        if (found != cudaDriverEntryPointSuccess || !encode)
-            fatal("flash attention (BF16): the CUDA driver has no cuTensorMapEncodeTiled (TMA needs CUDA 12)");
-    }
-    const cuuint64_t dims[3] = {(cuuint64_t)width, (cuuint64_t)T, (cuuint64_t)B};
-    const cuuint64_t strides[2] = {(cuuint64_t)width * element_bytes, (cuuint64_t)T * width * element_bytes};
-    const cuuint32_t box[3] = {(cuuint32_t)(128 / element_bytes), (cuuint32_t)box_rows, 1}, element_strides[3] = {1, 1, 1};
-    CUtensorMap map;
-    const CUresult result = encode(&map, type, 3, (void*)base, dims, strides, box,
-                                   element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (result != CUDA_SUCCESS)
-        fatal("flash attention (BF16): cuTensorMapEncodeTiled failed (error %d) for a (%d, %d, %d) matrix", (int)result,
-              B, T, width);
-    return map;
-}
+// columns, and rows at or past T are not written.
 
 // ---- launch ---------------------------------------------------------------------------------
 template <int HS, class Tiles> struct FlashBf16 {
@@ -334,7 +310,8 @@ template <int HS, class Tiles> struct FlashBf16 {
     static CUtensorMap tile_map(const floatX* base, int B, int T, int width) {
         CUtensorMap map = {};
         if constexpr (Mma::TMA)
-            map = tensor_map_3d(base, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, sizeof(floatX), B, T, width, Mma::TMA_BOX_ROWS);
+            map = tensor_map_3d(base, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, sizeof(floatX), B, T, width, width,
+                                Mma::TMA_BOX_ROWS);
         return map;
     }
 
@@ -365,7 +342,7 @@ template <int HS, class Tiles> struct FlashBf16 {
                 const size_t smem = smem_bytes<Mma>(2 * DKV_ROWS, 2) + DKV_ROWS * COLS * sizeof(floatX) +
                                     DKV_ROWS * HS * sizeof(float);
                 const CUtensorMap dq_map = tensor_map_3d(dq_accum, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sizeof(float), B, T,
-                                                         NH * HS, 16);
+                                                         NH * HS, NH * HS, 16);
                 launch_causal(flash_backward_dkv_kernel<Mma, DKV_WARPS, COLS, STAGES, true>, ceil_div(T, DKV_ROWS),
                               B * NH, DKV_WARPS * 32, smem, dqkv, dq_accum, (float*)NULL, dout, qkv, qkv_map, dout_map,
                               dq_map, lse2, D, T, NH);

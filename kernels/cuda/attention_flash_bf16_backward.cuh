@@ -80,8 +80,8 @@ __device__ __forceinline__ void reduce_warp_rows_by_tma(float* tile, const float
     fence_proxy_async();
     __syncwarp();
     if (lane == 0) {
-        tma_reduce_add_3d(map, col0, row0, batch, tile);
-        tma_reduce_add_3d(map, col0 + 32, row0, batch, tile + 16 * 32);
+        tma_store_3d<true>(map, col0, row0, batch, tile);
+        tma_store_3d<true>(map, col0 + 32, row0, batch, tile + 16 * 32);
         bulk_commit();
     }
 }

@@ -6,7 +6,6 @@
 // store of an accumulator. The PTX underneath is in
 // attention_flash_bf16_ptx.cuh; which policy and tile shapes run is chosen in attention_flash.cu.
 #pragma once
-#include <cuda.h> // CUtensorMap
 #include <math.h>
 
 #include "kernels/cuda/attention_flash_bf16_ptx.cuh"

@@ -1,12 +1,14 @@
-// PTX wrappers of the BF16 flash attention (kernels/cuda/attention_flash.cu and the files it
-// includes, listed there): ldmatrix, mma.sync m16n8k16 and its fragment layouts, wgmma (sm_90a)
-// with its shared-memory descriptor, fences and register pins, TMA tile copies with the mbarriers
-// they signal, and TMA reduce-adds with their bulk async-groups (sm_90a); cp.async, which the
-// layernorm uses too, is in common.cuh. Nothing here knows about attention: the matrix-product
-// policies built on these, and the tile loads and stores, are in attention_flash_bf16_mma.cuh.
+// PTX wrappers of the BF16 tensor-core kernels: the flash attention (kernels/cuda/attention_flash.cu
+// and the files it includes, listed there) and the fc layer's product with its GELU
+// (kernels/cuda/matmul_gelu.cu): ldmatrix, mma.sync m16n8k16 and its fragment layouts, wgmma
+// (sm_90a) with its shared-memory descriptor, fences and register pins, TMA tile copies with the
+// mbarriers they signal, and TMA stores and reduce-adds with their bulk async-groups (sm_90a);
+// cp.async, which the layernorm uses too, is in common.cuh. Nothing here knows about attention or
+// GELU: the matrix-product policies built on these, and the tile loads and stores, are in
+// attention_flash_bf16_mma.cuh and matmul_gelu.cu.
 #pragma once
 #if !defined(PRECISION_BF16)
-#error "the tensor-core flash attention (kernels/cuda/attention_flash_bf16_*.cuh) is for the BF16 build"
+#error "the bf16 tensor-core kernels' PTX (attention_flash_bf16_ptx.cuh) is for the BF16 build"
 #endif
 #include <stdint.h>
 
@@ -103,6 +105,33 @@ __device__ __forceinline__ void wgmma_m64n64k16_shared_a(float d[8][4], uint64_t
     __trap();
 #endif
 }
+// d (this warp's 16 rows of a 64 x 256 accumulator, d[4 j + i] as d[j][i] of the m64n64 layout
+// above, j = 0 .. 31) = (accumulate ? d : 0) + a b^T, a (64 x 16) and b (256 x 16) K-major blocks of
+// shared-memory tiles of rows of 64: a whole row block of the fc product per warpgroup.
+#define WGMMA_N256_D_0 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define WGMMA_N256_D_1 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define WGMMA_N256_D_2 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+#define WGMMA_N256_D_3 "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, " \
+    "%111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define WGMMA_D4(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+#define WGMMA_D32(d, i)                                                                                             \
+    WGMMA_D4(d, i), WGMMA_D4(d, i + 4), WGMMA_D4(d, i + 8), WGMMA_D4(d, i + 12), WGMMA_D4(d, i + 16),              \
+        WGMMA_D4(d, i + 20), WGMMA_D4(d, i + 24), WGMMA_D4(d, i + 28)
+__device__ __forceinline__ void wgmma_m64n256k16_shared_a(float d[128], uint64_t a, uint64_t b, bool accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" WGMMA_N256_D_0 ", " WGMMA_N256_D_1
+                 ", " WGMMA_N256_D_2 ", " WGMMA_N256_D_3 "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+                 : WGMMA_D32(d, 0), WGMMA_D32(d, 32), WGMMA_D32(d, 64), WGMMA_D32(d, 96)
+                 : "l"(a), "l"(b), "r"((int)accumulate));
+#else
+    (void)d, (void)a, (void)b, (void)accumulate;
+    __trap();
+#endif
+}
 // TMA (PTX ISA, "cp.async.bulk.tensor"), sm_90a only like wgmma: one thread copies a whole tile,
 // described by a tensor map, into shared memory and the copy signals an mbarrier when its bytes have
 // landed; the other threads wait on that barrier's phase.
@@ -122,6 +151,16 @@ __device__ __forceinline__ void mbarrier_expect_bytes(uint64_t* bar, uint32_t by
                  : "memory");
 #else
     (void)bar, (void)bytes;
+    __trap();
+#endif
+}
+// Arrives on the barrier (release: this thread's memory accesses before it are seen by those that
+// wait for the phase it completes).
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_address(bar)) : "memory");
+#else
+    (void)bar;
     __trap();
 #endif
 }
@@ -149,16 +188,21 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const void* tensor_map, i
     __trap();
 #endif
 }
-// Adds the box at coordinates (x, y, z) of a 3-D tensor map from shared memory at src into global
-// memory (element by element, atomically), in this thread's bulk async-group; elements outside the
-// tensor are not written. The threads that wrote src must have fenced their stores into the async
-// proxy (fence_proxy_async) and met this thread at a barrier.
-__device__ __forceinline__ void tma_reduce_add_3d(const void* tensor_map, int x, int y, int z, const void* src) {
+// Stores the box at coordinates (x, y, z) of a 3-D tensor map from shared memory at src into global
+// memory, or with ADD adds it there (element by element, atomically), in this thread's bulk
+// async-group; elements outside the tensor are not written. The threads that wrote src must have
+// fenced their stores into the async proxy (fence_proxy_async) and met this thread at a barrier.
+template <bool ADD>
+__device__ __forceinline__ void tma_store_3d(const void* tensor_map, int x, int y, int z, const void* src) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(
-                     tensor_map),
-                 "r"(x), "r"(y), "r"(z), "r"(smem_address(src))
-                 : "memory");
+    if constexpr (ADD)
+        asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::
+                         "l"(tensor_map), "r"(x), "r"(y), "r"(z), "r"(smem_address(src))
+                     : "memory");
+    else
+        asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(tensor_map),
+                     "r"(x), "r"(y), "r"(z), "r"(smem_address(src))
+                     : "memory");
 #else
     (void)tensor_map, (void)x, (void)y, (void)z, (void)src;
     __trap();

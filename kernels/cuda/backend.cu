@@ -120,6 +120,32 @@ void* grow_scratch(void** buffer, size_t* capacity, size_t bytes, const char* wh
     return *buffer;
 }
 
+// cuTensorMapEncodeTiled is a driver function: reached through the runtime, so that nothing links
+// libcuda.
+CUtensorMap tensor_map_3d(const void* base, CUtensorMapDataType type, size_t element_bytes, int depth, int rows,
+                          int width, int row_stride, int box_rows) {
+    static decltype(&cuTensorMapEncodeTiled) encode = NULL;
+    if (!encode) {
+        cudaDriverEntryPointQueryResult found;
+        cudaCheck(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void**)&encode, 12000, cudaEnableDefault,
+                                                   &found));
+        if (found != cudaDriverEntryPointSuccess || !encode)
+            fatal("the CUDA driver has no cuTensorMapEncodeTiled (TMA needs CUDA 12)");
+    }
+    const cuuint64_t dims[3] = {(cuuint64_t)width, (cuuint64_t)rows, (cuuint64_t)depth};
+    const cuuint64_t strides[2] = {(cuuint64_t)row_stride * element_bytes,
+                                   (cuuint64_t)rows * row_stride * element_bytes};
+    const cuuint32_t box[3] = {(cuuint32_t)(128 / element_bytes), (cuuint32_t)box_rows, 1}, element_strides[3] = {1, 1, 1};
+    CUtensorMap map;
+    const CUresult result = encode(&map, type, 3, (void*)base, dims, strides, box,
+                                   element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (result != CUDA_SUCCESS)
+        fatal("cuTensorMapEncodeTiled failed (error %d) for a (%d, %d, %d) matrix with rows %d elements apart, in "
+              "boxes of %d rows", (int)result, depth, rows, width, row_stride, box_rows);
+    return map;
+}
+
 template <class Dst, class Src> __global__ void convert_kernel(Dst* dst, const Src* src, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         dst[i] = (Dst)(float)src[i];

@@ -3,6 +3,7 @@
 #pragma once
 #include <cublasLt.h>
 #include <cublas_v2.h>
+#include <cuda.h> // CUtensorMap
 #include <cuda_runtime.h>
 #include <curand.h>
 #include <stdint.h>
@@ -61,6 +62,14 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int pending> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
 }
+
+// A TMA tensor map (cuda.h's CUtensorMap) of a (depth, rows, width) matrix whose rows are row_stride
+// elements apart (a multiple of 16 bytes), in boxes of box_rows rows by 128 bytes of a row, with the
+// 128-byte swizzle that wgmma's shared-memory descriptors read (16-byte chunk c of box row r at chunk
+// c ^ (r % 8)). Loads give zeros outside the matrix; stores and adds skip it. The Wgmma flash
+// attention kernels and the fc layer's product with its GELU load their tiles through these.
+CUtensorMap tensor_map_3d(const void* base, CUtensorMapDataType type, size_t element_bytes, int depth, int rows,
+                          int width, int row_stride, int box_rows);
 
 // Working memory that grows on demand and is never returned (reused by later calls of the same
 // layer). Safe because all work runs in order on the default stream and cudaFree synchronizes.
