@@ -18,8 +18,8 @@
 //     soon as all 8 warps' products have read it. When a tile's product is done they add the bias,
 //     round to bf16 (pre), store it into the staged tile in shared memory and go on to the next tile;
 //   - the epilogue group (warps 0-3): stores the staged tile to pre by TMA, one store per 64-column
-//     panel; as each panel's store has read it, turns that panel into gelu(pre) in place (four
-//     16-byte chunks a thread at a time, loads first, for the latency) and stores it to out; once
+//     panel; as each panel's store has read it, turns that panel into gelu(pre) in place (a
+//     thread's eight 16-byte chunks all loaded first, for the latency) and stores it to out; once
 //     out's stores have read the tile, frees it.
 // So the GELU and the stores run beside the next tile's product, on warps of their own: where the
 // multiplying warps did them between their products (2 warps per scheduler), they could not hide
@@ -65,26 +65,24 @@ __device__ __forceinline__ void epilogue(unsigned char* staged, const CUtensorMa
         }
     }
     const GeluForward gelu;
-    constexpr int ILP = 4, PER = BM * 8 / EPILOGUE_THREADS; // chunks per thread and panel
+    constexpr int PER = BM * 8 / EPILOGUE_THREADS; // 16-byte chunks per thread and panel
     for (int panel = 0; panel < BN / 64; panel++) {
         if (t == 0) asm volatile("cp.async.bulk.wait_group.read 3;\n" ::: "memory");
         named_barrier_sync(1, EPILOGUE_THREADS);
-        for (int j0 = 0; j0 < PER; j0 += ILP) {
-            PackedX* p[ILP];
-            PackedX v[ILP];
+        PackedX* p[PER];
+        PackedX v[PER];
 #pragma unroll
-            for (int u = 0; u < ILP; u++) {
-                const int i = t + (j0 + u) * EPILOGUE_THREADS; // chunk i % 8 of panel row i / 8
-                p[u] = (PackedX*)(staged + staged_offset(i / 8, panel * 8 + i % 8));
-                v[u] = *p[u];
-            }
-#pragma unroll
-            for (int u = 0; u < ILP; u++)
-#pragma unroll
-                for (int k = 0; k < 8; k++) v[u].v[k] = (floatX)gelu((float)v[u].v[k], 0.0f);
-#pragma unroll
-            for (int u = 0; u < ILP; u++) *p[u] = v[u];
+        for (int u = 0; u < PER; u++) {
+            const int i = t + u * EPILOGUE_THREADS; // chunk i % 8 of panel row i / 8
+            p[u] = (PackedX*)(staged + staged_offset(i / 8, panel * 8 + i % 8));
+            v[u] = *p[u];
         }
+#pragma unroll
+        for (int u = 0; u < PER; u++)
+#pragma unroll
+            for (int k = 0; k < 8; k++) v[u].v[k] = (floatX)gelu((float)v[u].v[k], 0.0f);
+#pragma unroll
+        for (int u = 0; u < PER; u++) *p[u] = v[u];
         fence_proxy_async();
         named_barrier_sync(1, EPILOGUE_THREADS);
         if (t == 0) {
