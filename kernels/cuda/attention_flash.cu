@@ -377,9 +377,7 @@ static FlashConfig flash_config(void) {
     cudaCheck(cudaGetDevice(&device));
     cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     cudaCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    cudaFuncAttributes wgmma_kernel;
-    cudaCheck(cudaFuncGetAttributes(&wgmma_kernel, FlashBf16<64, TilesSm90>::forward_kernel()));
-    const bool wgmma = major == 9 && minor == 0 && wgmma_kernel.binaryVersion == 90;
+    const bool wgmma = sm90a_code_runs((const void*)FlashBf16<64, TilesSm90>::forward_kernel());
     const char* forced = getenv("FLASH_ATTN_CONFIG");
     if (forced && forced[0]) {
         if (strcmp(forced, "sm80") == 0) return CONFIG_SM80;

@@ -146,6 +146,16 @@ CUtensorMap tensor_map_3d(const void* base, CUtensorMapDataType type, size_t ele
     return map;
 }
 
+bool sm90a_code_runs(const void* kernel) {
+    int device, major, minor;
+    cudaCheck(cudaGetDevice(&device));
+    cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    cudaCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    cudaFuncAttributes attributes;
+    cudaCheck(cudaFuncGetAttributes(&attributes, kernel));
+    return major == 9 && minor == 0 && attributes.binaryVersion == 90;
+}
+
 template <class Dst, class Src> __global__ void convert_kernel(Dst* dst, const Src* src, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         dst[i] = (Dst)(float)src[i];

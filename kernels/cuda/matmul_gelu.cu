@@ -203,18 +203,11 @@ __global__ void __launch_bounds__(THREADS, 1)
 #endif
 }
 
-// Whether this GPU runs matmul_gelu_kernel: an H100/H200 (compute capability 9.0) and a build with
-// its sm_90a code (GPU_ARCH including 90).
+// Whether this GPU runs matmul_gelu_kernel (sm90a_code_runs), which then gets its shared memory.
 static bool gemm_gelu_available(void) {
     static int available = -1;
     if (available < 0) {
-        int device, major, minor;
-        cudaCheck(cudaGetDevice(&device));
-        cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-        cudaCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-        cudaFuncAttributes kernel;
-        cudaCheck(cudaFuncGetAttributes(&kernel, matmul_gelu_kernel));
-        available = major == 9 && minor == 0 && kernel.binaryVersion == 90;
+        available = sm90a_code_runs((const void*)matmul_gelu_kernel);
         if (available)
             cudaCheck(cudaFuncSetAttribute(matmul_gelu_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)SMEM_BYTES));
