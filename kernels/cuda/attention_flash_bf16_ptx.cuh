@@ -1,6 +1,6 @@
 // PTX wrappers of the BF16 tensor-core kernels: the flash attention (kernels/cuda/attention_flash.cu
 // and the files it includes, listed there) and the fc layer's product with its GELU
-// (kernels/cuda/matmul_gelu.cu): ldmatrix, mma.sync m16n8k16 and its fragment layouts, wgmma
+// (kernels/cuda/matmul_gelu.cu): ldmatrix and stmatrix, mma.sync m16n8k16 and its fragment layouts, wgmma
 // (sm_90a) with its shared-memory descriptor, fences and register pins, TMA tile copies with the
 // mbarriers they signal, and TMA stores and reduce-adds with their bulk async-groups (sm_90a);
 // cp.async, which the layernorm uses too, is in common.cuh. Nothing here knows about attention or
@@ -27,6 +27,15 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void* p) 
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(smem_address(p)));
+}
+// The inverse of ldmatrix_x4 (sm_90): lane l's r[i] is its fragment (row l / 4, columns 2 (l % 4)
+// and the next) of matrix i, whose rows lanes 8 i .. 8 i + 7 give the addresses of, in turn.
+__device__ __forceinline__ void stmatrix_x4(void* p, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_address(p)), "r"(r0),
+                 "r"(r1), "r"(r2), "r"(r3)
+                 : "memory");
+#endif
 }
 // c (16 x 8, fp32) += a (16 x 16, bf16, row-major) b (16 x 8, bf16, column-major).
 __device__ __forceinline__ void mma_16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {

@@ -155,8 +155,9 @@ __global__ void __launch_bounds__(THREADS, 1)
     if (loader)
         for (int L = 0; L < STAGES && L < steps; L++) load(L);
 
-    const int group = warp / 4 - 1, g = lane / 4, q = lane % 4;
-    const int r = group * 64 + warp % 4 * 16 + g; // this thread's accumulator rows of the tile: r and r + 8
+    // This thread's accumulators: rows group * 64 + warp % 4 * 16 + lane / 4 and 8 below, columns 2 q
+    // and 2 q + 1 of each 8-column group (wgmma's fragment layout, as mma.sync's).
+    const int group = warp / 4 - 1, q = lane % 4;
     float acc[128];
     int step = 0, i = 0;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, i++) {
@@ -180,19 +181,29 @@ __global__ void __launch_bounds__(THREADS, 1)
         release(step - 1);
 
         mbarrier_wait(staged_free, (i & 1) ^ 1);
+        // Two 8-column groups at a time, by stmatrix: the warp's 16 rows by 16 columns as four 8 x 8
+        // matrices, top and bottom of group j, then of group j + 1. Lane l gives the address of row
+        // l % 8 of matrix l / 8: the warp's row 8 (l / 8 % 2) + l % 8, chunk j + l / 16 of the staged
+        // tile, at staged_offset's place: chunk ((j % 8) ^ y) of its panel row, y = (l / 16) ^ (l % 8)
+        // (j is even, so j % 8 + l / 16 is (j % 8) | (l / 16), and the row's l % 8 is its row % 8).
+        unsigned char* row = staged + (group * 64 + warp % 4 * 16 + lane / 8 % 2 * 8 + lane % 8) * 128;
+        const int y = (lane / 16) ^ (lane % 8);
 #pragma unroll
-        for (int j = 0; j < BN / 8; j++) {
-            const int col = j * 8 + 2 * q;
-            float b0 = 0.0f, b1 = 0.0f;
-            if (bias && col0 + col < OC) {
-                const __nv_bfloat162 b = *(const __nv_bfloat162*)(bias + col0 + col);
-                b0 = __low2float(b), b1 = __high2float(b);
-            }
-            // staged_offset(r, j), written with g = r % 8 so that ptxas sees 8 offsets, not 32
-            // (with r % 8 it spilled at BN 256)
-            unsigned char* p = staged + j / 8 * (BM * 128) + r * 128 + ((j % 8) ^ g) * 16;
-            *(uint32_t*)(p + q * 4) = pack_bf16(acc[4 * j] + b0, acc[4 * j + 1] + b1);
-            *(uint32_t*)(p + 8 * 128 + q * 4) = pack_bf16(acc[4 * j + 2] + b0, acc[4 * j + 3] + b1);
+        for (int j = 0; j < BN / 8; j += 2) {
+            float b[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            if (bias)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int col = (j + h) * 8 + 2 * q;
+                    if (col0 + col < OC) {
+                        const __nv_bfloat162 v = *(const __nv_bfloat162*)(bias + col0 + col);
+                        b[2 * h] = __low2float(v), b[2 * h + 1] = __high2float(v);
+                    }
+                }
+            const float* a = acc + 4 * j;
+            stmatrix_x4(row + j / 8 * (BM * 128) + ((j % 8) ^ y) * 16, pack_bf16(a[0] + b[0], a[1] + b[1]),
+                        pack_bf16(a[2] + b[0], a[3] + b[1]), pack_bf16(a[4] + b[2], a[5] + b[3]),
+                        pack_bf16(a[6] + b[2], a[7] + b[3]));
         }
         fence_proxy_async(); // these stores, visible to the TMA store's reads
         mbarrier_arrive(staged_full);
