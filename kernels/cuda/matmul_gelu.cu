@@ -12,20 +12,24 @@
 // The kernel (matmul_gelu_kernel) is persistent, one block per SM, each block taking tiles of BM x
 // BN outputs in turn (tile, tile + gridDim.x, ...; consecutive tiles share their rows of inp, and
 // the blocks running at once read all of the weight, which stays in the L2). Its warpgroups:
-//   - two multiplying groups (warps 4-11), each 64 rows of the tile: wgmma m64n256k16 from shared
-//     memory, fp32 accumulators in registers, the tiles' inp (BM x 64) and weight (BN x 64) blocks
-//     loaded by TMA into a ring of STAGES stages, each loaded again by the groups' first thread as
-//     soon as all 8 warps' products have read it. When a tile's product is done they add the bias,
-//     round to bf16 (pre), store it into the staged tile in shared memory and go on to the next tile;
-//   - the epilogue group (warps 0-3): stores the staged tile to pre by TMA, one store per 64-column
-//     panel; as each panel's store has read it, turns that panel into gelu(pre) in place (a
-//     thread's eight 16-byte chunks all loaded first, for the latency) and stores it to out; once
-//     out's stores have read the tile, frees it.
+//   - the producer (warp 0, one thread): loads the tiles' inp (BM x 64) and weight (BN x 64) blocks
+//     by TMA into a ring of STAGES stages, each again as soon as all 8 multiplying warps' products
+//     have read it;
+//   - two multiplying groups (warps 4-11), each 64 rows of the tile: wgmma m64n256k16 from the
+//     stages, fp32 accumulators in registers. When a tile's product is done they add the bias, round
+//     to bf16 (pre), store it into the staged tile in shared memory (stmatrix) and go on;
+//   - the epilogue (warps 1-3): stores the staged tile to pre by TMA, one store per 64-column panel;
+//     as each panel's store has read it, turns that panel into gelu(pre) in place (a thread's
+//     chunks of the panel all loaded first, for the latency) and stores it to out; once out's stores
+//     have read the tile, frees it.
 // So the GELU and the stores run beside the next tile's product, on warps of their own: where the
 // multiplying warps did them between their products (2 warps per scheduler), they could not hide
 // the GELU's latency and it added 0.2 ms to the 0.5 of the product (GPT-2 124M's fc, H200); where
 // the epilogue's warps stored the outputs themselves (16 bytes a thread) it took longer still.
-// With 12 warps, 3 on one of the SM's 4 schedulers, whose register file (16,384) then allows 168
+// The producer is a warp of its own so that a multiplying group never waits for the other to
+// release a stage before its own next products (where the first multiplying thread loaded the
+// stages, the kernel took 0.593 ms a call against 0.544: PERFORMANCE.md).
+// With 12 warps, 3 on each of the SM's 4 schedulers, whose register file (16,384) then allows 168
 // registers a thread: enough for the 128 accumulators of a wgmma m64n256.
 // Every output's sum runs over k in the same order whatever its row, tile or N, so the results are
 // batch-invariant (kernels.h) and bit-identical from run to run.
@@ -36,7 +40,7 @@
 
 #if defined(PRECISION_BF16)
 namespace {
-constexpr int BM = 128, BN = 256, BK = 64, STAGES = 3, THREADS = 384, EPILOGUE_THREADS = 128;
+constexpr int BM = 128, BN = 256, BK = 64, STAGES = 3, THREADS = 384, EPILOGUE_THREADS = 96;
 constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
 constexpr int STAGED_BYTES = BM * BN * 2; // the staged tile of pre (bf16)
 constexpr int BARRIERS = 2 * STAGES + 2;
@@ -52,12 +56,12 @@ __device__ __forceinline__ int staged_offset(int row, int chunk) {
     return chunk / 8 * (BM * 128) + row * 128 + ((chunk % 8) ^ (row % 8)) * 16;
 }
 
-// The epilogue group: stores the staged tile at (row0, col0) to pre, then gelu of it to out, panel
-// by panel. Thread 0's bulk groups are pre's 4 panels, then out's in turn: before panel p's GELU,
-// at most 3 groups may still be reading (pre's later panels and out's earlier ones).
+// The epilogue (warps 1-3): stores the staged tile at (row0, col0) to pre, then gelu of it to out,
+// panel by panel. Its thread 0's bulk groups are pre's 4 panels, then out's in turn: before panel
+// p's GELU, at most 3 groups may still be reading (pre's later panels and out's earlier ones).
 __device__ __forceinline__ void epilogue(unsigned char* staged, const CUtensorMap* pre_map, const CUtensorMap* out_map,
                                          int row0, int col0) {
-    const int t = threadIdx.x; // 0 .. EPILOGUE_THREADS - 1
+    const int t = threadIdx.x - 32; // 0 .. EPILOGUE_THREADS - 1
     if (t == 0) {
         for (int p = 0; p < BN / 64; p++) {
             tma_store_3d<false>(pre_map, col0 + 64 * p, row0, 0, staged + p * (BM * 128));
@@ -65,7 +69,10 @@ __device__ __forceinline__ void epilogue(unsigned char* staged, const CUtensorMa
         }
     }
     const GeluForward gelu;
-    constexpr int PER = BM * 8 / EPILOGUE_THREADS; // 16-byte chunks per thread and panel
+    // A panel's BM * 8 16-byte chunks, chunk i the thread's i % EPILOGUE_THREADS: 1024 chunks on 96
+    // threads, 10 each and an eleventh for the first 64. The others make their eleventh from their
+    // first chunk again and do not store it (a guard on the load and the GELU too spilled).
+    constexpr int CHUNKS = BM * 8, PER = (CHUNKS + EPILOGUE_THREADS - 1) / EPILOGUE_THREADS;
     for (int panel = 0; panel < BN / 64; panel++) {
         if (t == 0) asm volatile("cp.async.bulk.wait_group.read 3;\n" ::: "memory");
         named_barrier_sync(1, EPILOGUE_THREADS);
@@ -75,14 +82,15 @@ __device__ __forceinline__ void epilogue(unsigned char* staged, const CUtensorMa
         for (int u = 0; u < PER; u++) {
             const int i = t + u * EPILOGUE_THREADS; // chunk i % 8 of panel row i / 8
             p[u] = (PackedX*)(staged + staged_offset(i / 8, panel * 8 + i % 8));
-            v[u] = *p[u];
+            v[u] = *(i < CHUNKS ? p[u] : p[0]);
         }
 #pragma unroll
         for (int u = 0; u < PER; u++)
 #pragma unroll
             for (int k = 0; k < 8; k++) v[u].v[k] = (floatX)gelu((float)v[u].v[k], 0.0f);
 #pragma unroll
-        for (int u = 0; u < PER; u++) *p[u] = v[u];
+        for (int u = 0; u < PER; u++)
+            if (t + u * EPILOGUE_THREADS < CHUNKS) *p[u] = v[u];
         fence_proxy_async();
         named_barrier_sync(1, EPILOGUE_THREADS);
         if (t == 0) {
@@ -105,7 +113,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     uint64_t* full = (uint64_t*)(staged + STAGED_BYTES); // stage s loaded (its TMA bytes arrived)
     uint64_t* empty = full + STAGES;                     // stage s read by the products of all 8 warps
     uint64_t* staged_full = empty + STAGES;              // the staged tile written (256 threads)
-    uint64_t* staged_free = staged_full + 1;             // the staged tile stored twice (the epilogue's thread 0)
+    uint64_t* staged_free = staged_full + 1;             // the staged tile stored twice (the epilogue's first thread)
     auto stage_a = [&](int s) { return (const floatX*)(smem + s * STAGE_BYTES); };
     auto stage_b = [&](int s) { return (const floatX*)(smem + s * STAGE_BYTES + A_BYTES); };
     if (threadIdx.x == 0) {
@@ -122,38 +130,35 @@ __global__ void __launch_bounds__(THREADS, 1)
     const int warp = warp_index(), lane = threadIdx.x % 32;
     // A barrier's i-th wait (the staged tile's, or stage s's i-th use) is for phase parity i % 2;
     // the "free" barriers are waited on with the other parity, which a fresh barrier counts as done.
+    if (warp == 0) { // the producer
+        // Step L is this block's L-th k-block over all its tiles, loaded into stage L % STAGES once
+        // empty[s] has completed the phase of step L - STAGES's release.
+        const int steps = (tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x * k_blocks;
+        if (lane == 0)
+            for (int L = 0; L < steps; L++) {
+                const int s = L % STAGES, tile = blockIdx.x + L / k_blocks * gridDim.x, kb = L % k_blocks;
+                if (L >= STAGES) mbarrier_wait(&empty[s], (L / STAGES - 1) & 1);
+                mbarrier_expect_bytes(&full[s], STAGE_BYTES);
+                tma_load_3d((void*)stage_a(s), &inp_map, kb * BK, tile / col_blocks * BM, 0, &full[s]);
+                tma_load_3d((void*)stage_b(s), &weight_map, kb * BK, tile % col_blocks * BN, 0, &full[s]);
+            }
+        return;
+    }
     if (warp < 4) { // the epilogue
         int i = 0;
         for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, i++) {
             mbarrier_wait(staged_full, i & 1);
             epilogue(staged, &pre_map, &out_map, tile / col_blocks * BM, tile % col_blocks * BN);
-            if (threadIdx.x == 0) mbarrier_arrive(staged_free);
+            if (threadIdx.x == 32) mbarrier_arrive(staged_free);
         }
-        if (threadIdx.x == 0) bulk_wait_all<false>(); // the shared memory the stores read lives until they are done
+        if (threadIdx.x == 32) bulk_wait_all<false>(); // the shared memory the stores read lives until they are done
         return;
     }
 
-    // Step L is this block's L-th k-block over all its tiles, loaded into stage L % STAGES by the
-    // multiplying groups' first thread, and loaded again with step L + STAGES once empty[s] has
-    // completed phase L / STAGES (a producer warp of its own would make 13 warps, and 152 registers).
-    const bool loader = threadIdx.x == 128;
-    const int steps = (tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x * k_blocks;
-    auto load = [&](int L) {
-        const int s = L % STAGES, tile = blockIdx.x + L / k_blocks * gridDim.x, kb = L % k_blocks;
-        mbarrier_expect_bytes(&full[s], STAGE_BYTES);
-        tma_load_3d((void*)stage_a(s), &inp_map, kb * BK, tile / col_blocks * BM, 0, &full[s]);
-        tma_load_3d((void*)stage_b(s), &weight_map, kb * BK, tile % col_blocks * BN, 0, &full[s]);
-    };
-    // Step L's products are done in this warp: its stage is released, and loaded with step L + STAGES.
+    // Step L's products are done in this warp: its stage may be loaded again.
     auto release = [&](int L) {
         if (lane == 0) mbarrier_arrive(&empty[L % STAGES]);
-        if (loader && L + STAGES < steps) {
-            mbarrier_wait(&empty[L % STAGES], L / STAGES & 1);
-            load(L + STAGES);
-        }
     };
-    if (loader)
-        for (int L = 0; L < STAGES && L < steps; L++) load(L);
 
     // This thread's accumulators: rows group * 64 + warp % 4 * 16 + lane / 4 and 8 below, columns 2 q
     // and 2 q + 1 of each 8-column group (wgmma's fragment layout, as mma.sync's).
