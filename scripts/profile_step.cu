@@ -23,8 +23,10 @@
 // it much longer than the sum, the gaps between kernels would be worth a CUDA graph of the step
 // (on an H100, d12 B 64, 2026-11-25, it was 1.5 ms shorter: there are none to speak of).
 // With --at-cap, a second table times every row again at the card's sustained clock (print_at_cap):
-// a step in training holds a card at its power cap, where the burst sum is 10-12% short of it.
+// a step in training holds a card at its power cap, where the burst sum is 10-12% short of it; with
+// the card's energy counter (NVML) also each row's joules a step, which set the step's time there.
 // Built by `make BUILD=DIR DIR/profile_step` (kernels/cuda/cuda.mk); scripts/profile_step.sh runs it.
+#include <dlfcn.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -131,20 +133,50 @@ static double step_back_to_back_ms(int tries) {
     return best;
 }
 
+// The card's energy counter (NVML's total energy, millijoules since the driver loaded), for the
+// at-cap table's joules per call: under a power cap a call's energy, not its burst time, is what it
+// costs the trained step. NVML is opened at run time, so that the build needs no NVML library and a
+// card without the counter (it needs Volta or later) only loses those columns.
+typedef int (*NvmlEnergyFn)(void* device, unsigned long long* millijoules);
+static NvmlEnergyFn nvml_energy;
+static void* nvml_device;
+static void open_energy_counter(void) {
+    void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    if (!nvml) return;
+    auto init = (int (*)(void))dlsym(nvml, "nvmlInit_v2");
+    auto by_bus_id = (int (*)(const char*, void**))dlsym(nvml, "nvmlDeviceGetHandleByPciBusId_v2");
+    auto energy = (NvmlEnergyFn)dlsym(nvml, "nvmlDeviceGetTotalEnergyConsumption");
+    int device;
+    char bus_id[32];
+    unsigned long long mj;
+    cudaCheck(cudaGetDevice(&device));
+    cudaCheck(cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, device));
+    if (init && by_bus_id && energy && init() == 0 && by_bus_id(bus_id, &nvml_device) == 0 &&
+        energy(nvml_device, &mj) == 0)
+        nvml_energy = energy;
+}
+// The counter now in millijoules, or -1 without one.
+static double energy_mj(void) {
+    unsigned long long mj;
+    return nvml_energy && nvml_energy(nvml_device, &mj) == 0 ? (double)mj : -1.0;
+}
+
 // The GPU time of one call of `call` made back to back for `seconds` (after a tenth as long untimed,
 // for the clock to settle to this call's own power), with the GPU already hot: the card's time for
 // the call at its sustained clock. Under a power cap that clock is lower for a call that draws more
 // power, so the time is then proportional to the call's energy. Batches of calls are queued between
-// host waits; the waits' gaps (microseconds) count in the time.
-static double at_cap_ms(const std::function<void()>& call, double seconds) {
+// host waits; the waits' gaps (microseconds) count in the time. *mj_per_call: the card's energy a
+// call over the same calls (the counter read as they start and once they are done), or -1.
+static double at_cap_ms(const std::function<void()>& call, double seconds, double* mj_per_call) {
     cudaEvent_t start, stop;
     cudaCheck(cudaEventCreate(&start));
     cudaCheck(cudaEventCreate(&stop));
-    double ms = 0.0;
+    double ms = 0.0, mj_start = -1.0;
     long calls = 0;
     for (int timed = 0; timed <= 1; timed++) {
         const double target_ms = 1e3 * seconds * (timed ? 1.0 : 0.1);
         calls = 0;
+        mj_start = energy_mj();
         cudaCheck(cudaEventRecord(start));
         for (int batch = 1; ms < target_ms || calls == 0; batch = batch < 64 ? 2 * batch : 64) {
             for (int i = 0; i < batch; i++) call();
@@ -157,6 +189,8 @@ static double at_cap_ms(const std::function<void()>& call, double seconds) {
         }
         if (!timed) ms = 0.0;
     }
+    const double mj_end = energy_mj();
+    *mj_per_call = mj_start >= 0.0 && mj_end >= 0.0 ? (mj_end - mj_start) / calls : -1.0;
     cudaCheck(cudaEventDestroy(start));
     cudaCheck(cudaEventDestroy(stop));
     return ms / calls;
@@ -167,25 +201,37 @@ static double at_cap_ms(const std::function<void()>& call, double seconds) {
 // for 10 x `seconds` to heat the card. Where training holds the card at its power cap (an H200 at
 // 700 W; nvidia-smi's clocks_throttle_reasons.active 0x4), this sum, not the burst one, is what to set
 // beside train_gpt's step, and a row's at-cap / burst ratio is what the cap costs it: about 1.0 for a
-// row held by memory bandwidth, more for one that draws the most power per unit of work.
+// row held by memory bandwidth, more for one that draws the most power per unit of work. With the
+// card's energy counter, each row's joules a step and mean watts too: at the cap, the step's time is
+// its joules over the cap's watts, so the rows' joules say what a change would give back in training.
 static void print_at_cap(double seconds, int heat_rows, double burst_step_ms) {
-    const double heat_ms = at_cap_ms([heat_rows] { replay_rows(heat_rows); }, 10 * seconds);
+    open_energy_counter();
+    double heat_mj;
+    const double heat_ms = at_cap_ms([heat_rows] { replay_rows(heat_rows); }, 10 * seconds, &heat_mj);
     printf("\neach row again at the sustained clock: its call back to back for %.2f s on a hot card\n", seconds);
-    printf("%-31s %5s %9s %9s %9s %6s\n", "call", "calls", "burst ms", "at cap ms", "ms/step", "ratio");
-    double step_ms = 0.0, heat_rows_ms = 0.0;
+    printf("%-31s %5s %9s %9s %9s %6s %9s %6s\n", "call", "calls", "burst ms", "at cap ms", "ms/step", "ratio",
+           "J/step", "W");
+    double step_ms = 0.0, heat_rows_ms = 0.0, step_mj = 0.0;
     for (int i = 0; i < num_rows; i++) {
-        const double ms = at_cap_ms(row_calls[i], seconds);
+        double mj;
+        const double ms = at_cap_ms(row_calls[i], seconds, &mj);
         step_ms += rows[i].calls * ms;
+        step_mj += rows[i].calls * mj;
         if (i < heat_rows) heat_rows_ms += rows[i].calls * ms;
-        printf("%-31s %5d %9.4f %9.4f %9.3f %6.3f\n", rows[i].name, rows[i].calls, rows[i].ms, ms,
-               rows[i].calls * ms, ms / rows[i].ms);
+        printf("%-31s %5d %9.4f %9.4f %9.3f %6.3f", rows[i].name, rows[i].calls, rows[i].ms, ms, rows[i].calls * ms,
+               ms / rows[i].ms);
+        if (mj >= 0.0) printf(" %9.3f %6.0f", rows[i].calls * mj / 1e3, mj / ms);
+        printf("\n");
     }
-    printf("step at the sustained clock (sum of rows) %.2f ms, %.3f x the burst sum\n", step_ms,
-           step_ms / burst_step_ms);
+    printf("step at the sustained clock (sum of rows) %.2f ms, %.3f x the burst sum", step_ms, step_ms / burst_step_ms);
+    if (nvml_energy) printf("; %.2f J, %.0f W on average", step_mj / 1e3, step_mj / step_ms);
+    printf("\n");
     // The rows' calls in a step's mix, as a card runs them in training: were this much longer than
     // their sum above, the card would spend more on the mix than on each call alone.
     printf("zero_grad to the last backward row back to back at the sustained clock (the heating): %.2f ms "
-           "a step, the sum of their rows above %.2f ms\n", heat_ms, heat_rows_ms);
+           "a step, the sum of their rows above %.2f ms", heat_ms, heat_rows_ms);
+    if (nvml_energy) printf("; %.2f J a step, %.0f W", heat_mj / 1e3, heat_mj / heat_ms);
+    printf("\n");
 }
 
 static double rows_ms(int from, int to) {
@@ -208,7 +254,8 @@ static void usage(void) {
            "                  (default 0)\n"
            "  --at-cap MS     then time every row at the card's sustained clock too: MS milliseconds of\n"
            "                  back-to-back calls each, on a card heated by 10 x MS of forward and\n"
-           "                  backward (default 0: not; 500 is enough for an H200)\n"
+           "                  backward (default 0: not; 500 is enough for an H200), with each row's\n"
+           "                  joules a step and watts where NVML has the card's energy counter\n"
            "  --tokens FILE   the step's token ids and targets from the start of a token file (e.g.\n"
            "                  data/tinyshakespeare/tiny_shakespeare_train.bin) instead of uniform random\n"
            "                  ids: the encoder backward lasts as long as its most frequent token's chain\n");
