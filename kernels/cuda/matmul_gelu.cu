@@ -41,6 +41,7 @@
 #if defined(PRECISION_BF16)
 namespace {
 constexpr int BM = 128, BN = 256, BK = 64, STAGES = 3, THREADS = 384, EPILOGUE_THREADS = 96;
+constexpr int EPILOGUE_FIRST = 32; // the epilogue's first thread (warp 1's lane 0)
 constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
 constexpr int STAGED_BYTES = BM * BN * 2; // the staged tile of pre (bf16)
 constexpr int BARRIERS = 2 * STAGES + 2;
@@ -57,11 +58,12 @@ __device__ __forceinline__ int staged_offset(int row, int chunk) {
 }
 
 // The epilogue (warps 1-3): stores the staged tile at (row0, col0) to pre, then gelu of it to out,
-// panel by panel. Its thread 0's bulk groups are pre's 4 panels, then out's in turn: before panel
-// p's GELU, at most 3 groups may still be reading (pre's later panels and out's earlier ones).
+// panel by panel. Its thread 0's bulk groups are pre's BN / 64 panels, then out's in turn: before
+// panel p's GELU, at most BN / 64 - 1 groups may still be reading (pre's later panels and out's
+// earlier ones).
 __device__ __forceinline__ void epilogue(unsigned char* staged, const CUtensorMap* pre_map, const CUtensorMap* out_map,
                                          int row0, int col0) {
-    const int t = threadIdx.x - 32; // 0 .. EPILOGUE_THREADS - 1
+    const int t = threadIdx.x - EPILOGUE_FIRST; // 0 .. EPILOGUE_THREADS - 1
     if (t == 0) {
         for (int p = 0; p < BN / 64; p++) {
             tma_store_3d<false>(pre_map, col0 + 64 * p, row0, 0, staged + p * (BM * 128));
@@ -74,7 +76,7 @@ __device__ __forceinline__ void epilogue(unsigned char* staged, const CUtensorMa
     // first chunk again and do not store it (a guard on the load and the GELU too spilled).
     constexpr int CHUNKS = BM * 8, PER = (CHUNKS + EPILOGUE_THREADS - 1) / EPILOGUE_THREADS;
     for (int panel = 0; panel < BN / 64; panel++) {
-        if (t == 0) asm volatile("cp.async.bulk.wait_group.read 3;\n" ::: "memory");
+        if (t == 0) asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(BN / 64 - 1) : "memory");
         named_barrier_sync(1, EPILOGUE_THREADS);
         PackedX* p[PER];
         PackedX v[PER];
@@ -149,9 +151,9 @@ __global__ void __launch_bounds__(THREADS, 1)
         for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, i++) {
             mbarrier_wait(staged_full, i & 1);
             epilogue(staged, &pre_map, &out_map, tile / col_blocks * BM, tile % col_blocks * BN);
-            if (threadIdx.x == 32) mbarrier_arrive(staged_free);
+            if (threadIdx.x == EPILOGUE_FIRST) mbarrier_arrive(staged_free);
         }
-        if (threadIdx.x == 32) bulk_wait_all<false>(); // the shared memory the stores read lives until they are done
+        if (threadIdx.x == EPILOGUE_FIRST) bulk_wait_all<false>(); // the shared memory the stores read lives until they are done
         return;
     }
 
