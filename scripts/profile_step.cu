@@ -34,7 +34,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <functional>
+#include <thread>
 #include <vector>
 
 #include "data/tokenfile.h"
@@ -161,39 +163,99 @@ static double energy_mj(void) {
     return nvml_energy && nvml_energy(nvml_device, &mj) == 0 ? (double)mj : -1.0;
 }
 
+// NVML's counter does not move continuously: the driver adds to it in steps (about every 100 ms on an
+// H200, 2026-11-27), so a window read at arbitrary moments is off by up to a step at each end, 10% of
+// a one-second window. An EnergyWindow polls the counter on a thread of its own while the calls run
+// (the host may be blocked inside a call that synchronises) and keeps the first and the latest
+// moment it moved: between two such moments both the energy and the host's clock are exact, and
+// their ratio is the card's mean power over them.
+struct EnergyWindow {
+    std::atomic<int> moves{0};
+    std::atomic<bool> done{false};
+    double first_mj = 0.0, first_ms = 0.0, latest_mj = 0.0, latest_ms = 0.0; // the poller's, read after finish
+    std::thread poller;
+    void start(void) {
+        if (!nvml_energy) return;
+        poller = std::thread([this] {
+            double last_mj = energy_mj();
+            while (!done.load()) {
+                usleep(100);
+                const double mj = energy_mj();
+                if (mj < 0.0 || mj == last_mj) continue;
+                const double ms = 1e3 * wall_seconds();
+                if (moves.load() == 0) first_mj = mj, first_ms = ms;
+                latest_mj = mj, latest_ms = ms;
+                last_mj = mj;
+                moves++;
+            }
+        });
+    }
+    void finish(void) {
+        done = true;
+        if (poller.joinable()) poller.join();
+    }
+    double watts(void) const { return moves >= 2 ? (latest_mj - first_mj) / (latest_ms - first_ms) : -1.0; }
+    double step_ms(void) const { return moves >= 2 ? (latest_ms - first_ms) / (moves - 1) : -1.0; }
+};
+
+// Runs `call` back to back until target_ms of GPU time have passed and, with a `window`, until its
+// counter has moved once more after that (or a second later, should it have stopped). Batches of
+// calls are queued one ahead of the batch the host waits for, so that the card never waits for the
+// host. Returns the GPU time, and the calls made in *calls.
+static double back_to_back_ms(const std::function<void()>& call, double target_ms, const EnergyWindow* window,
+                              long* calls) {
+    cudaEvent_t start, done[2];
+    cudaCheck(cudaEventCreate(&start));
+    for (cudaEvent_t& event : done) cudaCheck(cudaEventCreate(&event));
+    int batch = 1, moves_at_target = -1;
+    *calls = 0;
+    auto queue = [&](cudaEvent_t event) {
+        for (int i = 0; i < batch; i++) call();
+        *calls += batch;
+        cudaCheck(cudaEventRecord(event));
+        batch = batch < 64 ? 2 * batch : 64;
+    };
+    cudaCheck(cudaEventRecord(start));
+    queue(done[0]);
+    for (int k = 1;; k ^= 1) {
+        queue(done[k]);
+        cudaCheck(cudaEventSynchronize(done[k ^ 1]));
+        float elapsed;
+        cudaCheck(cudaEventElapsedTime(&elapsed, start, done[k ^ 1]));
+        if (elapsed < target_ms) continue;
+        if (!window || !nvml_energy) break;
+        if (moves_at_target < 0) moves_at_target = window->moves;
+        if (window->moves > moves_at_target || elapsed > target_ms + 1e3) break;
+    }
+    cudaCheck(cudaDeviceSynchronize());
+    float ms = 0.0f;
+    for (cudaEvent_t& event : done) { // the later of the two batches' ends
+        float elapsed;
+        cudaCheck(cudaEventElapsedTime(&elapsed, start, event));
+        ms = fmaxf(ms, elapsed);
+    }
+    cudaCheck(cudaEventDestroy(start));
+    for (cudaEvent_t& event : done) cudaCheck(cudaEventDestroy(event));
+    return ms;
+}
+
 // The GPU time of one call of `call` made back to back for `seconds` (after a tenth as long untimed,
 // for the clock to settle to this call's own power), with the GPU already hot: the card's time for
 // the call at its sustained clock. Under a power cap that clock is lower for a call that draws more
-// power, so the time is then proportional to the call's energy. Batches of calls are queued between
-// host waits; the waits' gaps (microseconds) count in the time. *mj_per_call: the card's energy a
-// call over the same calls (the counter read as they start and once they are done), or -1.
-static double at_cap_ms(const std::function<void()>& call, double seconds, double* mj_per_call) {
-    cudaEvent_t start, stop;
-    cudaCheck(cudaEventCreate(&start));
-    cudaCheck(cudaEventCreate(&stop));
-    double ms = 0.0, mj_start = -1.0;
-    long calls = 0;
-    for (int timed = 0; timed <= 1; timed++) {
-        const double target_ms = 1e3 * seconds * (timed ? 1.0 : 0.1);
-        calls = 0;
-        if (timed) mj_start = energy_mj();
-        cudaCheck(cudaEventRecord(start));
-        for (int batch = 1; ms < target_ms || calls == 0; batch = batch < 64 ? 2 * batch : 64) {
-            for (int i = 0; i < batch; i++) call();
-            calls += batch;
-            cudaCheck(cudaEventRecord(stop));
-            cudaCheck(cudaEventSynchronize(stop));
-            float elapsed;
-            cudaCheck(cudaEventElapsedTime(&elapsed, start, stop));
-            ms = elapsed;
-        }
-        if (!timed) ms = 0.0;
-    }
-    const double mj_end = energy_mj();
-    *mj_per_call = mj_start >= 0.0 && mj_end >= 0.0 ? (mj_end - mj_start) / calls : -1.0;
-    cudaCheck(cudaEventDestroy(start));
-    cudaCheck(cudaEventDestroy(stop));
-    return ms / calls;
+// power, so the time is then proportional to the call's energy. *mj_per_call: the card's energy a
+// call, the mean power of an EnergyWindow over the timed calls times the call's time, or -1 without
+// the counter; *counter_step_ms, if given: how often the counter moved (-1 without it).
+static double at_cap_ms(const std::function<void()>& call, double seconds, double* mj_per_call,
+                        double* counter_step_ms = NULL) {
+    long calls;
+    back_to_back_ms(call, 100 * seconds, NULL, &calls);
+    EnergyWindow window;
+    window.start();
+    const double ms = back_to_back_ms(call, 1e3 * seconds, &window, &calls) / calls;
+    window.finish();
+    *mj_per_call = window.watts() >= 0.0 ? window.watts() * ms : -1.0;
+    if (counter_step_ms) *counter_step_ms = window.step_ms();
+    return ms;
 }
 
 // Every row again at the sustained clock (at_cap_ms), after the step's forward and backward rows
@@ -206,9 +268,12 @@ static double at_cap_ms(const std::function<void()>& call, double seconds, doubl
 // its joules over the cap's watts, so the rows' joules say what a change would give back in training.
 static void print_at_cap(double seconds, int heat_rows, double burst_step_ms) {
     open_energy_counter();
-    double heat_mj;
-    const double heat_ms = at_cap_ms([heat_rows] { replay_rows(heat_rows); }, 10 * seconds, &heat_mj);
-    printf("\neach row again at the sustained clock: its call back to back for %.2f s on a hot card\n", seconds);
+    double heat_mj, counter_step_ms;
+    const double heat_ms =
+        at_cap_ms([heat_rows] { replay_rows(heat_rows); }, 10 * seconds, &heat_mj, &counter_step_ms);
+    printf("\neach row again at the sustained clock: its call back to back for %.2f s on a hot card", seconds);
+    if (nvml_energy) printf(" (the energy counter moved every %.0f ms)", counter_step_ms);
+    printf("\n");
     printf("%-31s %5s %9s %9s %9s %6s %9s %6s\n", "call", "calls", "burst ms", "at cap ms", "ms/step", "ratio",
            "J/step", "W");
     double step_ms = 0.0, heat_rows_ms = 0.0, step_mj = 0.0;
