@@ -70,10 +70,17 @@ static int repeats = 20;
 static double at_cap_seconds = 0; // --at-cap: each row's time at the sustained clock too (at_cap_ms)
 // Every row's call, for replaying the whole step back to back (step_back_to_back_ms).
 static std::vector<std::function<void()>> row_calls;
-// Rows 0 .. to - 1 once more, each call as many times as a step makes it, in row order.
+// Rows 0 .. to - 1 once more, each call as many times as a step makes it, in the step's order:
+// neighbouring rows with the same count of calls (a layer's, or a head slice's) take turns, one call
+// each, so that each call finds in the L2 what the call before it in the step left there. Row by row
+// (each row's 12 calls back to back) the forward and backward took 2.5% longer and 2% more energy at
+// the cap (H200, 2026-11-27: 90.7 ms and 62.1 J a step against 88.4-89.0 ms and 60.7-61.3 J).
 static void replay_rows(int to) {
-    for (int i = 0; i < to; i++)
-        for (int c = 0; c < rows[i].calls; c++) row_calls[i]();
+    for (int first = 0, end; first < to; first = end) {
+        for (end = first + 1; end < to && rows[end].calls == rows[first].calls; end++) {}
+        for (int c = 0; c < rows[first].calls; c++)
+            for (int i = first; i < end; i++) row_calls[i]();
+    }
 }
 
 static int compare_floats(const void* a, const void* b) {
