@@ -24,7 +24,8 @@
 // (on an H100, d12 B 64, 2026-11-25, it was 1.5 ms shorter: there are none to speak of).
 // With --at-cap, a second table times every row again at the card's sustained clock (print_at_cap):
 // a step in training holds a card at its power cap, where the burst sum is 10-12% short of it; with
-// the card's energy counter (NVML) also each row's joules a step, which set the step's time there.
+// the card's energy counter (NVML) also each row's joules a step, which set about the step's time
+// there (PERFORMANCE.md: training runs the whole step at about one clock, which a row alone does not).
 // Built by `make BUILD=DIR DIR/profile_step` (kernels/cuda/cuda.mk); scripts/profile_step.sh runs it.
 #include <dlfcn.h>
 #include <getopt.h>
@@ -272,23 +273,26 @@ static double at_cap_ms(const std::function<void()>& call, double seconds, doubl
 // beside train_gpt's step, and a row's at-cap / burst ratio is what the cap costs it: about 1.0 for a
 // row held by memory bandwidth, more for one that draws the most power per unit of work. With the
 // card's energy counter, each row's joules a step and mean watts too: at the cap, the step's time is
-// its joules over the cap's watts, so the rows' joules say what a change would give back in training.
+// about its joules over the cap's watts, so the rows' joules say roughly what a change would give
+// back in training. The joules total is printed only where every row has its joules.
 static void print_at_cap(double seconds, int heat_rows, double burst_step_ms) {
     open_energy_counter();
     double heat_mj, counter_step_ms;
     const double heat_ms =
         at_cap_ms([heat_rows] { replay_rows(heat_rows); }, 10 * seconds, &heat_mj, &counter_step_ms);
     printf("\neach row again at the sustained clock: its call back to back for %.2f s on a hot card", seconds);
-    if (nvml_energy) printf(" (the energy counter moved every %.0f ms)", counter_step_ms);
+    if (counter_step_ms >= 0.0) printf(" (the energy counter moved every %.0f ms)", counter_step_ms);
     printf("\n");
     printf("%-31s %5s %9s %9s %9s %6s %9s %6s\n", "call", "calls", "burst ms", "at cap ms", "ms/step", "ratio",
            "J/step", "W");
     double step_ms = 0.0, heat_rows_ms = 0.0, step_mj = 0.0;
+    bool every_row_mj = nvml_energy != NULL; // a counter that stopped leaves a row without joules
     for (int i = 0; i < num_rows; i++) {
         double mj;
         const double ms = at_cap_ms(row_calls[i], seconds, &mj);
         step_ms += rows[i].calls * ms;
         step_mj += rows[i].calls * mj;
+        every_row_mj = every_row_mj && mj >= 0.0;
         if (i < heat_rows) heat_rows_ms += rows[i].calls * ms;
         printf("%-31s %5d %9.4f %9.4f %9.3f %6.3f", rows[i].name, rows[i].calls, rows[i].ms, ms, rows[i].calls * ms,
                ms / rows[i].ms);
@@ -296,13 +300,13 @@ static void print_at_cap(double seconds, int heat_rows, double burst_step_ms) {
         printf("\n");
     }
     printf("step at the sustained clock (sum of rows) %.2f ms, %.3f x the burst sum", step_ms, step_ms / burst_step_ms);
-    if (nvml_energy) printf("; %.2f J, %.0f W on average", step_mj / 1e3, step_mj / step_ms);
+    if (every_row_mj) printf("; %.2f J, %.0f W on average", step_mj / 1e3, step_mj / step_ms);
     printf("\n");
     // The rows' calls in a step's mix, as a card runs them in training: were this much longer than
     // their sum above, the card would spend more on the mix than on each call alone.
     printf("zero_grad to the last backward row back to back at the sustained clock (the heating): %.2f ms "
            "a step, the sum of their rows above %.2f ms", heat_ms, heat_rows_ms);
-    if (nvml_energy) printf("; %.2f J a step, %.0f W", heat_mj / 1e3, heat_mj / heat_ms);
+    if (heat_mj >= 0.0) printf("; %.2f J a step, %.0f W", heat_mj / 1e3, heat_mj / heat_ms);
     printf("\n");
 }
 
