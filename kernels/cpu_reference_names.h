@@ -25,6 +25,7 @@ void* cpu_dev_malloc_host(size_t bytes, const char* what);
 void cpu_dev_free_host(void* p);
 void cpu_dev_upload_async(void* dst_dev, const void* src_host, size_t bytes);
 void cpu_dev_download_async(void* dst_host, const void* src_dev, size_t bytes);
+void cpu_dev_wait_downloads(void);
 void cpu_floatX_from_float(float* dst, const float* src, size_t n);
 void cpu_float_from_floatX(float* dst, const float* src, size_t n);
 void cpu_float_accumulate(float* dst, const float* src, size_t n);
@@ -81,6 +82,7 @@ void cpu_adamw_update(float* param, float* master, const float* grad, float* m, 
 #define dev_free_host cpu_dev_free_host
 #define dev_upload_async cpu_dev_upload_async
 #define dev_download_async cpu_dev_download_async
+#define dev_wait_downloads cpu_dev_wait_downloads
 #define floatX_from_float cpu_floatX_from_float
 #define float_from_floatX cpu_float_from_floatX
 #define float_accumulate cpu_float_accumulate

@@ -67,6 +67,10 @@ void* dev_malloc_host(size_t bytes, const char* what);
 void dev_free_host(void* p);
 void dev_upload_async(void* dst_dev, const void* src_host, size_t bytes);
 void dev_download_async(void* dst_host, const void* src_dev, size_t bytes);
+// Waits until the downloads queued so far (dev_download_async) have landed, and the work queued
+// before them is done, but not for the work queued after them: a step can read its losses while
+// the GPU runs its backward.
+void dev_wait_downloads(void);
 // Conversions between fp32 arrays and floatX arrays, both in device memory (a copy on the CPU).
 void floatX_from_float(floatX* dst, const float* src, size_t n);
 void float_from_floatX(float* dst, const floatX* src, size_t n);

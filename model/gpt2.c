@@ -451,7 +451,7 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
 }
 
 const float* gpt2_losses(GPT2* model, size_t* count) {
-    dev_synchronize();
+    dev_wait_downloads(); // not for a backward queued after the forward: it runs while the host reads
     *count = model->losses_pending;
     model->losses_pending = 0;
     return model->host_losses;

@@ -142,7 +142,9 @@ void gpt2_get_optimizer_state(const GPT2* model, float* weights, float* m, float
 void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T, float dloss);
 // Waits for the losses of the forwards with targets since the last call and returns them, forward
 // after forward (B x T each, row-major), in host memory valid until the next forward; *count says
-// how many. A training step calls it once, after all its micro-batches: one wait per step.
+// how many. It waits for their downloads only, not for a backward queued after them: a training
+// step calls it once, after all its micro-batches are queued, and reads the losses while the GPU
+// runs the last backward.
 const float* gpt2_losses(GPT2* model, size_t* count);
 // The sum of n losses in double, in order. A loss reported as this sum over all its positions
 // divided by their number does not depend on how the positions were batched: with

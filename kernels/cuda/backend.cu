@@ -107,8 +107,15 @@ void dev_free_host(void* p) { cudaCheck(cudaFreeHost(p)); }
 void dev_upload_async(void* dst_dev, const void* src_host, size_t bytes) {
     cudaCheck(cudaMemcpyAsync(dst_dev, src_host, bytes, cudaMemcpyHostToDevice, 0));
 }
+// The event recorded after the last dev_download_async, for dev_wait_downloads.
+static cudaEvent_t downloads_landed;
 void dev_download_async(void* dst_host, const void* src_dev, size_t bytes) {
     cudaCheck(cudaMemcpyAsync(dst_host, src_dev, bytes, cudaMemcpyDeviceToHost, 0));
+    if (!downloads_landed) cudaCheck(cudaEventCreateWithFlags(&downloads_landed, cudaEventDisableTiming));
+    cudaCheck(cudaEventRecord(downloads_landed, 0));
+}
+void dev_wait_downloads(void) {
+    if (downloads_landed) cudaCheck(cudaEventSynchronize(downloads_landed));
 }
 
 void* grow_scratch(void** buffer, size_t* capacity, size_t bytes, const char* what) {
