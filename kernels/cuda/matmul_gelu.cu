@@ -57,10 +57,24 @@ __device__ __forceinline__ int staged_offset(int row, int chunk) {
     return chunk / 8 * (BM * 128) + row * 128 + ((chunk % 8) ^ (row % 8)) * 16;
 }
 
+// 16 bytes of shared memory at `address` (a shared-window address, smem_address), in program order.
+__device__ __forceinline__ uint4 load_shared_16(uint32_t address) {
+    uint4 v;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(address));
+    return v;
+}
+__device__ __forceinline__ void store_shared_16(uint32_t address, uint4 v) {
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+}
+
 // The epilogue (warps 1-3): stores the staged tile at (row0, col0) to pre, then gelu of it to out,
 // panel by panel. Its thread 0's bulk groups are pre's BN / 64 panels, then out's in turn: before
 // panel p's GELU, at most BN / 64 - 1 groups may still be reading (pre's later panels and out's
-// earlier ones).
+// earlier ones). The epilogue's three warps take longer than the product (a trace's samples: the
+// multiplying warps' most waited-for barrier is staged_free), so its shared-memory chunks are
+// addressed with a thread's two offsets and constants, by ld/st.shared (through a generic pointer,
+// each chunk cost its address arithmetic and a generic load).
 __device__ __forceinline__ void epilogue(unsigned char* staged, const CUtensorMap* pre_map, const CUtensorMap* out_map,
                                          int row0, int col0) {
     const int t = threadIdx.x - EPILOGUE_FIRST; // 0 .. EPILOGUE_THREADS - 1
@@ -72,27 +86,34 @@ __device__ __forceinline__ void epilogue(unsigned char* staged, const CUtensorMa
     }
     const GeluForward gelu;
     // A panel's BM * 8 16-byte chunks, chunk i the thread's i % EPILOGUE_THREADS: 1024 chunks on 96
-    // threads, 10 each and an eleventh for the first 64. The others make their eleventh from their
-    // first chunk again and do not store it (a guard on the load and the GELU too spilled).
+    // threads, 10 each and an eleventh for the first 64. The others load their first chunk again as
+    // their eleventh and do not store it (a guard on the load and the GELU too spilled).
     constexpr int CHUNKS = BM * 8, PER = (CHUNKS + EPILOGUE_THREADS - 1) / EPILOGUE_THREADS;
+    // The thread's chunk u, i = t + u EPILOGUE_THREADS, is chunk t % 8 of panel row r0 + 12 u (r0 = t /
+    // 8), at staged_offset's place: (r0 + 12 u) 128 + ((t % 8) ^ ((r0 + 12 u) % 8)) 16, where (r0 + 12
+    // u) % 8 is (r0 % 8) ^ (4 u % 8).
+    static_assert(EPILOGUE_THREADS / 8 % 8 == 4, "the chunk offsets below assume 12 rows a step");
+    const int r0 = t / 8, even = r0 * 128 + ((t % 8) ^ (r0 % 8)) * 16, odd = even ^ (4 * 16);
+    auto chunk_offset = [&](int u) {
+        return t + u * EPILOGUE_THREADS < CHUNKS ? (u % 2 ? odd : even) + u * (EPILOGUE_THREADS / 8) * 128 : even;
+    };
     for (int panel = 0; panel < BN / 64; panel++) {
         if (t == 0) asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(BN / 64 - 1) : "memory");
         named_barrier_sync(1, EPILOGUE_THREADS);
-        PackedX* p[PER];
-        PackedX v[PER];
+        const uint32_t panel_address = smem_address(staged + panel * (BM * 128));
+        uint4 v[PER]; // 8 bf16 each, in 4 words
+#pragma unroll
+        for (int u = 0; u < PER; u++) v[u] = load_shared_16(panel_address + chunk_offset(u));
 #pragma unroll
         for (int u = 0; u < PER; u++) {
-            const int i = t + u * EPILOGUE_THREADS; // chunk i % 8 of panel row i / 8
-            p[u] = (PackedX*)(staged + staged_offset(i / 8, panel * 8 + i % 8));
-            v[u] = *(i < CHUNKS ? p[u] : p[0]);
+            uint32_t* w = &v[u].x;
+#pragma unroll
+            for (int k = 0; k < 4; k++) // a bf16's bits are the top half of its float's
+                w[k] = pack_bf16(gelu(__uint_as_float(w[k] << 16), 0.0f), gelu(__uint_as_float(w[k] & 0xFFFF0000u), 0.0f));
         }
 #pragma unroll
         for (int u = 0; u < PER; u++)
-#pragma unroll
-            for (int k = 0; k < 8; k++) v[u].v[k] = (floatX)gelu((float)v[u].v[k], 0.0f);
-#pragma unroll
-        for (int u = 0; u < PER; u++)
-            if (t + u * EPILOGUE_THREADS < CHUNKS) *p[u] = v[u];
+            if (t + u * EPILOGUE_THREADS < CHUNKS) store_shared_16(panel_address + chunk_offset(u), v[u]);
         fence_proxy_async();
         named_barrier_sync(1, EPILOGUE_THREADS);
         if (t == 0) {
