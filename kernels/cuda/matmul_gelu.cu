@@ -90,10 +90,10 @@ __device__ __forceinline__ void epilogue(unsigned char* staged, const CUtensorMa
     // their eleventh and do not store it (a guard on the load and the GELU too spilled).
     constexpr int CHUNKS = BM * 8, PER = (CHUNKS + EPILOGUE_THREADS - 1) / EPILOGUE_THREADS;
     // The thread's chunk u, i = t + u EPILOGUE_THREADS, is chunk t % 8 of panel row r0 + 12 u (r0 = t /
-    // 8), at staged_offset's place: (r0 + 12 u) 128 + ((t % 8) ^ ((r0 + 12 u) % 8)) 16, where (r0 + 12
-    // u) % 8 is (r0 % 8) ^ (4 u % 8).
+    // 8), at staged_offset(r0 + 12 u, t % 8) = (r0 + 12 u) 128 + ((t % 8) ^ ((r0 + 12 u) % 8)) 16,
+    // where (r0 + 12 u) % 8 is (r0 % 8) ^ (4 u % 8): u's even and odd differ in the chunk's bit 2.
     static_assert(EPILOGUE_THREADS / 8 % 8 == 4, "the chunk offsets below assume 12 rows a step");
-    const int r0 = t / 8, even = r0 * 128 + ((t % 8) ^ (r0 % 8)) * 16, odd = even ^ (4 * 16);
+    const int r0 = t / 8, even = staged_offset(r0, t % 8), odd = even ^ (4 * 16);
     auto chunk_offset = [&](int u) {
         return t + u * EPILOGUE_THREADS < CHUNKS ? (u % 2 ? odd : even) + u * (EPILOGUE_THREADS / 8) * 128 : even;
     };
