@@ -61,8 +61,9 @@ void dev_synchronize(void);
 // Host memory for copies that do not make the host wait (pinned on the GPU, plain memory on the
 // CPU), and those copies. They run in order with the kernels; until a dev_synchronize (or a blocking
 // copy) after them, the host must not write the source of an upload nor read the destination of a
-// download (for downloads, dev_wait_downloads is enough). A blocking dev_upload from ordinary memory waits for the GPU to finish all queued work
-// first (CUDA's rule for pageable memory), which would leave it idle at every micro-step.
+// download (for downloads, dev_wait_downloads is enough). A blocking dev_upload from ordinary
+// memory waits for the GPU to finish all queued work first (CUDA's rule for pageable memory), which
+// would leave it idle at every micro-step.
 void* dev_malloc_host(size_t bytes, const char* what);
 void dev_free_host(void* p);
 void dev_upload_async(void* dst_dev, const void* src_host, size_t bytes);
