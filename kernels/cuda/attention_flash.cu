@@ -111,46 +111,61 @@ template <class Kernel> static void allow_shared_memory(Kernel kernel, size_t by
     cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
-// D_i = rowsum(dO_i * O_i) and, if lse2 is not NULL, lse2_i = m_i * log2(e) + log2(l_i). LANES
-// threads per row, each loading 16 bytes at a time (load_x128; one element per lane was
-// latency-bound at a fifth of the memory bandwidth). The rows are enumerated in the order of `out`
-// (B, T, NH), so the lanes of a row read one contiguous head vector.
+// D_i = rowsum(dO_i * O_i) and, if lse2 is not NULL, lse2_i = m_i * log2(e) + log2(l_i), for the
+// rows i of (B, NH, T). A block takes PREPARE_POSITIONS positions of one sequence, every head: LANES
+// threads per head vector, each loading 16 bytes at a time (load_x128; one element per lane was
+// latency-bound at a fifth of the memory bandwidth), its rows in the order of `out` (B, T, NH), so
+// that a warp reads contiguous memory. The sums go through shared memory, so that D and lse2 are
+// written, and m and l read, in runs of positions: a row at a time, each of those 4-byte accesses
+// took a 32-byte sector of its own, half again the bytes of the head vectors at HS 64.
+constexpr int PREPARE_POSITIONS = 32, PREPARE_THREADS = 256;
 template <int LANES>
-__global__ void flash_backward_prepare_kernel(float* D, float* lse2, const floatX* dout, const floatX* out,
-                                              const float* m, const float* l, int B, int T, int NH, int HS) {
-    const size_t thread = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    const size_t row = thread / LANES;
-    const int part = (int)(thread % LANES);
-    const bool valid = row < (size_t)B * T * NH; // every lane stays for the shuffles below
+__global__ void __launch_bounds__(PREPARE_THREADS)
+    flash_backward_prepare_kernel(float* D, float* lse2, const floatX* dout, const floatX* out, const float* m,
+                                  const float* l, int T, int NH, int HS) {
+    extern __shared__ float row_sums[]; // [NH][PREPARE_POSITIONS]
+    const int b = blockIdx.y, t0 = blockIdx.x * PREPARE_POSITIONS;
+    const int positions = T - t0 < PREPARE_POSITIONS ? T - t0 : PREPARE_POSITIONS, rows = positions * NH;
+    const int part = threadIdx.x % LANES;
     const bool vector = HS % X128 == 0 && ((uintptr_t)dout | (uintptr_t)out) % 16 == 0;
-    float sum = 0.0f;
-    for (int d = part * X128; valid && d < HS; d += LANES * X128) {
-        float o[X128], d_o[X128];
-        load_x128(o, out + row * HS, d, HS, vector);
-        load_x128(d_o, dout + row * HS, d, HS, vector);
+    const floatX* out_rows = out + ((size_t)b * T + t0) * NH * HS;
+    const floatX* dout_rows = dout + ((size_t)b * T + t0) * NH * HS;
+    for (int r0 = 0; r0 < rows; r0 += PREPARE_THREADS / LANES) { // the same trip count in every lane
+        const int r = r0 + threadIdx.x / LANES;
+        float sum = 0.0f;
+        for (int d = part * X128; r < rows && d < HS; d += LANES * X128) {
+            float o[X128], d_o[X128];
+            load_x128(o, out_rows + (size_t)r * HS, d, HS, vector);
+            load_x128(d_o, dout_rows + (size_t)r * HS, d, HS, vector);
 #pragma unroll
-        for (int k = 0; k < X128; k++) sum += d_o[k] * o[k];
+            for (int k = 0; k < X128; k++) sum += d_o[k] * o[k];
+        }
+#pragma unroll
+        for (int offset = LANES / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffff, sum, offset);
+        if (r < rows && part == 0) row_sums[r % NH * PREPARE_POSITIONS + r / NH] = sum;
     }
-#pragma unroll
-    for (int offset = LANES / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffff, sum, offset);
-    if (valid && part == 0) {
-        const int h = (int)(row % NH), t = (int)(row / NH % T), b = (int)(row / NH / T);
-        const size_t i = ((size_t)b * NH + h) * T + t;
-        D[i] = sum;
-        if (lse2) lse2[i] = m[i] * LOG2E + log2f(l[i]);
+    __syncthreads();
+    for (int i = threadIdx.x; i < NH * PREPARE_POSITIONS; i += PREPARE_THREADS) {
+        const int h = i / PREPARE_POSITIONS, t = i % PREPARE_POSITIONS;
+        if (t < positions) {
+            const size_t row = ((size_t)b * NH + h) * T + t0 + t;
+            D[row] = row_sums[i];
+            if (lse2) lse2[row] = m[row] * LOG2E + log2f(l[row]);
+        }
     }
 }
 
 static void flash_backward_prepare(float* D, float* lse2, const floatX* dout, const floatX* out,
                                    const float* m, const float* l, int B, int T, int NH, int HS) {
-    const size_t rows = (size_t)B * T * NH;
     const int chunks = ceil_div(HS, X128); // 16-byte pieces of a head vector
     const int lanes = chunks <= 4 ? 4 : chunks <= 8 ? 8 : chunks <= 16 ? 16 : 32;
     auto kernel = lanes == 4    ? flash_backward_prepare_kernel<4>
                   : lanes == 8  ? flash_backward_prepare_kernel<8>
                   : lanes == 16 ? flash_backward_prepare_kernel<16>
                                 : flash_backward_prepare_kernel<32>;
-    kernel<<<ceil_div(rows * lanes, 256), 256>>>(D, lse2, dout, out, m, l, B, T, NH, HS);
+    const size_t shared = (size_t)NH * PREPARE_POSITIONS * sizeof(float);
+    if (shared > 48 * 1024) allow_shared_memory(kernel, shared);
+    kernel<<<dim3(ceil_div(T, PREPARE_POSITIONS), B), PREPARE_THREADS, shared>>>(D, lse2, dout, out, m, l, T, NH, HS);
     launchCheck();
 }
 
