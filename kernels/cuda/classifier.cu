@@ -10,13 +10,16 @@
 // sum taken during the read (its exp2s overlap the loads). The memory floor is 2.75 ms; the two
 // exp2 per element take 1.6 ms of the MUFU units at full clock, and 4.29 is about the two added,
 // as if they did not overlap. With 4 loads in flight per thread instead of 1 (same sums, same
-// bits), on an H100: 0.656 -> 0.586 ms per 8192-row slice of 50304 (2.51 -> 2.81 TB/s).
+// bits), on an H100: 0.656 -> 0.586 ms per 8192-row slice of 50304 (2.51 -> 2.81 TB/s). A cached
+// row's copies by cp.async, 8 in flight per thread (same bits), in training on an H200: 0.512 ->
+// 0.438 ms per slice (3.2 -> 3.8 TB/s; 16 in flight: 0.448).
 #include <math.h>
 
 #include "kernels/cuda/common.cuh"
 
 #define CLASSIFIER_THREADS 512
 #define LOADS_IN_FLIGHT 4 // 16-byte loads per thread before the first is used (2: 4.84 ms per d12 step, 4: 4.69)
+#define COPIES_IN_FLIGHT 8 // cp.async copies per thread ahead of the vector used, for cached rows
 
 // The X128 logits src[i .. i + X128) as floats; -inf from V on (padding columns, which so take
 // no part in the max and get exp2 = 0).
@@ -25,7 +28,7 @@ __device__ inline void load_logits(float vals[X128], const floatX* src, int i, i
 }
 
 // cached: the row fits in the dynamic shared memory (Vp floatX).
-__global__ void __launch_bounds__(CLASSIFIER_THREADS)
+__global__ void __launch_bounds__(CLASSIFIER_THREADS, 2) // two rows an SM: 64 registers, 2 x 98 KB (BF16)
     fused_classifier_kernel(floatX* logits, float* losses, const int* targets, float dloss, int V, int Vp,
                             int write_dlogits, int cached) {
     extern __shared__ __align__(16) unsigned char row_cache[];
@@ -40,35 +43,61 @@ __global__ void __launch_bounds__(CLASSIFIER_THREADS)
     // Device memory, once: the copy into shared memory (exact: the floats came from floatX), and
     // this thread's running max m and sum of exp(v - m), moved to a new max once per vector. The
     // exp2s run while other loads are in flight; only the gradient pass is left for afterwards.
-    // LOADS_IN_FLIGHT vectors are loaded before the first is used, then used in the order of one
-    // at a time (the same sums): with one 16-byte load in flight per thread the read waited on
-    // memory latency (ncu on an H100: 71% of DRAM bandwidth, long-scoreboard stalls first).
     float m = -INFINITY, sum = 0.0f;
-    for (int i0 = threadIdx.x * X128; i0 < V; i0 += LOADS_IN_FLIGHT * stride) {
-        PackedX raw[LOADS_IN_FLIGHT];
-#pragma unroll
-        for (int b = 0; b < LOADS_IN_FLIGHT; b++) {
-            const int i = i0 + b * stride;
-            if (vector && i + X128 <= V) raw[b] = *(const PackedX*)(x + i);
+    auto absorb = [&](const float vals[X128]) { // the vector's elements, in order, into m and sum
+        float vector_max = vals[0]; // element i < V: finite for finite logits
+        for (int k = 1; k < X128; k++) vector_max = fmaxf(vector_max, vals[k]);
+        if (vector_max > m) {
+            sum *= fast_exp2((m - vector_max) * LOG2E); // 0 while m is -inf
+            m = vector_max;
         }
-#pragma unroll
-        for (int b = 0; b < LOADS_IN_FLIGHT; b++) {
-            const int i = i0 + b * stride;
-            if (i >= V) break;
+        const float m_log2 = m * LOG2E;
+        for (int k = 0; k < X128; k++) sum += fast_exp2(vals[k] * LOG2E - m_log2); // one FFMA, one MUFU
+    };
+    if (cached && vector) {
+        // The thread's vectors go by cp.async straight into the cache, COPIES_IN_FLIGHT of them
+        // ahead of the one it uses: no registers hold a load in flight, so a thread keeps more of
+        // them in flight than LOADS_IN_FLIGHT below. The last vector, past V in part, is still
+        // inside the padded row (Vp a multiple of X128); load_logits reads it as -inf from V on.
+        const int first = threadIdx.x * X128;
+        const int count = first < V ? (V - 1 - first) / stride + 1 : 0;
+        for (int j = 0; j < COPIES_IN_FLIGHT; j++) {
+            if (j < count) cp_async_16(cache + first + j * stride, x + first + j * stride, true);
+            cp_async_commit(); // empty groups too: every wait below then lets exactly vector j through
+        }
+        for (int j = 0; j < count; j++) {
+            cp_async_wait<COPIES_IN_FLIGHT - 1>();
             float vals[X128];
-            if (vector && i + X128 <= V)
-                for (int k = 0; k < X128; k++) vals[k] = (float)raw[b].v[k];
-            else
-                load_logits(vals, x, i, V, vector);
-            if (cached) store_x128(cache, vals, i, V, vector);
-            float vector_max = vals[0]; // element i < V: finite for finite logits
-            for (int k = 1; k < X128; k++) vector_max = fmaxf(vector_max, vals[k]);
-            if (vector_max > m) {
-                sum *= fast_exp2((m - vector_max) * LOG2E); // 0 while m is -inf
-                m = vector_max;
+            load_logits(vals, cache, first + j * stride, V, true);
+            absorb(vals);
+            const int next = first + (j + COPIES_IN_FLIGHT) * stride;
+            if (j + COPIES_IN_FLIGHT < count) cp_async_16(cache + next, x + next, true);
+            cp_async_commit();
+        }
+    } else {
+        // LOADS_IN_FLIGHT vectors are loaded into registers before the first is used, then used in
+        // the order of one at a time (the same sums): with one 16-byte load in flight per thread the
+        // read waited on memory latency (ncu on an H100: 71% of DRAM bandwidth, long-scoreboard
+        // stalls first).
+        for (int i0 = threadIdx.x * X128; i0 < V; i0 += LOADS_IN_FLIGHT * stride) {
+            PackedX raw[LOADS_IN_FLIGHT];
+#pragma unroll
+            for (int b = 0; b < LOADS_IN_FLIGHT; b++) {
+                const int i = i0 + b * stride;
+                if (vector && i + X128 <= V) raw[b] = *(const PackedX*)(x + i);
             }
-            const float m_log2 = m * LOG2E;
-            for (int k = 0; k < X128; k++) sum += fast_exp2(vals[k] * LOG2E - m_log2); // one FFMA, one MUFU
+#pragma unroll
+            for (int b = 0; b < LOADS_IN_FLIGHT; b++) {
+                const int i = i0 + b * stride;
+                if (i >= V) break;
+                float vals[X128];
+                if (vector && i + X128 <= V)
+                    for (int k = 0; k < X128; k++) vals[k] = (float)raw[b].v[k];
+                else
+                    load_logits(vals, x, i, V, vector);
+                if (cached) store_x128(cache, vals, i, V, vector);
+                absorb(vals);
+            }
         }
     }
     const float row_max = block_max(m); // its barriers also publish the cached row
