@@ -59,19 +59,18 @@ __global__ void __launch_bounds__(CLASSIFIER_THREADS, 2) // two rows an SM: 64 r
         // ahead of the one it uses: no registers hold a load in flight, so a thread keeps more of
         // them in flight than LOADS_IN_FLIGHT below. The last vector, past V in part, is still
         // inside the padded row (Vp a multiple of X128); load_logits reads it as -inf from V on.
-        const int first = threadIdx.x * X128;
-        const int count = first < V ? (V - 1 - first) / stride + 1 : 0;
         for (int j = 0; j < COPIES_IN_FLIGHT; j++) {
-            if (j < count) cp_async_16(cache + first + j * stride, x + first + j * stride, true);
-            cp_async_commit(); // empty groups too: every wait below then lets exactly vector j through
+            const int i = threadIdx.x * X128 + j * stride;
+            if (i < V) cp_async_16(cache + i, x + i, true);
+            cp_async_commit(); // empty groups too: each wait below then lets exactly its vector through
         }
-        for (int j = 0; j < count; j++) {
+        for (int i = threadIdx.x * X128; i < V; i += stride) {
             cp_async_wait<COPIES_IN_FLIGHT - 1>();
             float vals[X128];
-            load_logits(vals, cache, first + j * stride, V, true);
+            load_logits(vals, cache, i, V, true);
             absorb(vals);
-            const int next = first + (j + COPIES_IN_FLIGHT) * stride;
-            if (j + COPIES_IN_FLIGHT < count) cp_async_16(cache + next, x + next, true);
+            const int next = i + COPIES_IN_FLIGHT * stride;
+            if (next < V) cp_async_16(cache + next, x + next, true);
             cp_async_commit();
         }
     } else {
