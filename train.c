@@ -159,7 +159,7 @@ static void print_usage(void) {
            "      --batch-invariant G   sum the parameter gradients over groups of G sequences, so that\n"
            "                            every -b that is a multiple of G trains the same bits on one GPU\n"
            "                            model (-b auto picks such a B); 0 = off. Costs fp32 passes over\n"
-           "                            the gradients: G 1 slows an H100 d12 step by ~23%%, G 8 by 2-3%%\n"
+           "                            the gradients: G 1 slows an H100 d12 step by ~60%%, G 8 by ~8%%\n"
            "                            (README, \"Reproduce a curve\") (default %d)\n"
            "several GPUs (one process per GPU; rank from RANK/WORLD_SIZE/LOCAL_RANK, mpirun or srun;\n"
            "the ranks meet over TCP at MASTER_ADDR:MASTER_PORT when both are set, else through a file)\n"
