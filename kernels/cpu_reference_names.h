@@ -38,13 +38,13 @@ void cpu_layernorm_forward(float* out, float* mean, float* rstd, const float* in
 void cpu_layernorm_backward(float* dinp, float* dweight, float* dbias, float* dinp_sums, const float* dout, const float* inp,
                             const float* weight, const float* mean, const float* rstd, int N, int C, int sum_rows);
 void cpu_matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
-                        const float* residual, int N, int C, int OC, int ld_inp);
+                        const float* residual, int N, int C, int OC, int ld_inp, int group_rows);
 void cpu_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                          const float* weight, int N, int C, int OC, int ld_inp, int sum_rows);
 void cpu_gelu_forward(float* out, const float* inp, size_t n);
 void cpu_gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
 void cpu_matmul_forward_gelu(float* pre, float* out, const float* inp, const float* weight, const float* bias,
-                             int N, int C, int OC, int ld_inp);
+                             int N, int C, int OC, int ld_inp, int group_rows);
 void cpu_matmul_backward_gelu(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                               const float* weight, const float* pre, int N, int C, int OC,
                               int sum_rows);

@@ -17,11 +17,13 @@
 //   accumulates because it feeds the residual stream (whose own backward is the identity).
 // - sum_rows (a divisor of N): the layers with weights sum their parameter gradients over groups of
 //   sum_rows consecutive rows and add each group's sum in turn; a group's sum depends only on its
-//   own rows (and on the GPU matmul_backward also takes dinp group by group, so that every product
-//   has the same shape). With sum_rows = G T, a micro-batch of B sequences gives the bits of the
-//   same sequences in micro-batches of any other multiple of G (train_gpt --batch-invariant G, whose
-//   forward also multiplies group by group); sum_rows = N (one group) is the fastest on the GPU,
-//   where each group is one cuBLAS call per product.
+//   own rows. group_rows (a divisor of N) does the same for the products that make each row of
+//   their output from the same row of their input (the forward's, and matmul_backward's dinp over
+//   groups of sum_rows): each row gets the bits of a product over its group alone. With sum_rows =
+//   group_rows = G T, a micro-batch of B sequences gives the bits of the same sequences in
+//   micro-batches of any other multiple of G (train_gpt --batch-invariant G); sum_rows = N (one
+//   group) is the fastest on the GPU, where each group's gradient sums are one cuBLAS call per
+//   product.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -119,9 +121,9 @@ void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* dinp_
 // rounded once to floatX; bias and residual may be NULL. The residual connection of a block's
 // projection is this add: its backward is the identity on residual, so the model lets the
 // residual stream's gradient flow through unchanged. inp's bias columns are not read. out overlaps
-// no input.
+// no input. Each row has the bits of a product over its group of group_rows rows (see sum_rows).
 void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
-                    const floatX* residual, int N, int C, int OC, int ld_inp);
+                    const floatX* residual, int N, int C, int OC, int ld_inp, int group_rows);
 // dinp = dout @ weight; dweight += dout^T @ inp; dbias += column sums of dout (from inp's bias columns
 // where it has them, which the caller then guarantees to be 1 and zeros). dinp, dweight or dbias
 // may be NULL, which skips that part.
@@ -136,9 +138,10 @@ void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n
 // gives from pre, so that recompute (-r >= 1) can rebuild out from pre with gelu_forward and train
 // bit for bit alike. (On H100/H200 in the BF16 build, one kernel computes both and does not read pre
 // back; elsewhere matmul_forward and gelu_forward.)
-// inp's bias columns are not read; pre and out overlap nothing.
+// inp's bias columns are not read; pre and out overlap nothing. Rows in groups of group_rows, as
+// matmul_forward's.
 void matmul_forward_gelu(floatX* pre, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
-                         int N, int C, int OC, int ld_inp);
+                         int N, int C, int OC, int ld_inp, int group_rows);
 // matmul_backward of the layer that reads gelu(pre), with dinp = gelu'(pre) * (dout @ weight): the
 // gradient with respect to pre (N, C), as gelu_backward would make it (in the GPU's BF16 build one
 // cuBLASLt call with a GELU-derivative epilogue, which saves a pass over the (N, 4C) activations).

@@ -352,24 +352,6 @@ static LayerActs layer_acts(const GPT2* model, int l, int B, int T) {
     return s;
 }
 
-// out = inp @ weight^T + bias [+ residual] over N rows, in products of `rows` rows each: with
-// --batch-invariant one group of sequences, so that each is a product of the same shape whatever
-// the batch (cuBLASLt may pick another kernel, which sums in another order, for more rows). inp's
-// rows are ld_inp apart. With out_gelu (and no residual), also out_gelu = gelu_forward(out), from
-// the same call (matmul_forward_gelu).
-static void linear_forward(floatX* out, floatX* out_gelu, const floatX* inp, const floatX* weight,
-                           const floatX* bias, const floatX* residual, int N, int rows, int C, int OC, int ld_inp) {
-    for (int r0 = 0; r0 < N; r0 += rows) {
-        const floatX* rows_inp = inp + (size_t)r0 * ld_inp;
-        if (out_gelu)
-            matmul_forward_gelu(out + (size_t)r0 * OC, out_gelu + (size_t)r0 * OC, rows_inp, weight, bias, rows, C,
-                                OC, ld_inp);
-        else
-            matmul_forward(out + (size_t)r0 * OC, rows_inp, weight, bias, residual ? residual + (size_t)r0 * OC : NULL,
-                           rows, C, OC, ld_inp);
-    }
-}
-
 // The gradient of a parameter: at the same offset in the gradients as the parameter in the parameters.
 static float* grad_of(const GPT2* model, const floatX* param) {
     return model->grads + (param - model->params.t[0]);
@@ -398,7 +380,9 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
     model->fwd_T = T;
     upload_tokens(model, a->inputs, inputs, (size_t)N);
     if (targets) upload_tokens(model, a->targets, targets, (size_t)N);
-    int G = model->sum_sequences, rows = G && B % G == 0 ? G * T : N; // a forward-only B may not split
+    // With --batch-invariant each product's rows in groups of G sequences (kernels.h: group_rows); a
+    // forward-only B may not split.
+    int G = model->sum_sequences, rows = G && B % G == 0 ? G * T : N;
 
     encoder_forward(a->encoded, a->inputs, model->params.t[P_WTE], model->params.t[P_WPE], B, T, C);
     // Each residual add is the epilogue of the projection whose output it adds (attproj's into
@@ -409,14 +393,14 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         LayerWeights w = layer_weights(&model->params, cfg, l);
         LayerActs s = layer_acts(model, l, B, T);
         layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, s.input, w.ln1w, w.ln1b, N, C, C);
-        linear_forward(s.qkv, NULL, s.ln1, w.qkvw, w.qkvb, NULL, N, rows, C, 3 * C, C);
+        matmul_forward(s.qkv, s.ln1, w.qkvw, w.qkvb, NULL, N, C, 3 * C, C, rows);
         attention_forward(s.atty, s.att_saved, s.qkv, B, T, C, NH);
-        linear_forward(s.residual2, NULL, s.atty, w.attprojw, w.attprojb, s.input, N, rows, C, C, C);
+        matmul_forward(s.residual2, s.atty, w.attprojw, w.attprojb, s.input, N, C, C, C, rows);
         layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.residual2, w.ln2w, w.ln2b, N, C, ln2_ld(C));
         // fch_gelu has gelu_forward's bits of fch, which recompute (-r >= 1) rebuilds it with, so
         // every recompute level trains bit for bit alike
-        linear_forward(s.fch, s.fch_gelu, s.ln2, w.fcw, w.fcb, NULL, N, rows, C, 4 * C, ln2_ld(C));
-        linear_forward(s.residual3, NULL, s.fch_gelu, w.fcprojw, w.fcprojb, s.residual2, N, rows, 4 * C, C, 4 * C);
+        matmul_forward_gelu(s.fch, s.fch_gelu, s.ln2, w.fcw, w.fcb, N, C, 4 * C, ln2_ld(C), rows);
+        matmul_forward(s.residual3, s.fch_gelu, w.fcprojw, w.fcprojb, s.residual2, N, 4 * C, C, 4 * C, rows);
     }
     layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, layer_acts(model, L - 1, B, T).residual3,
                       model->params.t[P_LNFW], model->params.t[P_LNFB], N, C, C);
@@ -431,7 +415,7 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         int n = (b0 + slice <= B ? slice : B - b0) * T;
         int part = head_G ? (slice < head_G ? slice : head_G) * T : n; // rows per product and gradient sum
         size_t r0 = (size_t)b0 * T;
-        linear_forward(a->logits, NULL, a->lnf + r0 * C, wte, NULL, NULL, n, part, C, Vp, C);
+        matmul_forward(a->logits, a->lnf + r0 * C, wte, NULL, NULL, n, C, Vp, C, part);
         fused_classifier(a->logits, a->losses + r0, a->targets + r0, dloss, n, V, Vp, dloss > 0.0f);
         if (dloss > 0.0f)
             matmul_backward(a->dbuf_c + r0 * C, grad_of(model, wte), NULL, a->logits, a->lnf + r0 * C, wte, n, C, Vp,
@@ -569,7 +553,7 @@ void gpt2_logits_row(GPT2* model, int b, int t, int T, float* host_out) {
     int C = cfg->channels;
     // The row's lnf first moves to the start of dbuf_c: cuBLASLt assumes aligned operands.
     dev_copy(a->dbuf_c, a->lnf + ((size_t)b * T + t) * C, (size_t)C * sizeof(floatX));
-    matmul_forward(a->logits, a->dbuf_c, model->params.t[P_WTE], NULL, NULL, 1, C, cfg->padded_vocab_size, C);
+    matmul_forward(a->logits, a->dbuf_c, model->params.t[P_WTE], NULL, NULL, 1, C, cfg->padded_vocab_size, C, 1);
     float_from_floatX(a->row, a->logits, cfg->vocab_size);
     dev_download(host_out, a->row, cfg->vocab_size * sizeof(float));
 }

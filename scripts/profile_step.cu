@@ -318,7 +318,7 @@ static double rows_ms(int from, int to) {
 
 static void usage(void) {
     printf("usage: profile_step [-b B] [-t T] [--layers L] [--channels C] [--heads NH] [--repeats R]\n"
-           "                    [--batch-invariant 0|1] [--at-cap MS] [--tokens FILE]\n"
+           "                    [--batch-invariant G] [--at-cap MS] [--tokens FILE]\n"
            "Times every kernel call of one training step (forward, backward, AdamW) on GPU 0.\n"
            "  -b N            micro-batch (default 64)\n"
            "  -t N            sequence length (default 1024)\n"
@@ -326,8 +326,8 @@ static void usage(void) {
            "  --channels N    channels C (default 768)\n"
            "  --heads N       attention heads NH (default 12)\n"
            "  --repeats N     timed calls per row, the median is shown (default 20)\n"
-           "  --batch-invariant 0|1  weight gradients summed per sequence, as train_gpt's option\n"
-           "                  (default 0)\n"
+           "  --batch-invariant G  as train_gpt's option: products and parameter gradient sums\n"
+           "                  over groups of G sequences (a divisor of B; default 0: off)\n"
            "  --at-cap MS     then time every row at the card's sustained clock too: MS milliseconds of\n"
            "                  back-to-back calls each, on a card heated by 10 x MS of forward and\n"
            "                  backward (default 0: not; 500 is enough for an H200), with each row's\n"
@@ -360,7 +360,7 @@ int main(int argc, char** argv) {
         case OPT_CHANNELS: C = (int)parse_int_option(optarg, name, 1, 65536); break;
         case OPT_HEADS: NH = (int)parse_int_option(optarg, name, 1, 65536); break;
         case OPT_REPEATS: repeats = (int)parse_int_option(optarg, name, 1, 10000); break;
-        case OPT_BATCH_INVARIANT: batch_invariant = (int)parse_int_option(optarg, name, 0, 1); break;
+        case OPT_BATCH_INVARIANT: batch_invariant = (int)parse_int_option(optarg, name, 0, 1 << 20); break;
         case OPT_AT_CAP: at_cap_seconds = parse_int_option(optarg, name, 0, 10000) / 1e3; break;
         case OPT_TOKENS: token_path = optarg; break;
         case 'h': usage(); return 0;
@@ -370,6 +370,8 @@ int main(int argc, char** argv) {
     }
     if (optind < argc) fatal("unexpected argument '%s' (see --help)", argv[optind]);
     if ((long long)B * T > (1 << 30)) fatal("-b %d x -t %d is more tokens than one step can hold", B, T);
+    if (batch_invariant && B % batch_invariant != 0)
+        fatal("--batch-invariant %d does not divide -b %d", batch_invariant, B);
     // As train_gpt builds a model from scratch: wpe has 1024 rows unless T needs more.
     GPT2Config cfg = {T > 1024 ? T : 1024, GPT2_VOCAB_SIZE, gpt2_padded_vocab(GPT2_VOCAB_SIZE), L, NH, C};
     const char* problem = gpt2_config_problem(&cfg);
@@ -425,7 +427,7 @@ int main(int argc, char** argv) {
     // holds one slice, and each call of a head row below is the first slice's, counted once per slice
     // (a last, shorter slice counted as a full one).
     const int slice = gpt2_head_slice_sequences(B, T, batch_invariant), slices = ceil_div(B, slice);
-    const int HN = slice * T, head_sum_rows = batch_invariant ? T : HN;
+    const int HN = slice * T, head_sum_rows = batch_invariant ? (slice < batch_invariant ? slice : batch_invariant) * T : HN;
     floatX* logits = (floatX*)dev_malloc((size_t)HN * Vp * X, "logits");
     float* losses = (float*)dev_malloc((size_t)N * sizeof(float), "losses");
     floatX* dresidual = (floatX*)dev_malloc(NC * X, "dresidual");
@@ -471,7 +473,7 @@ int main(int argc, char** argv) {
 
     printf("profile_step: GPT-2 L %d, C %d, NH %d (HS %d), V %d, Vp %d, %zu parameters; B %d, T %d "
            "(%d tokens per step), recompute 0%s\n", L, C, NH, HS, V, Vp, n, B, T, N,
-           batch_invariant ? ", weight gradients summed per sequence" : "");
+           batch_invariant ? ", products and gradient sums per group of sequences (--batch-invariant)" : "");
     printf("%s | %s attention | precision %s\n", backend_describe(), attention_name(),
            X == 2 ? "BF16" : "FP32");
     printf("token ids: %s, %zu distinct, the most frequent %d times\n", token_path ? token_path : "uniform random",
@@ -496,6 +498,8 @@ int main(int argc, char** argv) {
 
     // ---- gpt2_forward
     const int forward_start = num_rows;
+    // With --batch-invariant the products' rows and the gradient sums in groups of G sequences.
+    const int group_rows = batch_invariant ? batch_invariant * T : N;
     time_call("upload inputs", 1, 0, N * sizeof(int), [&] { dev_upload(inputs, host_inputs, (size_t)N * sizeof(int)); });
     time_call("upload targets", 1, 0, N * sizeof(int), [&] { dev_upload(targets, host_targets, (size_t)N * sizeof(int)); });
     time_call("encoder_forward", 1, 0, 2.0 * NC * X + (double)T * C * X + N * sizeof(int),
@@ -504,24 +508,24 @@ int main(int argc, char** argv) {
     time_call("layernorm_forward ln1", L, 0, ln_fwd_bytes,
               [&] { layernorm_forward(ln1, ln1_mean, ln1_rstd, encoded, p[P_LN1W], p[P_LN1B], N, C, C); });
     time_call("matmul_forward qkv", L, mm * 3 * C, 0,
-              [&] { matmul_forward(qkv, ln1, p[P_QKVW], p[P_QKVB], NULL, N, C, 3 * C, C); });
+              [&] { matmul_forward(qkv, ln1, p[P_QKVW], p[P_QKVB], NULL, N, C, 3 * C, C, group_rows); });
     time_call("attention_forward", L, att_fwd_flops, 0,
               [&] { attention_forward(atty, att_saved, qkv, B, T, C, NH); });
     time_call("matmul_forward attproj + residual", L, mm * C, 0, [&] {
-        matmul_forward(residual2, atty, p[P_ATTPROJW], p[P_ATTPROJB], encoded, N, C, C, C);
+        matmul_forward(residual2, atty, p[P_ATTPROJW], p[P_ATTPROJB], encoded, N, C, C, C, group_rows);
     });
     time_call("layernorm_forward ln2", L, 0, ln_fwd_bytes,
               [&] { layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, p[P_LN2W], p[P_LN2B], N, C, ld_ln2); });
     time_call("matmul_forward_gelu fc", L, mm * 4 * C, 0,
-              [&] { matmul_forward_gelu(fch, fch_gelu, ln2, p[P_FCW], p[P_FCB], N, C, 4 * C, ld_ln2); });
+              [&] { matmul_forward_gelu(fch, fch_gelu, ln2, p[P_FCW], p[P_FCB], N, C, 4 * C, ld_ln2, group_rows); });
     time_call("matmul_forward fcproj + residual", L, mm * 4 * C, 0, [&] {
-        matmul_forward(residual3, fch_gelu, p[P_FCPROJW], p[P_FCPROJB], residual2, N, 4 * C, C, 4 * C);
+        matmul_forward(residual3, fch_gelu, p[P_FCPROJW], p[P_FCPROJB], residual2, N, 4 * C, C, 4 * C, group_rows);
     });
     time_call("layernorm_forward lnf", 1, 0, ln_fwd_bytes,
               [&] { layernorm_forward(lnf, lnf_mean, lnf_rstd, residual3, p[P_LNFW], p[P_LNFB], N, C, C); });
     const double head_mm = 2.0 * HN * C;
     time_call("matmul_forward lm head", slices, head_mm * Vp, 0,
-              [&] { matmul_forward(logits, lnf, p[P_WTE], NULL, NULL, HN, C, Vp, C); });
+              [&] { matmul_forward(logits, lnf, p[P_WTE], NULL, NULL, HN, C, Vp, C, head_sum_rows); });
     // reads the logits and targets, writes the losses and the dlogits over the logits
     time_call("fused_classifier", slices, 0, 2.0 * HN * Vp * X + 2.0 * HN * sizeof(int), [&] {
         fused_classifier(logits, losses, targets, 1.0f / (float)N, HN, V, Vp, 1);
@@ -534,7 +538,7 @@ int main(int argc, char** argv) {
 
     // ---- gpt2_backward
     const int backward_start = num_rows;
-    const int sum_rows = batch_invariant ? T : N;
+    const int sum_rows = group_rows;
     time_call("zero dresidual (memset)", 1, 0, NC * X, [&] { dev_memset_zero(dresidual, NC * X); });
     time_call("layernorm_backward lnf", 1, 0, ln_bwd_bytes, [&] {
         layernorm_backward(dresidual, g[P_LNFW], g[P_LNFB], g[P_FCPROJB], dbuf_c, residual3, p[P_LNFW], lnf_mean,
@@ -567,7 +571,10 @@ int main(int argc, char** argv) {
     // --batch-invariant the model adds into a wte gradient of its own, then adds that to grads in
     // gpt2_reduce_gradients)
     time_call("encoder_backward", 1, 0, NC * X + N * sizeof(int) + 2.0 * (distinct + T) * C * X,
-              [&] { encoder_backward(dwte_encoder, g[P_WPE], dresidual, inputs, B, T, C); });
+              [&] {
+                  for (int r0 = 0; r0 < N; r0 += group_rows)
+                      encoder_backward(dwte_encoder, g[P_WPE], dresidual + (size_t)r0 * C, inputs + r0, group_rows / T, T, C);
+              });
 
     // ---- gpt2_reduce_gradients (one process: the norm) and gpt2_update (clip 1.0, weight decay 0.1 on
     // the 2-D weights, step 1)

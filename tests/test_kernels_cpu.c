@@ -249,7 +249,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, int sum_rows, TestR
     float* bias = with_bias ? random_floats(OC, 1.0f, rng) : NULL;
     float* w = random_floats(n_out, 1.0f, rng);
     float* out = poisoned_floats(n_out);
-    matmul_forward(out, inp, weight, bias, NULL, N, C, OC, C);
+    matmul_forward(out, inp, weight, bias, NULL, N, C, OC, C, N);
     MatmulCase m = {N, C, OC, to_doubles(inp, n_inp), to_doubles(weight, n_weight),
                     with_bias ? to_doubles(bias, OC) : NULL, doubles(n_out), w};
     matmul_reference(&m);
@@ -259,7 +259,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, int sum_rows, TestR
     test_close(name, out, m.out, n_out, 1e-5, 1e-5);
     // With a residual added (as large as the product, so one left out or added twice fails).
     float *residual = random_floats(n_out, 4.0f, rng), *out_residual = poisoned_floats(n_out);
-    matmul_forward(out_residual, inp, weight, bias, residual, N, C, OC, C);
+    matmul_forward(out_residual, inp, weight, bias, residual, N, C, OC, C, N);
     double* want_residual = doubles(n_out);
     for (size_t i = 0; i < n_out; i++) want_residual[i] = m.out[i] + residual[i];
     snprintf(name, sizeof(name), "matmul_forward + residual %s", sizes);
@@ -292,7 +292,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, int sum_rows, TestR
     float *padded_out = poisoned_floats(n_out), *padded_dinp = poisoned_floats(n_inp);
     float* padded_dweight = copy_floats(dweight_prefill, n_weight);
     float* padded_dbias = with_bias ? copy_floats(dbias_prefill, OC) : NULL;
-    matmul_forward(padded_out, padded_inp, weight, bias, NULL, N, C, OC, ld);
+    matmul_forward(padded_out, padded_inp, weight, bias, NULL, N, C, OC, ld, N);
     matmul_backward(padded_dinp, padded_dweight, padded_dbias, w, padded_inp, weight, N, C, OC, ld, sum_rows);
     int same = memcmp(padded_out, out, n_out * sizeof(float)) == 0 && memcmp(padded_dinp, dinp, n_inp * sizeof(float)) == 0 &&
                memcmp(padded_dweight, dweight, n_weight * sizeof(float)) == 0 &&
@@ -319,7 +319,7 @@ static void test_thread_determinism(TestRng* rng) {
         dinp[run] = poisoned_floats((size_t)N * C);
         dweight[run] = copy_floats(dweight_prefill, (size_t)OC * C);
         dbias[run] = copy_floats(dbias_prefill, OC);
-        matmul_forward(out[run], inp, weight, bias, NULL, N, C, OC, C);
+        matmul_forward(out[run], inp, weight, bias, NULL, N, C, OC, C, N);
         matmul_backward(dinp[run], dweight[run], dbias[run], dout, inp, weight, N, C, OC, C, N);
         norm[run] = grad_norm_squared(dout, (size_t)N * OC);
     }
@@ -410,9 +410,9 @@ static void time_classifier_matmul(TestRng* rng) {
     float* dinp = floats((size_t)N * C);
     float* dweight = floats((size_t)OC * C);
     memset(dweight, 0, (size_t)OC * C * sizeof(float));
-    matmul_forward(out, inp, weight, NULL, NULL, N, C, OC, C); // warm-up: first touch of the pages
+    matmul_forward(out, inp, weight, NULL, NULL, N, C, OC, C, N); // warm-up: first touch of the pages
     double start = wall_seconds();
-    matmul_forward(out, inp, weight, NULL, NULL, N, C, OC, C);
+    matmul_forward(out, inp, weight, NULL, NULL, N, C, OC, C, N);
     double forward_done = wall_seconds();
     matmul_backward(dinp, dweight, NULL, out, inp, weight, N, C, OC, C, N);
     double backward_done = wall_seconds();

@@ -338,8 +338,8 @@ static void test_matmul(int N, int C, int OC, int with_bias, int sum_rows, int l
     floatX* d_bias = upload_x(bias, OC);
     floatX* d_out = (floatX*)poisoned((size_t)N * OC * sizeof(floatX));
     float* out = host_floats((size_t)N * OC);
-    matmul_forward(d_out, d_inp, d_w, with_bias ? d_bias : NULL, NULL, N, C, OC, ld);
-    cpu_matmul_forward(out, inp, w, with_bias ? bias : NULL, NULL, N, C, OC, C);
+    matmul_forward(d_out, d_inp, d_w, with_bias ? d_bias : NULL, NULL, N, C, OC, ld, sum_rows);
+    cpu_matmul_forward(out, inp, w, with_bias ? bias : NULL, NULL, N, C, OC, C, N);
     snprintf(name, sizeof name, "matmul_forward N=%d C=%d OC=%d bias=%d ld=%d", N, C, OC, with_bias, ld);
     check_x(name, d_out, out, (size_t)N * OC, 1);
     // With a residual added in the same sum (one rounding): values as large as the product's, so a
@@ -347,8 +347,8 @@ static void test_matmul(int N, int C, int OC, int with_bias, int sum_rows, int l
     float* residual = random_array((size_t)N * OC, -8, 8);
     floatX* d_residual = upload_x(residual, (size_t)N * OC);
     floatX* d_sum = (floatX*)poisoned((size_t)N * OC * sizeof(floatX));
-    matmul_forward(d_sum, d_inp, d_w, with_bias ? d_bias : NULL, d_residual, N, C, OC, ld);
-    cpu_matmul_forward(out, inp, w, with_bias ? bias : NULL, residual, N, C, OC, C);
+    matmul_forward(d_sum, d_inp, d_w, with_bias ? d_bias : NULL, d_residual, N, C, OC, ld, sum_rows);
+    cpu_matmul_forward(out, inp, w, with_bias ? bias : NULL, residual, N, C, OC, C, N);
     snprintf(name, sizeof name, "matmul_forward + residual N=%d C=%d OC=%d bias=%d ld=%d", N, C, OC, with_bias, ld);
     check_x(name, d_sum, out, (size_t)N * OC, 1);
     free(residual);
@@ -391,9 +391,9 @@ static void test_matmul_forward_gelu(int N, int C, int OC, int with_bias, int ld
     }
     const size_t n = (size_t)N * OC;
     floatX *d_pre = (floatX*)poisoned(n * sizeof(floatX)), *d_out = (floatX*)poisoned(n * sizeof(floatX));
-    matmul_forward_gelu(d_pre, d_out, d_inp, d_w, with_bias ? d_bias : NULL, N, C, OC, ld);
+    matmul_forward_gelu(d_pre, d_out, d_inp, d_w, with_bias ? d_bias : NULL, N, C, OC, ld, N);
     float *pre = host_floats(n), *out = host_floats(n);
-    cpu_matmul_forward_gelu(pre, out, inp, w, with_bias ? bias : NULL, N, C, OC, C);
+    cpu_matmul_forward_gelu(pre, out, inp, w, with_bias ? bias : NULL, N, C, OC, C, N);
     snprintf(name, sizeof name, "matmul_forward_gelu pre N=%d C=%d OC=%d bias=%d ld=%d", N, C, OC, with_bias, ld);
     check_x(name, d_pre, pre, n, 1);
     snprintf(name, sizeof name, "matmul_forward_gelu out N=%d C=%d OC=%d bias=%d ld=%d", N, C, OC, with_bias, ld);
@@ -408,7 +408,7 @@ static void test_matmul_forward_gelu(int N, int C, int OC, int with_bias, int ld
     dev_copy(d_moved + (size_t)shift * ld, d_inp, (size_t)(N - shift) * ld * sizeof(floatX));
     dev_copy(d_moved, d_inp + (size_t)(N - shift) * ld, (size_t)shift * ld * sizeof(floatX));
     floatX *d_moved_pre = (floatX*)poisoned(n * sizeof(floatX)), *d_moved_out = (floatX*)poisoned(n * sizeof(floatX));
-    matmul_forward_gelu(d_moved_pre, d_moved_out, d_moved, d_w, with_bias ? d_bias : NULL, N, C, OC, ld);
+    matmul_forward_gelu(d_moved_pre, d_moved_out, d_moved, d_w, with_bias ? d_bias : NULL, N, C, OC, ld, N);
     snprintf(name, sizeof name, "matmul_forward_gelu N=%d C=%d OC=%d: rows moved down by %d, bit for bit", N, C, OC,
              shift);
     const size_t kept = (size_t)(N - shift) * OC * sizeof(floatX);
@@ -485,6 +485,54 @@ static void test_matmul_backward_gelu(int N, int C, int OC) {
     free(inp), free(w), free(dout), free(dw), free(db), free(gelu_pre), free(dinp);
     dev_free(d_inp), dev_free(d_w), dev_free(d_dout), dev_free(d_dw), dev_free(d_db), dev_free(d_gelu_pre);
     dev_free(d_dinp);
+}
+
+// With group_rows = sum_rows = T, the products that make each row of their output from a row of
+// their input (the forward's, dinp) over B sequences in one call must give the bits of B calls over
+// one sequence each. matmul.cu decides on a shape's first call whether one cuBLASLt call may serve
+// all its groups, so that call runs on other inputs first and the calls compared are later ones.
+static void test_row_group_invariance(int B, int T, int C, int OC) {
+    const int N = B * T, OUTPUTS = 6;
+    const char* names[OUTPUTS] = {"matmul_forward", "matmul_forward + residual", "matmul_forward_gelu pre",
+                                  "matmul_forward_gelu out", "matmul_backward dinp", "matmul_backward_gelu dinp"};
+    const size_t sizes[OUTPUTS] = {(size_t)N * OC, (size_t)N * OC, (size_t)N * OC, (size_t)N * OC, (size_t)N * C,
+                                   (size_t)N * C};
+    float* w = random_array((size_t)OC * C, -1, 1); // its first OC values are the bias too
+    floatX* d_w = upload_x(w, (size_t)OC * C);
+    floatX* outs[2][OUTPUTS]; // [0]: one call over B sequences; [1]: B calls over one sequence each
+    for (int k = 0; k < 2; k++)
+        for (int o = 0; o < OUTPUTS; o++) outs[k][o] = (floatX*)poisoned(sizes[o] * sizeof(floatX));
+    for (int set = 0; set < 2; set++) { // set 0: the first calls of these shapes; set 1: compared
+        float *inp = random_array((size_t)N * C, -1, 1), *dout = random_array((size_t)N * OC, -1, 1);
+        float *dout_c = random_array((size_t)N * C, -1, 1), *pre = random_array((size_t)N * C, -4, 4);
+        floatX *x = upload_x(inp, (size_t)N * C), *d_dout = upload_x(dout, (size_t)N * OC);
+        floatX *d_dout_c = upload_x(dout_c, (size_t)N * C), *d_pre = upload_x(pre, (size_t)N * C);
+        for (int k = 0; k < (set == 0 ? 1 : 2); k++) {
+            const int calls = k == 0 ? 1 : B, rows = N / calls;
+            floatX** out = outs[k];
+            for (int b = 0; b < calls; b++) {
+                const size_t r0 = (size_t)b * rows;
+                matmul_forward(out[0] + r0 * OC, x + r0 * C, d_w, d_w, NULL, rows, C, OC, C, T);
+                matmul_forward(out[1] + r0 * OC, x + r0 * C, d_w, d_w, d_dout + r0 * OC, rows, C, OC, C, T);
+                matmul_forward_gelu(out[2] + r0 * OC, out[3] + r0 * OC, x + r0 * C, d_w, d_w, rows, C, OC, C, T);
+                matmul_backward(out[4] + r0 * C, NULL, NULL, d_dout + r0 * OC, x + r0 * C, d_w, rows, C, OC, C, T);
+                matmul_backward_gelu(out[5] + r0 * C, NULL, NULL, d_dout_c + r0 * C, x + r0 * C, d_w, d_pre + r0 * C,
+                                     rows, C, C, T);
+            }
+        }
+        free(inp), free(dout), free(dout_c), free(pre);
+        dev_free(x), dev_free(d_dout), dev_free(d_dout_c), dev_free(d_pre);
+    }
+    for (int o = 0; o < OUTPUTS; o++) {
+        char name[160];
+        snprintf(name, sizeof name, "%s: B=%d T=%d C=%d OC=%d in one call (groups of T rows) = %d calls of one "
+                 "sequence, bit for bit", names[o], B, T, C, OC, B);
+        const int same = same_bytes(outs[0][o], outs[1][o], sizes[o] * sizeof(floatX));
+        test_check(same, name, "%s", same ? "equal" : "bits differ");
+        dev_free(outs[0][o]), dev_free(outs[1][o]);
+    }
+    free(w);
+    dev_free(d_w);
 }
 
 // With sum_rows = T, one call over B sequences must give the bits of B calls over one sequence
@@ -842,6 +890,9 @@ int main(void) {
     test_matmul_backward_gelu(37, 96, 384);  // fused
     test_matmul_backward_gelu(35, 40, 101);  // fused (C 40)
     test_matmul_backward_gelu(33, 101, 64);  // unfused (C 101)
+    test_row_group_invariance(3, 300, 96, 200);
+    test_row_group_invariance(2, 35, 40, 101); // rows not 16-byte aligned
+    test_row_group_invariance(4, 1024, 768, 2304); // GPT-2 124M's qkv at --batch-invariant 1
     test_batch_invariance(3, 300, 96, 200);
     test_batch_invariance(2, 600, 768, 768); // GPT-2's C in layernorm_backward's registers
     test_batch_invariance(2, 35, 40, 101); // rows not 16-byte aligned in every layer

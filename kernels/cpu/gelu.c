@@ -28,8 +28,8 @@ void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n
 
 // The CPU has no pass to save: the matmul and the GELU in turn, both ways.
 void matmul_forward_gelu(floatX* pre, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
-                         int N, int C, int OC, int ld_inp) {
-    matmul_forward(pre, inp, weight, bias, NULL, N, C, OC, ld_inp);
+                         int N, int C, int OC, int ld_inp, int group_rows) {
+    matmul_forward(pre, inp, weight, bias, NULL, N, C, OC, ld_inp, group_rows);
     gelu_forward(out, pre, (size_t)N * OC);
 }
 

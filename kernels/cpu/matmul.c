@@ -64,10 +64,12 @@ static void tile_multiply(float acc[TILE_I][TILE_J], const float* const a_rows[T
 
 // out[n, oc] = (sum_c inp[n, c] weight[oc, c] + bias[oc]) + residual[n, oc]. The tile runs over i =
 // oc and j = n, so it needs inp's columns contiguous: inp is first packed into panels of TILE_J
-// rows, (C, TILE_J) each, zero past row N.
+// rows, (C, TILE_J) each, zero past row N. Every output is one sum over k in order whatever N, so
+// each row already has the bits of its group's product alone (group_rows, kernels.h).
 void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
-                    const floatX* residual, int N, int C, int OC, int ld_inp) {
+                    const floatX* residual, int N, int C, int OC, int ld_inp, int group_rows) {
     check_linear_ld("matmul_forward", C, ld_inp);
+    check_row_groups("matmul_forward", N, group_rows);
     int panels = (N + TILE_J - 1) / TILE_J;
     float* packed = xmalloc((size_t)panels * C * TILE_J * sizeof(float), "matmul_forward's packed input");
     #pragma omp parallel for collapse(2)

@@ -211,14 +211,76 @@ static void matmul_cublaslt(void* d, const floatX* a, const floatX* b, const flo
     cublasCheck(cublasLtMatmulDescDestroy(desc));
 }
 
+// ---- products over groups of rows ------------------------------------------------------------
+// A product that makes each row of its output from the same row of its input (the forward's, dinp)
+// must, where its rows come in groups (kernels.h: group_rows, sum_rows), give each row the bits of
+// a product over its group alone. A cuBLASLt call per group does, but costs: with --batch-invariant
+// 8 the d12 step's products of 8K rows took 4-60% longer than one of 64K (profile_step, H200,
+// PERFORMANCE.md). One call over all rows gives the same bits where its algorithm sums each output
+// over k as the group's does. A kernel's order of summation is fixed by its code and the shape, not
+// by the data, so that holds for every call of the two shapes or for none: the first call of each
+// grouped shape runs the product both ways and compares hashes of the whole output, and the later
+// calls make one call over all rows where they agreed, a call per group where they did not
+// (MATMUL_TUNE=2 prints which).
+struct GroupedShape {
+    int m, n, k, group_n, lda, ldb, ldd;
+    bool transpose_a, bias, c_in;
+    Epilogue epilogue;
+    bool one_call; // the verdict
+};
+static bool same_grouping(const GroupedShape& x, const GroupedShape& y) {
+    return x.m == y.m && x.n == y.n && x.k == y.k && x.group_n == y.group_n && x.lda == y.lda && x.ldb == y.ldb &&
+           x.ldd == y.ldd && x.transpose_a == y.transpose_a && x.bias == y.bias && x.c_in == y.c_in &&
+           x.epilogue == y.epilogue;
+}
+
+// D (m, n, floatX) = op(A) @ B (k, n, not transposed) [+ c_in] [+ bias], then the epilogue with aux,
+// where each of D's columns (a row of the layer's output) must have the bits of a product over its
+// group of group_n columns alone (a divisor of n).
+static void matmul_cublaslt_rows(int group_n, floatX* d, const floatX* a, const floatX* b, const floatX* bias,
+                                 int m, int n, int k, bool transpose_a, int lda, int ldb, int ldd,
+                                 Epilogue epilogue, const floatX* aux, const floatX* c_in) {
+    auto columns = [&](int col0, int cols) {
+        const size_t at = (size_t)col0 * ldd;
+        matmul_cublaslt(d + at, a, b + (size_t)col0 * ldb, bias, m, cols, k, transpose_a, false, lda, ldb, ldd, false,
+                        epilogue, aux ? aux + at : NULL, CUDA_FLOATX, c_in ? c_in + at : NULL);
+    };
+    auto in_groups = [&] {
+        for (int col0 = 0; col0 < n; col0 += group_n) columns(col0, group_n);
+    };
+    if (group_n == n) {
+        columns(0, n);
+        return;
+    }
+    static GroupedShape checked[64];
+    static int num_checked = 0;
+    GroupedShape shape = {m, n, k, group_n, lda, ldb, ldd, transpose_a, bias != NULL, c_in != NULL, epilogue, false};
+    for (int i = 0; i < num_checked; i++) {
+        if (same_grouping(checked[i], shape)) {
+            if (checked[i].one_call) columns(0, n);
+            else in_groups();
+            return;
+        }
+    }
+    const size_t d_bytes = ((size_t)ldd * (n - 1) + m) * sizeof(floatX);
+    columns(0, n);
+    const unsigned long long whole = hash_output(d, d_bytes);
+    in_groups(); // last, so that d holds the groups' bits whatever the verdict
+    shape.one_call = hash_output(d, d_bytes) == whole;
+    if (tuning_level() == 2)
+        fprintf(stderr, "matmul %dx%dx%d in groups of %d columns: %s\n", m, n, k, group_n,
+                shape.one_call ? "one call (the groups' bits)" : "a call per group (one call has other bits)");
+    if (num_checked < (int)(sizeof checked / sizeof checked[0])) checked[num_checked++] = shape;
+}
+
 void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
-                    const floatX* residual, int N, int C, int OC, int ld_inp) {
+                    const floatX* residual, int N, int C, int OC, int ld_inp, int group_rows) {
     check_linear_ld("matmul_forward", C, ld_inp);
+    check_row_groups("matmul_forward", N, group_rows);
     // out^T (OC, N) = weight (as column-major (C, OC))^T @ inp^T (C, N) + residual^T (OC, N): the
     // residual add in cuBLASLt's epilogue (beta = 1) reads the residual once, where a pass of its own
     // would read the product back and write the sum again.
-    matmul_cublaslt(out, weight, inp, bias, OC, N, C, true, false, C, ld_inp, OC, false, PLAIN, NULL, CUDA_FLOATX,
-                    residual);
+    matmul_cublaslt_rows(group_rows, out, weight, inp, bias, OC, N, C, true, C, ld_inp, OC, PLAIN, NULL, residual);
 }
 
 // dweight += the first C rows of each column of `product` (column-major (ld, OC): inp's columns with
@@ -233,19 +295,17 @@ __global__ void add_weight_and_bias_gradients_kernel(float* dweight, float* dbia
     }
 }
 
-// dinp = dout @ weight (then the epilogue on it, with aux `pre`); dweight += dout^T @ inp and dbias
-// += column sums of dout, in groups of sum_rows rows: one cuBLASLt call per group for each product,
-// the weight's accumulating in fp32, so every group's products have the same shape whatever N
-// (cuBLASLt may pick another kernel, which sums in another order, for another shape).
+// dinp = dout @ weight (then the epilogue on it, with aux `pre`), its rows in groups of sum_rows;
+// dweight += dout^T @ inp and dbias += column sums of dout, in groups of sum_rows rows: one cuBLASLt
+// call per group, the weight's accumulating in fp32, so every group's sum has the same shape
+// whatever N (cuBLASLt may pick another kernel, which sums in another order, for another shape).
 static void linear_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout, const floatX* inp,
                             const floatX* weight, int N, int C, int OC, int ld_inp, int sum_rows,
                             Epilogue dinp_epilogue, const floatX* pre) {
     check_row_groups("matmul_backward", N, sum_rows);
     check_linear_ld("matmul_backward", C, ld_inp);
     // dinp^T (C, N) = weight (column-major (C, OC)) @ dout^T (OC, N).
-    for (int row0 = 0; dinp && row0 < N; row0 += sum_rows)
-        matmul_cublaslt(dinp + (size_t)row0 * C, weight, dout + (size_t)row0 * OC, NULL, C, sum_rows, OC, false, false,
-                        C, OC, C, false, dinp_epilogue, pre ? pre + (size_t)row0 * C : NULL);
+    if (dinp) matmul_cublaslt_rows(sum_rows, dinp, weight, dout, NULL, C, N, OC, false, C, OC, C, dinp_epilogue, pre, NULL);
     if (dweight && dbias && ld_inp > C) {
         // inp has the bias columns (kernels.h): the product over them, (ld_inp, OC) per group, is the
         // weight gradient's with dbias as its row C, for 1% more of the product's work instead of a

@@ -256,13 +256,15 @@ static bool gemm_gelu_available(void) {
 #endif
 
 void matmul_forward_gelu(floatX* pre, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
-                         int N, int C, int OC, int ld_inp) {
+                         int N, int C, int OC, int ld_inp, int group_rows) {
+    check_row_groups("matmul_forward_gelu", N, group_rows);
 #if defined(PRECISION_BF16)
     // TMA wants rows 16 bytes apart and 16-byte aligned bases; the bias is read in pairs.
     const bool aligned = ((uintptr_t)pre | (uintptr_t)out | (uintptr_t)inp | (uintptr_t)weight) % 16 == 0 &&
                          (uintptr_t)bias % 4 == 0 && OC % 8 == 0 && C % 8 == 0 && ld_inp % 8 == 0;
     if (N > 0 && aligned && gemm_gelu_available()) {
         check_linear_ld("matmul_forward_gelu", C, ld_inp);
+        // one launch whatever group_rows: each output's sum does not depend on N (above)
         const CUtensorMap inp_map =
             tensor_map_3d(inp, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, sizeof(floatX), 1, N, C, ld_inp, BM);
         const CUtensorMap weight_map =
@@ -278,6 +280,6 @@ void matmul_forward_gelu(floatX* pre, floatX* out, const floatX* inp, const floa
         return;
     }
 #endif
-    matmul_forward(pre, inp, weight, bias, NULL, N, C, OC, ld_inp);
+    matmul_forward(pre, inp, weight, bias, NULL, N, C, OC, ld_inp, group_rows);
     gelu_forward(out, pre, (size_t)N * OC);
 }
