@@ -503,12 +503,10 @@ void gpt2_backward(GPT2* model) {
     // kept apart until gpt2_reduce_gradients adds it: micro-batches of G sequences give head,
     // encoder, head, encoder, ..., a micro-batch of several groups all heads first (its forward),
     // and each order must add up to the same bits.
+    // One call over all B sequences: encoder_backward sums sequence by sequence (kernels.h), so it
+    // gives the bits of a call per group.
     float* dwte_encoder = model->sum_sequences ? model->wte_encoder_grad : grad_of(model, p->t[P_WTE]);
-    for (int b = 0; b < B; b += G) {
-        size_t row0 = (size_t)b * T;
-        encoder_backward(dwte_encoder, grad_of(model, p->t[P_WPE]), a->dresidual + row0 * C, a->inputs + row0, G, T,
-                         C);
-    }
+    encoder_backward(dwte_encoder, grad_of(model, p->t[P_WPE]), a->dresidual, a->inputs, B, T, C);
 }
 
 float gpt2_reduce_gradients(GPT2* model, double* loss) {

@@ -571,10 +571,7 @@ int main(int argc, char** argv) {
     // --batch-invariant the model adds into a wte gradient of its own, then adds that to grads in
     // gpt2_reduce_gradients)
     time_call("encoder_backward", 1, 0, NC * X + N * sizeof(int) + 2.0 * (distinct + T) * C * X,
-              [&] {
-                  for (int r0 = 0; r0 < N; r0 += group_rows)
-                      encoder_backward(dwte_encoder, g[P_WPE], dresidual + (size_t)r0 * C, inputs + r0, group_rows / T, T, C);
-              });
+              [&] { encoder_backward(dwte_encoder, g[P_WPE], dresidual, inputs, B, T, C); });
 
     // ---- gpt2_reduce_gradients (one process: the norm) and gpt2_update (clip 1.0, weight decay 0.1 on
     // the 2-D weights, step 1)

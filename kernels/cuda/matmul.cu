@@ -33,14 +33,14 @@ enum Epilogue { PLAIN, GELU_BACKWARD };
 #define TUNE_MIN_FLOPS 1e10
 
 struct MatmulShape { // everything the heuristic sees
-    int m, n, k, lda, ldb, ldd;
+    int m, n, k, lda, ldb, ldd, batch;
     bool transpose_a, transpose_b, bias, c_in;
     cublasLtEpilogue_t epilogue;
     cudaDataType_t d_type;
 };
 static bool same_shape(const MatmulShape& x, const MatmulShape& y) {
     return x.m == y.m && x.n == y.n && x.k == y.k && x.lda == y.lda && x.ldb == y.ldb && x.ldd == y.ldd &&
-           x.transpose_a == y.transpose_a && x.transpose_b == y.transpose_b && x.bias == y.bias &&
+           x.batch == y.batch && x.transpose_a == y.transpose_a && x.transpose_b == y.transpose_b && x.bias == y.bias &&
            x.c_in == y.c_in && x.epilogue == y.epilogue && x.d_type == y.d_type;
 }
 struct TunedAlgo {
@@ -159,14 +159,22 @@ static cublasLtMatmulAlgo_t choose_algo(const MatmulShape& shape, cublasLtMatmul
     return candidates[best].algo;
 }
 
+// `count` products at once (a strided batch), the i-th's A, B and D the first's plus i times these
+// strides (elements).
+struct Batch {
+    int count;
+    int64_t stride_a, stride_b, stride_d;
+};
+
 // D (m, n, column-major, ld ldd) = op(A) (m, k) @ op(B) (k, n) [+ D if accumulate, or + c_in (D's
-// shape and type) if given] [+ bias (m)], in fp32, then the epilogue with `aux`. D is floatX, or
-// float where d_type is CUDA_R_32F (weight gradients).
+// shape and type) if given] [+ bias (m)], in fp32, then the epilogue with `aux`, for each product of
+// the batch. D is floatX, or float where d_type is CUDA_R_32F (weight gradients).
 static void matmul_cublaslt(void* d, const floatX* a, const floatX* b, const floatX* bias,
                             int m, int n, int k, bool transpose_a, bool transpose_b,
                             int lda, int ldb, int ldd, bool accumulate,
                             Epilogue epilogue = PLAIN, const floatX* aux = NULL,
-                            cudaDataType_t d_type = CUDA_FLOATX, const floatX* c_in = NULL) {
+                            cudaDataType_t d_type = CUDA_FLOATX, const floatX* c_in = NULL,
+                            Batch batch = {1, 0, 0, 0}) {
     cublasLtMatmulDesc_t desc;
     cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -194,16 +202,27 @@ static void matmul_cublaslt(void* d, const floatX* a, const floatX* b, const flo
     cublasCheck(cublasLtMatrixLayoutCreate(&layout_b, CUDA_FLOATX, transpose_b ? n : k,
                                            transpose_b ? k : n, ldb));
     cublasCheck(cublasLtMatrixLayoutCreate(&layout_d, d_type, m, n, ldd));
+    if (batch.count > 1) {
+        const cublasLtMatrixLayout_t layouts[3] = {layout_a, layout_b, layout_d};
+        const int64_t strides[3] = {batch.stride_a, batch.stride_b, batch.stride_d};
+        for (int i = 0; i < 3; i++) {
+            cublasCheck(cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch.count,
+                                                         sizeof batch.count));
+            cublasCheck(cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                         &strides[i], sizeof strides[i]));
+        }
+    }
     float alpha = 1.0f, beta = accumulate || c_in ? 1.0f : 0.0f;
     const void* c = c_in ? (const void*)c_in : d;
     auto run = [&](const cublasLtMatmulAlgo_t& algo) {
         cublasCheck(cublasLtMatmul(cublaslt_handle, desc, &alpha, a, layout_a, b, layout_b, &beta, c, layout_d, d,
                                    layout_d, &algo, cublaslt_workspace, cublaslt_workspace_bytes, 0));
     };
-    const MatmulShape shape = {m, n, k, lda, ldb, ldd, transpose_a, transpose_b, bias != NULL, c_in != NULL, mode,
-                               d_type};
-    const size_t d_bytes = ((size_t)ldd * (n - 1) + m) * (d_type == CUDA_R_32F ? 4 : 2);
-    const bool tune = !accumulate && 2.0 * m * n * k >= TUNE_MIN_FLOPS && tuning_level() > 0;
+    const MatmulShape shape = {m, n, k, lda, ldb, ldd, batch.count, transpose_a, transpose_b, bias != NULL,
+                               c_in != NULL, mode, d_type};
+    const size_t d_bytes =
+        ((size_t)batch.stride_d * (batch.count - 1) + (size_t)ldd * (n - 1) + m) * (d_type == CUDA_R_32F ? 4 : 2);
+    const bool tune = !accumulate && 2.0 * m * n * k * batch.count >= TUNE_MIN_FLOPS && tuning_level() > 0;
     run(choose_algo(shape, desc, layout_a, layout_b, layout_d, tune, d, d_bytes, run));
     cublasCheck(cublasLtMatrixLayoutDestroy(layout_a));
     cublasCheck(cublasLtMatrixLayoutDestroy(layout_b));
@@ -283,22 +302,114 @@ void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const 
     matmul_cublaslt_rows(group_rows, out, weight, inp, bias, OC, N, C, true, C, ld_inp, OC, PLAIN, NULL, residual);
 }
 
-// dweight += the first C rows of each column of `product` (column-major (ld, OC): inp's columns with
-// the bias columns, times dout), dbias += its row C (the ones column's: dout's column sums).
-__global__ void add_weight_and_bias_gradients_kernel(float* dweight, float* dbias, const float* product, int C,
-                                                     int OC, int ld) {
-    const int oc = blockIdx.y;
-    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c <= C; c += gridDim.x * blockDim.x) {
-        const float value = product[(size_t)oc * ld + c];
-        if (c < C) dweight[(size_t)oc * C + c] += value;
-        else dbias[oc] += value;
+// dweight (OC, C) += the first C rows of each column of `parts` products (column-major (ld, OC),
+// part_stride floats apart), one product after the other, and dbias += their row C where dbias is
+// given (inp with the bias columns: that row is dout's column sums).
+__global__ void add_weight_gradient_parts_kernel(float* dweight, float* dbias, const float* products, int parts,
+                                                 size_t part_stride, int C, int ld) {
+    const int oc = blockIdx.y, rows = dbias ? C + 1 : C;
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < rows; c += gridDim.x * blockDim.x) {
+        float* sum = c < C ? dweight + (size_t)oc * C + c : dbias + oc;
+        float value = *sum;
+        for (int p = 0; p < parts; p++) value += products[p * part_stride + (size_t)oc * ld + c];
+        *sum = value;
     }
 }
 
+// The groups' products of a weight gradient at once: at most this many bytes of them.
+#define WGRAD_PARTS_BYTES ((size_t)64 << 20)
+
+// dweight += inp^T dout over groups of sum_rows rows, group after group (kernels.h), and where dbias
+// is given (inp has the bias columns then) dbias += dout's column sums from the same products. A group's product is, without
+// the bias columns, added to dweight by cuBLASLt's epilogue; with them (ld_inp rows instead of C)
+// written, then added by add_weight_gradient_parts_kernel, row C into dbias (at fc's shape in GPT-2
+// 124M, B 64: 0.42 + 0.01 ms against 0.40 + 0.16 for the product and a pass over dout, H100; being
+// written, it is tuned).
+// With many groups (--batch-invariant) a call per group leaves much of the GPU idle: qkv's weight
+// gradient at 8K rows a group is 54 tiles of 128 x 256 for 132 SMs. So where several groups'
+// products fit in WGRAD_PARTS_BYTES, they are made by one strided batched call into partials, which
+// one kernel adds group after group. That has the bits of a call per group where the batched
+// kernel sums each product as the single call's does (and its epilogue's add is the same rounding):
+// as for the row products above, the first call of each shape runs both and compares hashes, and
+// later calls take the batched form only where they agreed.
+struct WeightGradientShape {
+    int rows, OC, sum_rows, ld_inp, groups;
+    bool one_call; // the verdict
+};
+
+static void weight_gradients(float* dweight, float* dbias, const floatX* dout, const floatX* inp, int N, int C,
+                             int OC, int ld_inp, int sum_rows) {
+    const bool bias_row = dbias != NULL;
+    const int rows = bias_row ? ld_inp : C, groups = N / sum_rows; // a group's product: column-major (rows, OC)
+    const size_t part = (size_t)rows * OC;
+    int batch = 1; // groups a batched call: the largest divisor of groups that fits
+    for (int b = 2; b <= groups; b++)
+        if (groups % b == 0 && b * part * sizeof(float) <= WGRAD_PARTS_BYTES) batch = b;
+    static void* buffer;
+    static size_t capacity;
+    float* parts = bias_row || batch > 1 ? (float*)grow_scratch(&buffer, &capacity, batch * part * sizeof(float),
+                                                                "the weight gradients' products")
+                                         : NULL;
+    const int blocks_x = ceil_div(C + 1, 256);
+    auto add_parts = [&](int count) {
+        add_weight_gradient_parts_kernel<<<dim3(blocks_x, OC), 256>>>(dweight, dbias, parts, count, part, C, rows);
+        launchCheck();
+    };
+    // `count` groups' products from group g0 on, each into parts (written) or added to dweight.
+    auto products = [&](int g0, int count, bool into_dweight) {
+        const size_t row0 = (size_t)g0 * sum_rows;
+        matmul_cublaslt(into_dweight ? (void*)dweight : (void*)parts, inp + row0 * ld_inp, dout + row0 * OC, NULL, rows,
+                        OC, sum_rows, false, true, ld_inp, OC, rows, into_dweight, PLAIN, NULL, CUDA_R_32F, NULL,
+                        Batch{count, (int64_t)sum_rows * ld_inp, (int64_t)sum_rows * OC, (int64_t)part});
+    };
+    auto per_group = [&] {
+        for (int g = 0; g < groups; g++) {
+            products(g, 1, !bias_row);
+            if (bias_row) add_parts(1);
+        }
+    };
+    auto batched = [&] {
+        for (int g = 0; g < groups; g += batch) {
+            products(g, batch, false);
+            add_parts(batch);
+        }
+    };
+    if (batch == 1) {
+        per_group();
+        return;
+    }
+    static WeightGradientShape checked[64];
+    static int num_checked = 0;
+    WeightGradientShape shape = {rows, OC, sum_rows, ld_inp, groups, false};
+    for (int i = 0; i < num_checked; i++) {
+        const WeightGradientShape& x = checked[i];
+        if (x.rows == rows && x.OC == OC && x.sum_rows == sum_rows && x.ld_inp == ld_inp && x.groups == groups) {
+            if (x.one_call) batched();
+            else per_group();
+            return;
+        }
+    }
+    // Both forms from the same gradients: saved first, restored between them.
+    const size_t weight_bytes = (size_t)OC * C * sizeof(float), bias_bytes = bias_row ? OC * sizeof(float) : 0;
+    float* saved = (float*)dev_malloc(weight_bytes + bias_bytes, "the weight gradients before their check");
+    cudaCheck(cudaMemcpy(saved, dweight, weight_bytes, cudaMemcpyDeviceToDevice));
+    if (bias_row) cudaCheck(cudaMemcpy(saved + (size_t)OC * C, dbias, bias_bytes, cudaMemcpyDeviceToDevice));
+    auto hash = [&] { return hash_output(dweight, weight_bytes) ^ (bias_row ? hash_output(dbias, bias_bytes) : 0); };
+    batched();
+    const unsigned long long batched_hash = hash();
+    cudaCheck(cudaMemcpy(dweight, saved, weight_bytes, cudaMemcpyDeviceToDevice));
+    if (bias_row) cudaCheck(cudaMemcpy(dbias, saved + (size_t)OC * C, bias_bytes, cudaMemcpyDeviceToDevice));
+    per_group(); // last, so that the gradients have the per-group bits whatever the verdict
+    shape.one_call = hash() == batched_hash;
+    dev_free(saved);
+    if (tuning_level() == 2)
+        fprintf(stderr, "weight gradient %dx%d over %d groups of %d rows, %d a call: %s\n", rows, OC, groups, sum_rows,
+                batch, shape.one_call ? "batched (the per-group bits)" : "a call per group (batched has other bits)");
+    if (num_checked < (int)(sizeof checked / sizeof checked[0])) checked[num_checked++] = shape;
+}
+
 // dinp = dout @ weight (then the epilogue on it, with aux `pre`), its rows in groups of sum_rows;
-// dweight += dout^T @ inp and dbias += column sums of dout, in groups of sum_rows rows: one cuBLASLt
-// call per group, the weight's accumulating in fp32, so every group's sum has the same shape
-// whatever N (cuBLASLt may pick another kernel, which sums in another order, for another shape).
+// dweight += dout^T @ inp and dbias += column sums of dout, summed group by group (weight_gradients).
 static void linear_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout, const floatX* inp,
                             const floatX* weight, int N, int C, int OC, int ld_inp, int sum_rows,
                             Epilogue dinp_epilogue, const floatX* pre) {
@@ -306,30 +417,11 @@ static void linear_backward(floatX* dinp, float* dweight, float* dbias, const fl
     check_linear_ld("matmul_backward", C, ld_inp);
     // dinp^T (C, N) = weight (column-major (C, OC)) @ dout^T (OC, N).
     if (dinp) matmul_cublaslt_rows(sum_rows, dinp, weight, dout, NULL, C, N, OC, false, C, OC, C, dinp_epilogue, pre, NULL);
-    if (dweight && dbias && ld_inp > C) {
-        // inp has the bias columns (kernels.h): the product over them, (ld_inp, OC) per group, is the
-        // weight gradient's with dbias as its row C, for 1% more of the product's work instead of a
-        // pass over dout (at fc's shape in GPT-2 124M, B 64: 0.42 + 0.01 ms against 0.40 + 0.16 for the
-        // product and the pass, H100). It is written, not accumulated, so cuBLASLt's candidates are
-        // tuned for it; then both gradients add it.
-        static void* buffer;
-        static size_t capacity;
-        float* product = (float*)grow_scratch(&buffer, &capacity, (size_t)ld_inp * OC * sizeof(float),
-                                              "the weight and bias gradients' product");
-        for (int row0 = 0; row0 < N; row0 += sum_rows) {
-            matmul_cublaslt(product, inp + (size_t)row0 * ld_inp, dout + (size_t)row0 * OC, NULL, ld_inp, OC, sum_rows,
-                            false, true, ld_inp, OC, ld_inp, false, PLAIN, NULL, CUDA_R_32F);
-            add_weight_and_bias_gradients_kernel<<<dim3(ceil_div(C + 1, 256), OC), 256>>>(dweight, dbias, product,
-                                                                                           C, OC, ld_inp);
-            launchCheck();
-        }
-        return;
-    }
-    // dweight^T (C, OC) += inp^T (C, rows) @ dout (column-major (OC, rows))^T for each group of rows.
-    for (int row0 = 0; dweight && row0 < N; row0 += sum_rows)
-        matmul_cublaslt(dweight, inp + (size_t)row0 * ld_inp, dout + (size_t)row0 * OC, NULL, C, OC, sum_rows, false,
-                        true, ld_inp, OC, C, true, PLAIN, NULL, CUDA_R_32F);
-    if (dbias) column_sums_accumulate(dbias, N, OC, sum_rows, MatrixColumns{dout, OC});
+    // dweight^T (C, OC) += inp^T (C, rows) @ dout (column-major (OC, rows))^T for each group of rows,
+    // and with inp's bias columns dbias from the same products (kernels.h).
+    const bool bias_row = dweight && dbias && ld_inp > C;
+    if (dweight) weight_gradients(dweight, bias_row ? dbias : NULL, dout, inp, N, C, OC, ld_inp, sum_rows);
+    if (dbias && !bias_row) column_sums_accumulate(dbias, N, OC, sum_rows, MatrixColumns{dout, OC});
 }
 
 void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
