@@ -14,7 +14,8 @@ extern "C" {
 // the CUDA context of the smaller card (300-600 MiB), and in every case the cuBLAS and cuBLASLt
 // workspaces (32 MiB and more), NCCL's buffers on several GPUs (tens to hundreds of MiB), the
 // kernels' scratch buffers (column-sum partials; the encoder's buckets, about 6 B T ints, and sequence
-// sums, at most B T C bytes: 50 MB at d12 B 64 T 1024) and cudaMalloc's 2 MiB granularity.
+// sums, at most B T C bytes: 50 MB at d12 B 64 T 1024; the weight gradients' products, with
+// --batch-invariant up to 64 MiB) and cudaMalloc's 2 MiB granularity.
 // Measured on the GPU by tests/test_recipe_gpu.sh (README.md, "Reproduce a curve").
 #define FIT_MARGIN_BYTES ((size_t)1 << 30)
 
