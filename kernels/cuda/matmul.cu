@@ -241,17 +241,32 @@ static void matmul_cublaslt(void* d, const floatX* a, const floatX* b, const flo
 // grouped shape runs the product both ways and compares hashes of the whole output, and the later
 // calls make one call over all rows where they agreed, a call per group where they did not
 // (MATMUL_TUNE=2 prints which).
+
+// The verdicts of such checks (here and in weight_gradients below), by shape.
+template <class Shape> struct Verdicts {
+    Shape shapes[64];
+    bool one_call[64];
+    int count = 0;
+    int find(const Shape& shape) const { // the verdict (1: one call, 0: a call per group), -1: not checked yet
+        for (int i = 0; i < count; i++)
+            if (shapes[i] == shape) return one_call[i];
+        return -1;
+    }
+    void record(const Shape& shape, bool verdict) {
+        if (count < 64) shapes[count] = shape, one_call[count++] = verdict;
+    }
+};
+
 struct GroupedShape {
     int m, n, k, group_n, lda, ldb, ldd;
     bool transpose_a, bias, c_in;
     Epilogue epilogue;
-    bool one_call; // the verdict
+    bool operator==(const GroupedShape& y) const {
+        return m == y.m && n == y.n && k == y.k && group_n == y.group_n && lda == y.lda && ldb == y.ldb &&
+               ldd == y.ldd && transpose_a == y.transpose_a && bias == y.bias && c_in == y.c_in &&
+               epilogue == y.epilogue;
+    }
 };
-static bool same_grouping(const GroupedShape& x, const GroupedShape& y) {
-    return x.m == y.m && x.n == y.n && x.k == y.k && x.group_n == y.group_n && x.lda == y.lda && x.ldb == y.ldb &&
-           x.ldd == y.ldd && x.transpose_a == y.transpose_a && x.bias == y.bias && x.c_in == y.c_in &&
-           x.epilogue == y.epilogue;
-}
 
 // D (m, n, floatX) = op(A) @ B (k, n, not transposed) [+ c_in] [+ bias], then the epilogue with aux,
 // where each of D's columns (a row of the layer's output) must have the bits of a product over its
@@ -271,25 +286,23 @@ static void matmul_cublaslt_rows(int group_n, floatX* d, const floatX* a, const 
         columns(0, n);
         return;
     }
-    static GroupedShape checked[64];
-    static int num_checked = 0;
-    GroupedShape shape = {m, n, k, group_n, lda, ldb, ldd, transpose_a, bias != NULL, c_in != NULL, epilogue, false};
-    for (int i = 0; i < num_checked; i++) {
-        if (same_grouping(checked[i], shape)) {
-            if (checked[i].one_call) columns(0, n);
-            else in_groups();
-            return;
-        }
+    static Verdicts<GroupedShape> verdicts;
+    const GroupedShape shape = {m, n, k, group_n, lda, ldb, ldd, transpose_a, bias != NULL, c_in != NULL, epilogue};
+    const int verdict = verdicts.find(shape);
+    if (verdict >= 0) {
+        if (verdict) columns(0, n);
+        else in_groups();
+        return;
     }
     const size_t d_bytes = ((size_t)ldd * (n - 1) + m) * sizeof(floatX);
     columns(0, n);
     const unsigned long long whole = hash_output(d, d_bytes);
     in_groups(); // last, so that d holds the groups' bits whatever the verdict
-    shape.one_call = hash_output(d, d_bytes) == whole;
+    const bool one_call = hash_output(d, d_bytes) == whole;
     if (tuning_level() == 2)
         fprintf(stderr, "matmul %dx%dx%d in groups of %d columns: %s\n", m, n, k, group_n,
-                shape.one_call ? "one call (the groups' bits)" : "a call per group (one call has other bits)");
-    if (num_checked < (int)(sizeof checked / sizeof checked[0])) checked[num_checked++] = shape;
+                one_call ? "one call (the groups' bits)" : "a call per group (one call has other bits)");
+    verdicts.record(shape, one_call);
 }
 
 void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
@@ -319,12 +332,12 @@ __global__ void add_weight_gradient_parts_kernel(float* dweight, float* dbias, c
 // The groups' products of a weight gradient at once: at most this many bytes of them.
 #define WGRAD_PARTS_BYTES ((size_t)64 << 20)
 
-// dweight += inp^T dout over groups of sum_rows rows, group after group (kernels.h), and where dbias
-// is given (inp has the bias columns then) dbias += dout's column sums from the same products. A group's product is, without
-// the bias columns, added to dweight by cuBLASLt's epilogue; with them (ld_inp rows instead of C)
-// written, then added by add_weight_gradient_parts_kernel, row C into dbias (at fc's shape in GPT-2
-// 124M, B 64: 0.42 + 0.01 ms against 0.40 + 0.16 for the product and a pass over dout, H100; being
-// written, it is tuned).
+// dweight += inp^T dout over groups of sum_rows rows, group after group (kernels.h), and where
+// dbias is given (inp has the bias columns then) dbias += dout's column sums from the same products.
+// A group's product is, without the bias columns, added to dweight by cuBLASLt's epilogue; with
+// them (ld_inp rows instead of C) written, then added by add_weight_gradient_parts_kernel, row C
+// into dbias (at fc's shape in GPT-2 124M, B 64: 0.42 + 0.01 ms against 0.40 + 0.16 for the
+// product and a pass over dout, H100; being written, it is tuned).
 // With many groups (--batch-invariant) a call per group leaves much of the GPU idle: qkv's weight
 // gradient at 8K rows a group is 54 tiles of 128 x 256 for 132 SMs. So where several groups'
 // products fit in WGRAD_PARTS_BYTES, they are made by one strided batched call into partials, which
@@ -334,7 +347,9 @@ __global__ void add_weight_gradient_parts_kernel(float* dweight, float* dbias, c
 // later calls take the batched form only where they agreed.
 struct WeightGradientShape {
     int rows, OC, sum_rows, ld_inp, groups;
-    bool one_call; // the verdict
+    bool operator==(const WeightGradientShape& y) const {
+        return rows == y.rows && OC == y.OC && sum_rows == y.sum_rows && ld_inp == y.ld_inp && groups == y.groups;
+    }
 };
 
 static void weight_gradients(float* dweight, float* dbias, const floatX* dout, const floatX* inp, int N, int C,
@@ -378,16 +393,13 @@ static void weight_gradients(float* dweight, float* dbias, const floatX* dout, c
         per_group();
         return;
     }
-    static WeightGradientShape checked[64];
-    static int num_checked = 0;
-    WeightGradientShape shape = {rows, OC, sum_rows, ld_inp, groups, false};
-    for (int i = 0; i < num_checked; i++) {
-        const WeightGradientShape& x = checked[i];
-        if (x.rows == rows && x.OC == OC && x.sum_rows == sum_rows && x.ld_inp == ld_inp && x.groups == groups) {
-            if (x.one_call) batched();
-            else per_group();
-            return;
-        }
+    static Verdicts<WeightGradientShape> verdicts;
+    const WeightGradientShape shape = {rows, OC, sum_rows, ld_inp, groups};
+    const int verdict = verdicts.find(shape);
+    if (verdict >= 0) {
+        if (verdict) batched();
+        else per_group();
+        return;
     }
     // Both forms from the same gradients: saved first, restored between them.
     const size_t weight_bytes = (size_t)OC * C * sizeof(float), bias_bytes = bias_row ? OC * sizeof(float) : 0;
@@ -400,12 +412,12 @@ static void weight_gradients(float* dweight, float* dbias, const floatX* dout, c
     cudaCheck(cudaMemcpy(dweight, saved, weight_bytes, cudaMemcpyDeviceToDevice));
     if (bias_row) cudaCheck(cudaMemcpy(dbias, saved + (size_t)OC * C, bias_bytes, cudaMemcpyDeviceToDevice));
     per_group(); // last, so that the gradients have the per-group bits whatever the verdict
-    shape.one_call = hash() == batched_hash;
+    const bool one_call = hash() == batched_hash;
     dev_free(saved);
     if (tuning_level() == 2)
         fprintf(stderr, "weight gradient %dx%d over %d groups of %d rows, %d a call: %s\n", rows, OC, groups, sum_rows,
-                batch, shape.one_call ? "batched (the per-group bits)" : "a call per group (batched has other bits)");
-    if (num_checked < (int)(sizeof checked / sizeof checked[0])) checked[num_checked++] = shape;
+                batch, one_call ? "batched (the per-group bits)" : "a call per group (batched has other bits)");
+    verdicts.record(shape, one_call);
 }
 
 // dinp = dout @ weight (then the epilogue on it, with aux `pre`), its rows in groups of sum_rows;
@@ -416,7 +428,8 @@ static void linear_backward(floatX* dinp, float* dweight, float* dbias, const fl
     check_row_groups("matmul_backward", N, sum_rows);
     check_linear_ld("matmul_backward", C, ld_inp);
     // dinp^T (C, N) = weight (column-major (C, OC)) @ dout^T (OC, N).
-    if (dinp) matmul_cublaslt_rows(sum_rows, dinp, weight, dout, NULL, C, N, OC, false, C, OC, C, dinp_epilogue, pre, NULL);
+    if (dinp)
+        matmul_cublaslt_rows(sum_rows, dinp, weight, dout, NULL, C, N, OC, false, C, OC, C, dinp_epilogue, pre, NULL);
     // dweight^T (C, OC) += inp^T (C, rows) @ dout (column-major (OC, rows))^T for each group of rows,
     // and with inp's bias columns dbias from the same products (kernels.h).
     const bool bias_row = dweight && dbias && ld_inp > C;
