@@ -427,7 +427,8 @@ int main(int argc, char** argv) {
     // holds one slice, and each call of a head row below is the first slice's, counted once per slice
     // (a last, shorter slice counted as a full one).
     const int slice = gpt2_head_slice_sequences(B, T, batch_invariant), slices = ceil_div(B, slice);
-    const int HN = slice * T, head_sum_rows = batch_invariant ? (slice < batch_invariant ? slice : batch_invariant) * T : HN;
+    const int HN = slice * T;
+    const int head_sum_rows = batch_invariant ? (slice < batch_invariant ? slice : batch_invariant) * T : HN;
     floatX* logits = (floatX*)dev_malloc((size_t)HN * Vp * X, "logits");
     float* losses = (float*)dev_malloc((size_t)N * sizeof(float), "losses");
     floatX* dresidual = (floatX*)dev_malloc(NC * X, "dresidual");
@@ -538,34 +539,34 @@ int main(int argc, char** argv) {
 
     // ---- gpt2_backward
     const int backward_start = num_rows;
-    const int sum_rows = group_rows;
     time_call("zero dresidual (memset)", 1, 0, NC * X, [&] { dev_memset_zero(dresidual, NC * X); });
     time_call("layernorm_backward lnf", 1, 0, ln_bwd_bytes, [&] {
         layernorm_backward(dresidual, g[P_LNFW], g[P_LNFB], g[P_FCPROJB], dbuf_c, residual3, p[P_LNFW], lnf_mean,
-                           lnf_rstd, N, C, sum_rows);
+                           lnf_rstd, N, C, group_rows);
     });
     time_call("matmul_backward_gelu fcproj", L, 2 * mm * 4 * C, 0, [&] {
         matmul_backward_gelu(dbuf_4c, g[P_FCPROJW], NULL, dresidual, fch_gelu, p[P_FCPROJW], fch, N, 4 * C, C,
-                             sum_rows);
+                             group_rows);
     });
     time_call("matmul_backward fc", L, 2 * mm * 4 * C, 0,
-              [&] { matmul_backward(dbuf_c, g[P_FCW], g[P_FCB], dbuf_4c, ln2, p[P_FCW], N, C, 4 * C, ld_ln2, sum_rows); });
+              [&] { matmul_backward(dbuf_c, g[P_FCW], g[P_FCB], dbuf_4c, ln2, p[P_FCW], N, C, 4 * C, ld_ln2,
+                                    group_rows); });
     time_call("layernorm_backward ln2", L, 0, ln_bwd_bytes, [&] {
         layernorm_backward(dresidual, g[P_LN2W], g[P_LN2B], g[P_ATTPROJB], dbuf_c, residual2, p[P_LN2W], ln2_mean,
-                           ln2_rstd, N, C, sum_rows);
+                           ln2_rstd, N, C, group_rows);
     });
     time_call("matmul_backward attproj", L, 2 * mm * C, 0, [&] {
-        matmul_backward(dbuf_c, g[P_ATTPROJW], NULL, dresidual, atty, p[P_ATTPROJW], N, C, C, C, sum_rows);
+        matmul_backward(dbuf_c, g[P_ATTPROJW], NULL, dresidual, atty, p[P_ATTPROJW], N, C, C, C, group_rows);
     });
     time_call("attention_backward", L, 2.5 * att_fwd_flops, 0, [&] {
-        attention_backward(dbuf_3c, g[P_QKVB], att_scratch, dbuf_c, qkv, atty, att_saved, B, T, C, NH, sum_rows);
+        attention_backward(dbuf_3c, g[P_QKVB], att_scratch, dbuf_c, qkv, atty, att_saved, B, T, C, NH, group_rows);
     });
     time_call("matmul_backward qkv", L, 2 * mm * 3 * C, 0,
-              [&] { matmul_backward(dbuf_c, g[P_QKVW], NULL, dbuf_3c, ln1, p[P_QKVW], N, C, 3 * C, C, sum_rows); });
+              [&] { matmul_backward(dbuf_c, g[P_QKVW], NULL, dbuf_3c, ln1, p[P_QKVW], N, C, 3 * C, C, group_rows); });
     // (layer 0's ln1 has no fcproj below it: the model sums the bias gradient of fcproj in L - 1 of these)
     time_call("layernorm_backward ln1", L, 0, ln_bwd_bytes, [&] {
         layernorm_backward(dresidual, g[P_LN1W], g[P_LN1B], g[P_FCPROJB], dbuf_c, encoded, p[P_LN1W], ln1_mean,
-                           ln1_rstd, N, C, sum_rows);
+                           ln1_rstd, N, C, group_rows);
     });
     // reads dout and the ids, adds into the dwte rows of the distinct ids and into dwpe's T rows (with
     // --batch-invariant the model adds into a wte gradient of its own, then adds that to grads in
