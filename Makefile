@@ -42,7 +42,7 @@ CONFIG_STAMP = $(OBJ)/config-$(ATTN)-$(PRECISION)-nccl$(NCCL).stamp
 COMMON_SRC = common/util.c common/config_file.c model/config.c
 DATA_SRC = data/tokenfile.c data/dataloader.c data/tokenizer.c data/jsonl.c data/hellaswag.c
 CKPT_SRC = $(wildcard checkpoints/*.c)
-MODEL_SRC = model/gpt2.c model/generate.c model/fit.c model/hellaswag_eval.c
+MODEL_SRC = model/gpt2.c model/init.c model/generate.c model/fit.c model/hellaswag_eval.c
 CPU_KERNEL_SRC = $(wildcard kernels/cpu/*.c)
 LIB_SRC = $(COMMON_SRC) common/dist.c common/rendezvous.c $(DATA_SRC) $(CKPT_SRC)
 

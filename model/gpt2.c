@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../common/util.h"
+#include "init.h"
 
 // ---- allocation --------------------------------------------------------------------------
 
@@ -213,30 +214,8 @@ static void load_weights(GPT2* model, const float* w) {
 }
 
 void gpt2_init_random(GPT2* model, unsigned long long seed) {
-    const GPT2Config* cfg = &model->config;
     float* all = dev_malloc(model->num_parameters * sizeof(float), "initial weights");
-    float* w = all;
-    float residual_std = 0.02f / sqrtf(2.0f * cfg->num_layers);
-    float* ones = xmalloc((size_t)cfg->num_layers * cfg->channels * sizeof(float), "init");
-    for (size_t i = 0; i < (size_t)cfg->num_layers * cfg->channels; i++) ones[i] = 1.0f;
-    unsigned long long offset = 0; // position in the Philox sequence, advanced tensor by tensor
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        size_t n = model->param_sizes[i];
-        int is_ln_weight = i == P_LN1W || i == P_LN2W || i == P_LNFW;
-        int is_weight_matrix = i == P_WTE || i == P_WPE || i == P_QKVW || i == P_ATTPROJW ||
-                               i == P_FCW || i == P_FCPROJW;
-        if (is_weight_matrix) {
-            float std = (i == P_ATTPROJW || i == P_FCPROJW) ? residual_std : 0.02f;
-            init_normal(w, n, 0.0f, std, seed, offset);
-            offset += (n + 3) / 4 * 4;
-        } else if (is_ln_weight) {
-            dev_upload(w, ones, n * sizeof(float));
-        } else {
-            dev_memset_zero(w, n * sizeof(float));
-        }
-        w += n;
-    }
-    free(ones);
+    gpt2_initial_weights(all, &model->config, seed);
     load_weights(model, all);
     dev_free(all);
 }

@@ -117,8 +117,7 @@ void gpt2_free(GPT2* model);
 // Prints where the memory goes (parameters, gradients, optimizer, activations by kind).
 void gpt2_print_memory_plan(const GPT2* model);
 
-// GPT-2 init from the seed (see DESIGN.md): N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)),
-// biases 0, layernorm weights 1, drawn with cuRAND Philox so both backends get the same weights.
+// GPT-2 init from the seed: gpt2_initial_weights (init.h), then loaded as gpt2_set_weights loads.
 void gpt2_init_random(GPT2* model, unsigned long long seed);
 // Weights from / to a host fp32 array of num_parameters values (model-file order). With ZeRO stage
 // 1 in the BF16 build, gpt2_get_weights gathers the master weights: every rank must call it.

@@ -5,9 +5,10 @@
 // own with CUDA events: WARMUP calls, then the median of --repeats calls. Only layer 0's activations
 // exist: the per-layer calls run on layer 0 and count L times per step (every layer's ln1 as layer
 // 0's, which reads the encoder's output). Parameters, gradients and AdamW state are whole, so the
-// encoder, the head and the optimizer run at full size. The inputs are
-// random (weights N(0, 0.02), token ids and targets uniform in [0, V), or from a token file with
-// --tokens: text repeats its frequent tokens far more); every activation is written
+// encoder, the head and the optimizer run at full size. The weights are train_gpt's from scratch
+// (model/init.h: layernorm weights 1, biases 0, so the activations have a training run's magnitudes,
+// which the products' energy depends on); token ids and targets uniform in [0, V), or from a token
+// file with --tokens (text repeats its frequent tokens far more); every activation is written
 // by an earlier call of the step before a later one reads it, so no other buffer needs filling.
 // Gradients keep accumulating over the repetitions: other values, the same work.
 //
@@ -43,6 +44,7 @@
 #include "data/tokenfile.h"
 #include "kernels/cuda/common.cuh"
 #include "model/config.h"
+#include "model/init.h"
 
 #define WARMUP 3
 // Longer than the host needs to enqueue any one call (cuBLASLt's heuristic query included).
@@ -390,7 +392,7 @@ int main(int argc, char** argv) {
     dev_memset_zero(adam_m, n * sizeof(float));
     dev_memset_zero(adam_v, n * sizeof(float));
     float* fp32_weights = master ? master : (float*)(void*)params;
-    init_normal(fp32_weights, n, 0.0f, 0.02f, 1337, 0);
+    gpt2_initial_weights(fp32_weights, &cfg, 1337); // train_gpt -e's weights at its default seed
     if (master) floatX_from_float(params, master, n);
     // Tensor i of the parameters (p) and gradients (g); a per-layer tensor's start is layer 0's.
     floatX* p[NUM_PARAMETER_TENSORS];

@@ -91,7 +91,7 @@ $(TEST_BIN)/test_attention_gpu: $(call cuda_obj,tests/test_attention_gpu.cu test
 # Times every kernel call of one training step; the model's shapes come from its options (its token
 # ids from a token file with --tokens). libdl for NVML's energy counter, opened at run time, and
 # pthreads for the thread that polls it.
-$(BUILD)/profile_step: $(call cuda_obj,scripts/profile_step.cu $(COMMON_SRC) data/tokenfile.c checkpoints/atomic_file.c \
+$(BUILD)/profile_step: $(call cuda_obj,scripts/profile_step.cu $(COMMON_SRC) model/init.c data/tokenfile.c checkpoints/atomic_file.c \
     $(CUDA_KERNEL_SRC)) $(CONFIG_STAMP)
 	$(CC) $(filter %.o,$^) $(LDLIBS_CUDA) -ldl -lpthread -o $@
 
