@@ -72,6 +72,8 @@ int gpt2_head_slice_sequences(int B, int T, int G) {
     return s < B ? s : B;
 }
 
+int gpt2_head_group_sequences(int slice, int G) { return slice < G ? slice : G; }
+
 const char* gpt2_config_problem(const GPT2Config* cfg) {
     if (cfg->max_seq_len < 1 || cfg->max_seq_len > (1 << 20)) return "max sequence length must be in 1..1048576";
     if (cfg->vocab_size < 1 || cfg->vocab_size > 65536) return "vocabulary size must be in 1..65536 (tokens are uint16)";

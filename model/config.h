@@ -55,6 +55,10 @@ int gpt2_padded_vocab(int V);
 // (the same bits for every B, as --batch-invariant promises). G = 0 gives the largest slice.
 #define GPT2_HEAD_SLICE_TOKENS 8192
 int gpt2_head_slice_sequences(int B, int T, int G);
+// The sequences of each product and gradient sum within a head slice of `slice` sequences (as
+// gpt2_head_slice_sequences gives for G > 0): G's groups, or the whole slice where it is part of a
+// longer group.
+int gpt2_head_group_sequences(int slice, int G);
 
 // Checks that the configuration is possible (positive sizes, heads dividing channels, ...). Returns
 // NULL if it is, else a static message naming the problem.

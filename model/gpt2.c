@@ -392,7 +392,7 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
     int head_G = G && B % G == 0 ? G : 0, slice = gpt2_head_slice_sequences(B, T, head_G);
     for (int b0 = 0; b0 < B; b0 += slice) {
         int n = (b0 + slice <= B ? slice : B - b0) * T;
-        int part = head_G ? (slice < head_G ? slice : head_G) * T : n; // rows per product and gradient sum
+        int part = head_G ? gpt2_head_group_sequences(slice, head_G) * T : n; // rows per product and gradient sum
         size_t r0 = (size_t)b0 * T;
         matmul_forward(a->logits, a->lnf + r0 * C, wte, NULL, NULL, n, C, Vp, C, part);
         fused_classifier(a->logits, a->losses + r0, a->targets + r0, dloss, n, V, Vp, dloss > 0.0f);

@@ -430,7 +430,7 @@ int main(int argc, char** argv) {
     // (a last, shorter slice counted as a full one).
     const int slice = gpt2_head_slice_sequences(B, T, batch_invariant), slices = ceil_div(B, slice);
     const int HN = slice * T;
-    const int head_sum_rows = batch_invariant ? (slice < batch_invariant ? slice : batch_invariant) * T : HN;
+    const int head_sum_rows = batch_invariant ? gpt2_head_group_sequences(slice, batch_invariant) * T : HN;
     floatX* logits = (floatX*)dev_malloc((size_t)HN * Vp * X, "logits");
     float* losses = (float*)dev_malloc((size_t)N * sizeof(float), "losses");
     floatX* dresidual = (floatX*)dev_malloc(NC * X, "dresidual");
