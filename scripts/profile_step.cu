@@ -9,7 +9,8 @@
 // (model/init.h: layernorm weights 1, biases 0, so the activations have a training run's magnitudes,
 // which the products' energy depends on); token ids and targets uniform in [0, V), or from a token
 // file with --tokens (text repeats its frequent tokens far more); every activation is written
-// by an earlier call of the step before a later one reads it, so no other buffer needs filling.
+// by an earlier call of the step before a later one reads it (the head's rows over every slice of
+// the batch, so that its backward writes the whole of dbuf_c), so no other buffer needs filling.
 // Gradients keep accumulating over the repetitions: other values, the same work.
 //
 // Each timed call is queued behind a spin kernel, so the events measure its GPU time as it runs
@@ -426,8 +427,8 @@ int main(int argc, char** argv) {
     float* lnf_mean = (float*)dev_malloc((size_t)N * sizeof(float), "lnf mean");
     float* lnf_rstd = (float*)dev_malloc((size_t)N * sizeof(float), "lnf rstd");
     // The head runs over slices of `slice` sequences (HN rows), as in gpt2_forward: the logits buffer
-    // holds one slice, and each call of a head row below is the first slice's, counted once per slice
-    // (a last, shorter slice counted as a full one).
+    // holds one slice, and the head's rows take the slices in turn (a last, shorter slice as a full
+    // one that ends at the batch's end).
     const int slice = gpt2_head_slice_sequences(B, T, batch_invariant), slices = ceil_div(B, slice);
     const int HN = slice * T;
     const int head_sum_rows = batch_invariant ? gpt2_head_group_sequences(slice, batch_invariant) * T : HN;
@@ -527,14 +528,27 @@ int main(int argc, char** argv) {
     time_call("layernorm_forward lnf", 1, 0, ln_fwd_bytes,
               [&] { layernorm_forward(lnf, lnf_mean, lnf_rstd, residual3, p[P_LNFW], p[P_LNFB], N, C, C); });
     const double head_mm = 2.0 * HN * C;
-    time_call("matmul_forward lm head", slices, head_mm * Vp, 0,
-              [&] { matmul_forward(logits, lnf, p[P_WTE], NULL, NULL, HN, C, Vp, C, head_sum_rows); });
+    // The slice the head's rows work on; its backward row moves on to the next. Each step must write
+    // every row of dbuf_c, where the layers' backward starts: with the first slice's rows alone, the
+    // other rows kept what the last backward had left there (layer 0's dL/dln1, not the head's
+    // gradient), and the backward's products drew less power on those values (H200, 2026-11-28: the
+    // rows' sum at the cap 65.4 J a step, with every slice 71.4, training 71.0 on the same card).
+    int head_slice = 0;
+    auto head_row = [&] { // the slice's first row
+        const size_t row = (size_t)head_slice * HN;
+        return row + HN <= (size_t)N ? row : (size_t)N - HN;
+    };
+    time_call("matmul_forward lm head", slices, head_mm * Vp, 0, [&] {
+        matmul_forward(logits, lnf + head_row() * C, p[P_WTE], NULL, NULL, HN, C, Vp, C, head_sum_rows);
+    });
     // reads the logits and targets, writes the losses and the dlogits over the logits
     time_call("fused_classifier", slices, 0, 2.0 * HN * Vp * X + 2.0 * HN * sizeof(int), [&] {
-        fused_classifier(logits, losses, targets, 1.0f / (float)N, HN, V, Vp, 1);
+        fused_classifier(logits, losses + head_row(), targets + head_row(), 1.0f / (float)N, HN, V, Vp, 1);
     });
     time_call("matmul_backward lm head", slices, 2 * head_mm * Vp, 0, [&] {
-        matmul_backward(dbuf_c, g[P_WTE], NULL, logits, lnf, p[P_WTE], HN, C, Vp, C, head_sum_rows);
+        matmul_backward(dbuf_c + head_row() * C, g[P_WTE], NULL, logits, lnf + head_row() * C, p[P_WTE], HN, C, Vp,
+                        C, head_sum_rows);
+        head_slice = (head_slice + 1) % slices;
     });
     time_call("download losses", 1, 0, N * sizeof(float),
               [&] { dev_download(host_losses, losses, (size_t)N * sizeof(float)); });
