@@ -19,7 +19,14 @@
 # same steps FIRST..STEPS (here the first steps include compilation), MFU the same formula, and peak_MiB the
 # same nvidia-smi sampling of the GPU's used memory as our rows (so both include the CUDA context);
 # PyTorch's own torch.cuda.max_memory_allocated / max_memory_reserved follow each torch row.
+# Every row also has the card's mean power (nvidia-smi's power.draw) and SM clock over its timed
+# steps, and their product with the mean step, the joules a step: a card held at its power cap runs
+# a step in about its energy over the cap's watts, so two programs on one card differ by their
+# joules at the same watts (PERFORMANCE.md, Joules a step at the power cap). The samples counted are
+# those between the ends of steps FIRST - 1 and STEPS, as each program's step lines arrive.
 set -eu
+export LC_ALL=C # EPOCHREALTIME's and the tables' decimal point
+[ -n "${EPOCHREALTIME:-}" ] || { echo "bench_train.sh: needs bash 5 (EPOCHREALTIME)" >&2; exit 1; }
 "$(dirname "$0")/get_data.sh" # before any cd: a relative GPT_DATA_DIR is the caller's
 ARCH=${GPU_ARCH:-90}
 PEAK_TFLOPS=${PEAK_TFLOPS:-989}
@@ -43,14 +50,37 @@ done
 # causal attention.
 L=12 C=768 T=1024 PARAMS=124475904
 FLOPS_PER_TOKEN=$((6 * PARAMS + 6 * L * C * T))
-# nvidia-smi samples the GPU's used memory every 200 ms from start_smi to stop_smi, which prints the peak.
+# stamp: each line of stdin after the time it arrived (seconds since the epoch).
+stamp() { while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done; }
+# run_stamped LOG CMD...: CMD's output, line by line as it comes, stamped into LOG; CMD's status.
+run_stamped() {
+    local log=$1
+    shift
+    stdbuf -oL "$@" 2>&1 | stamp > "$log"
+    return "${PIPESTATUS[0]}"
+}
+# unstamped LOG: LOG's lines as the program wrote them.
+unstamped() { cut -d' ' -f2- "$1"; }
+# nvidia-smi samples the GPU's used memory, power and SM clock every 100 ms from start_smi to
+# stop_smi, each sample stamped as it arrives.
 start_smi() {
-    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 > "$WORK/mem" &
+    nvidia-smi --query-gpu=memory.used,power.draw,clocks.sm --format=csv,noheader,nounits -lms 100 \
+        > >(stamp > "$WORK/smi") &
     smi=$!
 }
+# stop_smi LOG: sets peak, the most memory used in the run, and watts and mhz, the means over the
+# samples from the end of step FIRST - 1 to the end of step STEPS as LOG's stamped step lines ("step
+# N/M ...", which all three programs print) place them ("-" without such steps or samples).
 stop_smi() {
-    kill "$smi"; wait "$smi" 2>/dev/null || true
-    sort -n "$WORK/mem" | tail -1
+    kill "$smi"
+    wait "$smi" 2>/dev/null || true
+    sleep 0.2 # stamp's last lines
+    read -r peak watts mhz < <(awk -v first="$FIRST" -v last="$STEPS" '
+        FNR == NR { if ($2 == "step") { split($3, s, "/"); if (s[1] == first - 1) t0 = $1; if (s[1] == last) t1 = $1 }
+                    next }
+        { sub(/,/, "", $2); sub(/,/, "", $3); if ($2 + 0 > peak) peak = $2 + 0 }
+        t1 && $1 >= t0 && $1 <= t1 && $3 ~ /^[0-9.]+$/ { w += $3; f += $4; n++ }
+        END { if (n) printf "%d %.0f %.0f\n", peak, w / n, f / n; else printf "%d - -\n", peak }' "$1" "$WORK/smi")
 }
 # timing TIMES: sets ms and mean, the median (the lower middle) and the mean of the step times TIMES
 # (one per line).
@@ -58,24 +88,28 @@ timing() {
     ms=$(sort -g <<< "$1" | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
     mean=$(awk '{ s += $1 } END { print s / NR }' <<< "$1")
 }
-# row PRECISION ATTN B MS MEAN PEAK_MIB [NOTE]: one line of the table (tokens/s and MFU from MS, the median).
+# row PRECISION ATTN B MS MEAN [NOTE]: one line of the table (tokens/s and MFU from MS, the median;
+# peak, watts and mhz from stop_smi; joules a step from watts and MEAN).
 row() {
-    awk -v p="$1" -v a="$2" -v B="$3" -v T=$T -v ms="$4" -v mean="$5" -v f=$FLOPS_PER_TOKEN -v peak_tf="$PEAK_TFLOPS" -v mem="$6" -v note="${7:-}" 'BEGIN {
-        tps = B * T / (ms / 1000); mfu = tps * f / (peak_tf * 1e12)
-        printf "%-6s %-15s %4d %8d %10.1f %8.1f %12.0f %5.1f%% %10s%s\n", p, a, B, T, ms, mean, tps, 100 * mfu, mem, note }'
+    awk -v p="$1" -v a="$2" -v B="$3" -v T=$T -v ms="$4" -v mean="$5" -v f=$FLOPS_PER_TOKEN -v peak_tf="$PEAK_TFLOPS" \
+        -v mem="$peak" -v w="$watts" -v mhz="$mhz" -v note="${6:-}" 'BEGIN {
+        tps = B * T / (ms / 1000); mfu = tps * f / (peak_tf * 1e12); j = w == "-" ? "-" : sprintf("%.1f", w * mean / 1000)
+        printf "%-6s %-15s %4d %8d %10.1f %8.1f %12.0f %5.1f%% %10s %5s %5s %7s%s\n", p, a, B, T, ms, mean, tps, 100 * mfu,
+            mem, w, mhz, j, note }'
 }
 echo "steps $FIRST..$STEPS timed: ms/step is their median, mean their mean"
-printf "%-6s %-15s %4s %8s %10s %8s %12s %6s %10s\n" precision attn B T ms/step mean tokens/s MFU peak_MiB
+printf "%-6s %-15s %4s %8s %10s %8s %12s %6s %10s %5s %5s %7s\n" precision attn B T ms/step mean tokens/s MFU peak_MiB W MHz J/step
 for run in "${runs[@]}"; do
     # shellcheck disable=SC2086
     set -- $run
     p=$1 attn=$2 B=$3 r=${4:-0} out=$WORK/$p-$attn-$B-r$r
     start_smi
-    "$BUILD/$p-$attn/train_gpt" -e d12 -i "$DATA/tiny_shakespeare_train.bin" -j "$DATA/tiny_shakespeare_val.bin" \
-        -b "$B" -t $T -r "$r" -x "$STEPS" -v 0 -s 0 -n 0 -o "$out" > "$out.log" 2>&1 || { stop_smi > /dev/null; cat "$out.log"; exit 1; }
-    peak=$(stop_smi)
+    run_stamped "$out.log" "$BUILD/$p-$attn/train_gpt" -e d12 -i "$DATA/tiny_shakespeare_train.bin" \
+        -j "$DATA/tiny_shakespeare_val.bin" -b "$B" -t $T -r "$r" -x "$STEPS" -v 0 -s 0 -n 0 -o "$out" ||
+        { stop_smi "$out.log"; unstamped "$out.log"; exit 1; }
+    stop_smi "$out.log"
     timing "$(awk -F, -v first="$FIRST" 'NR > 1 && $1 >= first && $6 != "" { print $6 }' "$out/log.csv")"
-    row "$p" "$attn" "$B" "$ms" "$mean" "$peak" "$([ "$r" = 0 ] || echo "  -r $r")"
+    row "$p" "$attn" "$B" "$ms" "$mean" "$([ "$r" = 0 ] || echo "  -r $r")"
 done
 
 # llm.c's rows, where LLMC names a train_gpt2cu built from karpathy/llm.c (`make train_gpt2cu
@@ -96,16 +130,16 @@ if [ -n "${LLMC:-}" ]; then
         B=$1 r=$2 out=$WORK/llmc-$1-r$2
         start_smi
         # shellcheck disable=SC2086 # LLMC_ARGS: options, split on purpose
-        (cd "$WORK" && "$llmc" -e d12 -i "$data/tiny_shakespeare_train.bin" -j "$data/tiny_shakespeare_train.bin" \
-            -o "$out" -b "$B" -t $T -d $((B * T)) -r "$r" -z 0 -x "$STEPS" -v 1000000 -m 0 -s 0 -n 0 -h 0 \
-            ${LLMC_ARGS:-}) > "$out.log" 2>&1 || { stop_smi > /dev/null; tail -20 "$out.log"; exit 1; }
-        peak=$(stop_smi)
+        (cd "$WORK" && run_stamped "$out.log" "$llmc" -e d12 -i "$data/tiny_shakespeare_train.bin" \
+            -j "$data/tiny_shakespeare_train.bin" -o "$out" -b "$B" -t $T -d $((B * T)) -r "$r" -z 0 -x "$STEPS" \
+            -v 1000000 -m 0 -s 0 -n 0 -h 0 ${LLMC_ARGS:-}) || { stop_smi "$out.log"; unstamped "$out.log" | tail -20; exit 1; }
+        stop_smi "$out.log"
         # "step   12/40 | ... | 115.81 ms | ...": the step number and the field before "ms".
         times=$(awk -v first="$FIRST" '/^step +[0-9]+\/[0-9]+ \|/ {
-            split($2, s, "/"); for (i = 3; i < NF; i++) if ($(i + 1) == "ms" && s[1] >= first) print $i }' "$out.log")
-        [ -n "$times" ] || { echo "bench_train.sh: no step times in the output of $LLMC:"; tail -20 "$out.log"; exit 1; }
+            split($2, s, "/"); for (i = 3; i < NF; i++) if ($(i + 1) == "ms" && s[1] >= first) print $i }' <(unstamped "$out.log"))
+        [ -n "$times" ] || { echo "bench_train.sh: no step times in the output of $LLMC:"; unstamped "$out.log" | tail -20; exit 1; }
         timing "$times"
-        row BF16 llm.c "$B" "$ms" "$mean" "$peak" "$([ "$r" = 0 ] || echo "  -r $r")${LLMC_ARGS:+  $LLMC_ARGS}"
+        row BF16 llm.c "$B" "$ms" "$mean" "$([ "$r" = 0 ] || echo "  -r $r")${LLMC_ARGS:+  $LLMC_ARGS}"
     done
 fi
 # PyTorch's rows: the script prints "RESULT ms_per_step MS tokens_per_s TPS max_allocated_MiB A
@@ -125,14 +159,14 @@ for run in "${torch_runs[@]}"; do
     set -- $run
     backend=$1 B=$2 out=$WORK/torch-$1-$2.log
     start_smi
-    if python3 "$(dirname "$0")/bench_train_torch.py" --data "$DATA/tiny_shakespeare_train.bin" --batch "$B" \
-        --seq $T --steps "$STEPS" --first "$FIRST" --sdpa-backend "$backend" > "$out" 2>&1; then
-        peak=$(stop_smi)
-        read -r _ _ ms _ _ _ alloc _ reserved _ mean < <(grep '^RESULT ' "$out" | tail -1)
-        row BF16 "torch-$backend" "$B" "$ms" "$mean" "$peak" "  (torch max allocated $alloc MiB, reserved $reserved MiB)"
+    if run_stamped "$out" python3 "$(dirname "$0")/bench_train_torch.py" --data "$DATA/tiny_shakespeare_train.bin" \
+        --batch "$B" --seq $T --steps "$STEPS" --first "$FIRST" --sdpa-backend "$backend"; then
+        stop_smi "$out"
+        read -r _ _ ms _ _ _ alloc _ reserved _ mean < <(unstamped "$out" | grep '^RESULT ' | tail -1)
+        row BF16 "torch-$backend" "$B" "$ms" "$mean" "  (torch max allocated $alloc MiB, reserved $reserved MiB)"
     else
-        stop_smi > /dev/null
-        printf "%-6s %-15s %4d %8d  failed: %s\n" BF16 "torch-$backend" "$B" $T "$(tail -1 "$out")"
+        stop_smi "$out"
+        printf "%-6s %-15s %4d %8d  failed: %s\n" BF16 "torch-$backend" "$B" $T "$(unstamped "$out" | tail -1)"
         status=1
     fi
 done
