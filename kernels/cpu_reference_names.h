@@ -41,6 +41,9 @@ void cpu_matmul_forward(float* out, const float* inp, const float* weight, const
                         const float* residual, int N, int C, int OC, int ld_inp, int group_rows);
 void cpu_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                          const float* weight, int N, int C, int OC, int ld_inp, int sum_rows);
+void cpu_matmul_backward_weights(float* dweight, float* dbias, const float* dout, const float* inp, int N, int C, int OC,
+                                 int ld_inp, int sum_rows);
+void cpu_matmul_backward_wait(void);
 void cpu_gelu_forward(float* out, const float* inp, size_t n);
 void cpu_gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
 void cpu_matmul_forward_gelu(float* pre, float* out, const float* inp, const float* weight, const float* bias,
@@ -93,6 +96,8 @@ void cpu_adamw_update(float* param, float* master, const float* grad, float* m, 
 #define layernorm_backward cpu_layernorm_backward
 #define matmul_forward cpu_matmul_forward
 #define matmul_backward cpu_matmul_backward
+#define matmul_backward_weights cpu_matmul_backward_weights
+#define matmul_backward_wait cpu_matmul_backward_wait
 #define gelu_forward cpu_gelu_forward
 #define gelu_backward cpu_gelu_backward
 #define matmul_forward_gelu cpu_matmul_forward_gelu

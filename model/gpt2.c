@@ -452,17 +452,22 @@ void gpt2_backward(GPT2* model) {
     // identity). When it has, dresidual is the whole gradient of the projection below it (attproj's,
     // or the previous block's fcproj), and the layernorm_backward also sums that projection's bias
     // gradient (dinp_sums), so the projection's matmul_backward is given no dbias.
+    // fc's and qkv's weight gradients run beside the calls after them (matmul_backward_weights), the
+    // layernorm backward that follows each among them. Each layer first waits for the layer above's,
+    // which read dbuf_4c, dbuf_3c and (with recompute) ln2 and ln1, buffers that this layer rewrites.
     for (int l = L - 1; l >= 0; l--) {
         LayerWeights w = layer_weights(p, cfg, l);
         LayerActs s = layer_acts(model, l, B, T);
+        matmul_backward_wait();
         if (model->recompute >= 1) gelu_forward(s.fch_gelu, s.fch, (size_t)N * 4 * C);
         if (model->recompute >= 2)
             layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.residual2, w.ln2w, w.ln2b, N, C, ln2_ld(C));
         // MLP branch
         matmul_backward_gelu(a->dbuf_4c, grad_of(model, w.fcprojw), NULL, a->dresidual, s.fch_gelu, w.fcprojw,
                              s.fch, N, 4 * C, C, sum_rows);
-        matmul_backward(a->dbuf_c, grad_of(model, w.fcw), grad_of(model, w.fcb), a->dbuf_4c, s.ln2, w.fcw,
-                        N, C, 4 * C, ln2_ld(C), sum_rows);
+        matmul_backward(a->dbuf_c, NULL, NULL, a->dbuf_4c, s.ln2, w.fcw, N, C, 4 * C, ln2_ld(C), sum_rows);
+        matmul_backward_weights(grad_of(model, w.fcw), grad_of(model, w.fcb), a->dbuf_4c, s.ln2, N, C, 4 * C,
+                                ln2_ld(C), sum_rows);
         layernorm_backward(a->dresidual, grad_of(model, w.ln2w), grad_of(model, w.ln2b), grad_of(model, w.attprojb),
                            a->dbuf_c, s.residual2, w.ln2w, s.ln2_mean, s.ln2_rstd, N, C, sum_rows);
         // attention branch
@@ -473,11 +478,13 @@ void gpt2_backward(GPT2* model) {
         // The attention backward sums the qkv bias gradient from the dqkv it writes.
         attention_backward(a->dbuf_3c, grad_of(model, w.qkvb), a->att_scratch, a->dbuf_c, s.qkv, s.atty, s.att_saved, B,
                            T, C, NH, sum_rows);
-        matmul_backward(a->dbuf_c, grad_of(model, w.qkvw), NULL, a->dbuf_3c, s.ln1, w.qkvw, N, C, 3 * C, C, sum_rows);
+        matmul_backward(a->dbuf_c, NULL, NULL, a->dbuf_3c, s.ln1, w.qkvw, N, C, 3 * C, C, sum_rows);
+        matmul_backward_weights(grad_of(model, w.qkvw), NULL, a->dbuf_3c, s.ln1, N, C, 3 * C, C, sum_rows);
         float* below_fcprojb = l > 0 ? grad_of(model, layer_weights(p, cfg, l - 1).fcprojb) : NULL;
         layernorm_backward(a->dresidual, grad_of(model, w.ln1w), grad_of(model, w.ln1b), below_fcprojb, a->dbuf_c,
                            s.input, w.ln1w, s.ln1_mean, s.ln1_rstd, N, C, sum_rows);
     }
+    matmul_backward_wait();
     // The encoder's share of wte's gradient (wte is tied to the head). With --batch-invariant it is
     // kept apart until gpt2_reduce_gradients adds it: micro-batches of G sequences give head,
     // encoder, head, encoder, ..., a micro-batch of several groups all heads first (its forward),

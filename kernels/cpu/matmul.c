@@ -192,3 +192,10 @@ void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* d
     if (dweight) matmul_backward_dweight(dweight, dout, inp, N, C, OC, ld_inp, sum_rows);
     if (dbias) matmul_backward_dbias(dbias, dout, N, OC, sum_rows);
 }
+
+void matmul_backward_weights(float* dweight, float* dbias, const floatX* dout, const floatX* inp, int N, int C, int OC,
+                             int ld_inp, int sum_rows) {
+    matmul_backward(NULL, dweight, dbias, dout, inp, NULL, N, C, OC, ld_inp, sum_rows);
+}
+
+void matmul_backward_wait(void) {} // matmul_backward_weights is complete on return

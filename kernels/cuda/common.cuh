@@ -33,7 +33,8 @@ static inline void curand_check(curandStatus_t status, const char* call, const c
         fatal("cuRAND error %d in %s at %s:%d", (int)status, call, file, line);
 }
 
-// Created by backend_init (backend.cu); every cuBLAS call runs on the default stream.
+// Created by backend_init (backend.cu). Work runs on the default stream, but for the weight gradients
+// of matmul_backward_weights (matmul.cu), which have a second stream and workspace of their own.
 extern cublasHandle_t cublas_handle;
 extern cublasLtHandle_t cublaslt_handle;
 extern void* cublaslt_workspace;
@@ -75,7 +76,8 @@ CUtensorMap tensor_map_3d(const void* base, CUtensorMapDataType type, size_t ele
 bool sm90a_code_runs(const void* kernel);
 
 // Working memory that grows on demand and is never returned (reused by later calls of the same
-// layer). Safe because all work runs in order on the default stream and cudaFree synchronizes.
+// layer). Safe because the work that uses a buffer runs in order on one stream, and cudaFree
+// synchronizes the device.
 void* grow_scratch(void** buffer, size_t* capacity, size_t bytes, const char* what);
 
 #if defined(PRECISION_BF16)

@@ -12,6 +12,40 @@
 // gelu_epilogue for how close it is to gelu_backward's).
 enum Epilogue { PLAIN, GELU_BACKWARD };
 
+// ---- the streams ------------------------------------------------------------------------------
+// Every product runs on the default stream but the weight gradients of matmul_backward_weights,
+// which run on a second stream beside the calls that follow them. A layernorm backward, bound by
+// memory, then shares the GPU with a product instead of running alone with the tensor cores idle:
+// with fc's and qkv's weight gradients so, GPT-2 124M's step is 0.2-1.0 ms shorter (of 105-107 ms
+// on three H200s at their power cap, PERFORMANCE.md).
+// A stream's products have their own cuBLASLt workspace and weight-gradient partials, and all that
+// goes with a product (its tuning's timing and hashes, weight_gradients' checks) runs on its stream.
+struct MatmulStream {
+    cudaStream_t stream;
+    void* workspace; // cuBLASLt's; NULL: cublaslt_workspace
+    void* parts;     // weight_gradients' partials (grow_scratch)
+    size_t parts_capacity;
+};
+static MatmulStream default_stream = {0, NULL, NULL, 0};
+
+// The second stream: `ready` marks the default stream's work before a weight gradient is queued on
+// it, `done` the end of the last one queued.
+static struct {
+    MatmulStream on;
+    cudaEvent_t ready, done;
+} side;
+
+static MatmulStream& side_stream(void) {
+    if (!side.on.stream) {
+        // Non-blocking: the legacy default stream would otherwise wait for it before each launch.
+        cudaCheck(cudaStreamCreateWithFlags(&side.on.stream, cudaStreamNonBlocking));
+        cudaCheck(cudaEventCreateWithFlags(&side.ready, cudaEventDisableTiming));
+        cudaCheck(cudaEventCreateWithFlags(&side.done, cudaEventDisableTiming));
+        side.on.workspace = dev_malloc(cublaslt_workspace_bytes, "cuBLASLt workspace of the second stream");
+    }
+    return side.on;
+}
+
 // ---- the choice of cuBLASLt's algorithm -----------------------------------------------------
 // cuBLASLt's heuristic ranks its algorithms by a model, and its first choice is often not the
 // fastest: for the products of GPT-2 124M at 64K tokens on an H100, one of its next 7 candidates
@@ -73,25 +107,27 @@ __global__ void hash_words_kernel(unsigned long long* hash, const unsigned short
     if (threadIdx.x % 32 == 0) atomicAdd(hash, sum);
 }
 
-static unsigned long long hash_output(const void* d, size_t bytes) {
+// After the work queued on `stream` (it waits for it).
+static unsigned long long hash_output(const void* d, size_t bytes, cudaStream_t stream) {
     static unsigned long long* hash = NULL;
     if (!hash) cudaCheck(cudaMalloc(&hash, sizeof *hash));
-    cudaCheck(cudaMemset(hash, 0, sizeof *hash));
-    hash_words_kernel<<<2 * device_sm_count, 256>>>(hash, (const unsigned short*)d, bytes / 2);
+    cudaCheck(cudaMemsetAsync(hash, 0, sizeof *hash, stream));
+    hash_words_kernel<<<2 * device_sm_count, 256, 0, stream>>>(hash, (const unsigned short*)d, bytes / 2);
     cudaCheck(cudaGetLastError());
     unsigned long long result;
-    cudaCheck(cudaMemcpy(&result, hash, sizeof result, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpyAsync(&result, hash, sizeof result, cudaMemcpyDeviceToHost, stream));
+    cudaCheck(cudaStreamSynchronize(stream));
     return result;
 }
 
 // The algorithm for a product: with `tune`, the tuned one of its shape (tuned on its first call:
-// `run` runs the product with a candidate, overwriting d, `d_bytes` long), else the heuristic's
-// first choice.
+// `run` runs the product with a candidate on `stream`, overwriting d, `d_bytes` long), else the
+// heuristic's first choice.
 template <class Run>
 static cublasLtMatmulAlgo_t choose_algo(const MatmulShape& shape, cublasLtMatmulDesc_t desc,
                                         cublasLtMatrixLayout_t layout_a, cublasLtMatrixLayout_t layout_b,
                                         cublasLtMatrixLayout_t layout_d, bool tune, const void* d, size_t d_bytes,
-                                        Run run) {
+                                        cudaStream_t stream, Run run) {
     static TunedAlgo tuned[256];
     static int num_tuned = 0;
     if (tune) {
@@ -130,7 +166,7 @@ static cublasLtMatmulAlgo_t choose_algo(const MatmulShape& shape, cublasLtMatmul
         for (int i = 0; i < found; i++) {
             if (split_k(candidates[i].algo) != 1) continue;
             run(candidates[i].algo); // also the timing's warm-up
-            const unsigned long long hash = hash_output(d, d_bytes);
+            const unsigned long long hash = hash_output(d, d_bytes, stream);
             if (i == 0) first_hash = hash;
             else if (hash != first_hash) {
                 other_bits++;
@@ -138,9 +174,9 @@ static cublasLtMatmulAlgo_t choose_algo(const MatmulShape& shape, cublasLtMatmul
             }
             float ms = INFINITY;
             for (int repeat = 0; repeat < 3; repeat++) { // the least of three: noise only adds
-                cudaCheck(cudaEventRecord(start));
+                cudaCheck(cudaEventRecord(start, stream));
                 run(candidates[i].algo);
-                cudaCheck(cudaEventRecord(stop));
+                cudaCheck(cudaEventRecord(stop, stream));
                 cudaCheck(cudaEventSynchronize(stop));
                 float elapsed;
                 cudaCheck(cudaEventElapsedTime(&elapsed, start, stop));
@@ -168,8 +204,8 @@ struct Batch {
 
 // D (m, n, column-major, ld ldd) = op(A) (m, k) @ op(B) (k, n) [+ D if accumulate, or + c_in (D's
 // shape and type) if given] [+ bias (m)], in fp32, then the epilogue with `aux`, for each product of
-// the batch. D is floatX, or float where d_type is CUDA_R_32F (weight gradients).
-static void matmul_cublaslt(void* d, const floatX* a, const floatX* b, const floatX* bias,
+// the batch, on `on`'s stream. D is floatX, or float where d_type is CUDA_R_32F (weight gradients).
+static void matmul_cublaslt(MatmulStream& on, void* d, const floatX* a, const floatX* b, const floatX* bias,
                             int m, int n, int k, bool transpose_a, bool transpose_b,
                             int lda, int ldb, int ldd, bool accumulate,
                             Epilogue epilogue = PLAIN, const floatX* aux = NULL,
@@ -214,16 +250,17 @@ static void matmul_cublaslt(void* d, const floatX* a, const floatX* b, const flo
     }
     float alpha = 1.0f, beta = accumulate || c_in ? 1.0f : 0.0f;
     const void* c = c_in ? (const void*)c_in : d;
+    void* workspace = on.workspace ? on.workspace : cublaslt_workspace;
     auto run = [&](const cublasLtMatmulAlgo_t& algo) {
         cublasCheck(cublasLtMatmul(cublaslt_handle, desc, &alpha, a, layout_a, b, layout_b, &beta, c, layout_d, d,
-                                   layout_d, &algo, cublaslt_workspace, cublaslt_workspace_bytes, 0));
+                                   layout_d, &algo, workspace, cublaslt_workspace_bytes, on.stream));
     };
     const MatmulShape shape = {m, n, k, lda, ldb, ldd, batch.count, transpose_a, transpose_b, bias != NULL,
                                c_in != NULL, mode, d_type};
     const size_t d_bytes =
         ((size_t)batch.stride_d * (batch.count - 1) + (size_t)ldd * (n - 1) + m) * (d_type == CUDA_R_32F ? 4 : 2);
     const bool tune = !accumulate && 2.0 * m * n * k * batch.count >= TUNE_MIN_FLOPS && tuning_level() > 0;
-    run(choose_algo(shape, desc, layout_a, layout_b, layout_d, tune, d, d_bytes, run));
+    run(choose_algo(shape, desc, layout_a, layout_b, layout_d, tune, d, d_bytes, on.stream, run));
     cublasCheck(cublasLtMatrixLayoutDestroy(layout_a));
     cublasCheck(cublasLtMatrixLayoutDestroy(layout_b));
     cublasCheck(cublasLtMatrixLayoutDestroy(layout_d));
@@ -276,8 +313,8 @@ static void matmul_cublaslt_rows(int group_n, floatX* d, const floatX* a, const 
                                  Epilogue epilogue, const floatX* aux, const floatX* c_in) {
     auto columns = [&](int col0, int cols) {
         const size_t at = (size_t)col0 * ldd;
-        matmul_cublaslt(d + at, a, b + (size_t)col0 * ldb, bias, m, cols, k, transpose_a, false, lda, ldb, ldd, false,
-                        epilogue, aux ? aux + at : NULL, CUDA_FLOATX, c_in ? c_in + at : NULL);
+        matmul_cublaslt(default_stream, d + at, a, b + (size_t)col0 * ldb, bias, m, cols, k, transpose_a, false, lda,
+                        ldb, ldd, false, epilogue, aux ? aux + at : NULL, CUDA_FLOATX, c_in ? c_in + at : NULL);
     };
     auto in_groups = [&] {
         for (int col0 = 0; col0 < n; col0 += group_n) columns(col0, group_n);
@@ -296,9 +333,9 @@ static void matmul_cublaslt_rows(int group_n, floatX* d, const floatX* a, const 
     }
     const size_t d_bytes = ((size_t)ldd * (n - 1) + m) * sizeof(floatX);
     columns(0, n);
-    const unsigned long long whole = hash_output(d, d_bytes);
+    const unsigned long long whole = hash_output(d, d_bytes, 0);
     in_groups(); // last, so that d holds the groups' bits whatever the verdict
-    const bool one_call = hash_output(d, d_bytes) == whole;
+    const bool one_call = hash_output(d, d_bytes, 0) == whole;
     if (tuning_level() == 2)
         fprintf(stderr, "matmul %dx%dx%d in groups of %d columns: %s\n", m, n, k, group_n,
                 one_call ? "one call (the groups' bits)" : "a call per group (one call has other bits)");
@@ -352,29 +389,29 @@ struct WeightGradientShape {
     }
 };
 
-static void weight_gradients(float* dweight, float* dbias, const floatX* dout, const floatX* inp, int N, int C,
-                             int OC, int ld_inp, int sum_rows) {
+static void weight_gradients(MatmulStream& on, float* dweight, float* dbias, const floatX* dout, const floatX* inp,
+                             int N, int C, int OC, int ld_inp, int sum_rows) {
     const bool bias_row = dbias != NULL;
     const int rows = bias_row ? ld_inp : C, groups = N / sum_rows; // a group's product: column-major (rows, OC)
     const size_t part = (size_t)rows * OC;
     int batch = 1; // groups a batched call: the largest divisor of groups that fits
     for (int b = 2; b <= groups; b++)
         if (groups % b == 0 && b * part * sizeof(float) <= WGRAD_PARTS_BYTES) batch = b;
-    static void* buffer;
-    static size_t capacity;
-    float* parts = bias_row || batch > 1 ? (float*)grow_scratch(&buffer, &capacity, batch * part * sizeof(float),
+    float* parts = bias_row || batch > 1 ? (float*)grow_scratch(&on.parts, &on.parts_capacity,
+                                                                batch * part * sizeof(float),
                                                                 "the weight gradients' products")
                                          : NULL;
     const int blocks_x = ceil_div(C + 1, 256);
     auto add_parts = [&](int count) {
-        add_weight_gradient_parts_kernel<<<dim3(blocks_x, OC), 256>>>(dweight, dbias, parts, count, part, C, rows);
+        add_weight_gradient_parts_kernel<<<dim3(blocks_x, OC), 256, 0, on.stream>>>(dweight, dbias, parts, count, part,
+                                                                                    C, rows);
         launchCheck();
     };
     // `count` groups' products from group g0 on, each into parts (written) or added to dweight.
     auto products = [&](int g0, int count, bool into_dweight) {
         const size_t row0 = (size_t)g0 * sum_rows;
-        matmul_cublaslt(into_dweight ? (void*)dweight : (void*)parts, inp + row0 * ld_inp, dout + row0 * OC, NULL, rows,
-                        OC, sum_rows, false, true, ld_inp, OC, rows, into_dweight, PLAIN, NULL, CUDA_R_32F, NULL,
+        matmul_cublaslt(on, into_dweight ? (void*)dweight : (void*)parts, inp + row0 * ld_inp, dout + row0 * OC, NULL,
+                        rows, OC, sum_rows, false, true, ld_inp, OC, rows, into_dweight, PLAIN, NULL, CUDA_R_32F, NULL,
                         Batch{count, (int64_t)sum_rows * ld_inp, (int64_t)sum_rows * OC, (int64_t)part});
     };
     auto per_group = [&] {
@@ -404,20 +441,36 @@ static void weight_gradients(float* dweight, float* dbias, const floatX* dout, c
     // Both forms from the same gradients: saved first, restored between them.
     const size_t weight_bytes = (size_t)OC * C * sizeof(float), bias_bytes = bias_row ? OC * sizeof(float) : 0;
     float* saved = (float*)dev_malloc(weight_bytes + bias_bytes, "the weight gradients before their check");
-    cudaCheck(cudaMemcpy(saved, dweight, weight_bytes, cudaMemcpyDeviceToDevice));
-    if (bias_row) cudaCheck(cudaMemcpy(saved + (size_t)OC * C, dbias, bias_bytes, cudaMemcpyDeviceToDevice));
-    auto hash = [&] { return hash_output(dweight, weight_bytes) ^ (bias_row ? hash_output(dbias, bias_bytes) : 0); };
+    auto copy = [&](void* to, const void* from, size_t bytes) {
+        cudaCheck(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, on.stream));
+    };
+    copy(saved, dweight, weight_bytes);
+    if (bias_row) copy(saved + (size_t)OC * C, dbias, bias_bytes);
+    auto hash = [&] {
+        const unsigned long long weight_hash = hash_output(dweight, weight_bytes, on.stream);
+        return weight_hash ^ (bias_row ? hash_output(dbias, bias_bytes, on.stream) : 0);
+    };
     batched();
     const unsigned long long batched_hash = hash();
-    cudaCheck(cudaMemcpy(dweight, saved, weight_bytes, cudaMemcpyDeviceToDevice));
-    if (bias_row) cudaCheck(cudaMemcpy(dbias, saved + (size_t)OC * C, bias_bytes, cudaMemcpyDeviceToDevice));
+    copy(dweight, saved, weight_bytes);
+    if (bias_row) copy(dbias, saved + (size_t)OC * C, bias_bytes);
     per_group(); // last, so that the gradients have the per-group bits whatever the verdict
-    const bool one_call = hash() == batched_hash;
+    const bool one_call = hash() == batched_hash; // hash waits for the stream, so `saved` is free
     dev_free(saved);
     if (tuning_level() == 2)
         fprintf(stderr, "weight gradient %dx%d over %d groups of %d rows, %d a call: %s\n", rows, OC, groups, sum_rows,
                 batch, one_call ? "batched (the per-group bits)" : "a call per group (batched has other bits)");
     verdicts.record(shape, one_call);
+}
+
+// dweight^T (C, OC) += inp^T (C, rows) @ dout (column-major (OC, rows))^T for each group of rows
+// (weight_gradients, on `on`'s stream), and dbias += dout's column sums: from the same products where
+// inp has the bias columns (kernels.h), else by column_sums_accumulate on the default stream.
+static void weight_and_bias_gradients(MatmulStream& on, float* dweight, float* dbias, const floatX* dout,
+                                      const floatX* inp, int N, int C, int OC, int ld_inp, int sum_rows) {
+    const bool bias_row = dweight && dbias && ld_inp > C;
+    if (dweight) weight_gradients(on, dweight, bias_row ? dbias : NULL, dout, inp, N, C, OC, ld_inp, sum_rows);
+    if (dbias && !bias_row) column_sums_accumulate(dbias, N, OC, sum_rows, MatrixColumns{dout, OC});
 }
 
 // dinp = dout @ weight (then the epilogue on it, with aux `pre`), its rows in groups of sum_rows;
@@ -430,16 +483,29 @@ static void linear_backward(floatX* dinp, float* dweight, float* dbias, const fl
     // dinp^T (C, N) = weight (column-major (C, OC)) @ dout^T (OC, N).
     if (dinp)
         matmul_cublaslt_rows(sum_rows, dinp, weight, dout, NULL, C, N, OC, false, C, OC, C, dinp_epilogue, pre, NULL);
-    // dweight^T (C, OC) += inp^T (C, rows) @ dout (column-major (OC, rows))^T for each group of rows,
-    // and with inp's bias columns dbias from the same products (kernels.h).
-    const bool bias_row = dweight && dbias && ld_inp > C;
-    if (dweight) weight_gradients(dweight, bias_row ? dbias : NULL, dout, inp, N, C, OC, ld_inp, sum_rows);
-    if (dbias && !bias_row) column_sums_accumulate(dbias, N, OC, sum_rows, MatrixColumns{dout, OC});
+    weight_and_bias_gradients(default_stream, dweight, dbias, dout, inp, N, C, OC, ld_inp, sum_rows);
 }
 
 void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
                      const floatX* inp, const floatX* weight, int N, int C, int OC, int ld_inp, int sum_rows) {
     linear_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, ld_inp, sum_rows, PLAIN, NULL);
+}
+
+// On the second stream, after the default stream's work so far (the streams section above).
+void matmul_backward_weights(float* dweight, float* dbias, const floatX* dout, const floatX* inp, int N, int C, int OC,
+                             int ld_inp, int sum_rows) {
+    check_row_groups("matmul_backward_weights", N, sum_rows);
+    check_linear_ld("matmul_backward_weights", C, ld_inp);
+    MatmulStream& on = side_stream();
+    cudaCheck(cudaEventRecord(side.ready, 0));
+    cudaCheck(cudaStreamWaitEvent(on.stream, side.ready, 0));
+    weight_and_bias_gradients(on, dweight, dbias, dout, inp, N, C, OC, ld_inp, sum_rows);
+    cudaCheck(cudaEventRecord(side.done, on.stream));
+}
+
+// The default stream's later work waits for the second stream's; the host does not.
+void matmul_backward_wait(void) {
+    if (side.on.stream) cudaCheck(cudaStreamWaitEvent(0, side.done, 0));
 }
 
 // Whether the GELU's backward goes into cuBLASLt's epilogue for activations `width` wide; if not,
