@@ -442,10 +442,12 @@ static void test_matmul_backward_rerun(int N, int C, int OC, int sum_rows, int l
     const char* runs[RUNS] = {"matmul_backward", "matmul_backward rerun", "matmul_backward_weights"};
     float *d_dw[RUNS], *d_db[RUNS];
     for (int run = 0; run < RUNS; run++) {
-        d_dw[run] = upload_f(dw, (size_t)OC * C), d_db[run] = upload_f(db, OC);
         if (run < 2) {
+            d_dw[run] = upload_f(dw, (size_t)OC * C), d_db[run] = upload_f(db, OC);
             matmul_backward(d_dinp, d_dw[run], d_db[run], d_dout, d_inp, d_w, N, C, OC, ld, sum_rows);
-        } else {
+        } else { // the copies' destinations poisoned, so that one left unwritten fails
+            d_dw[run] = (float*)poisoned((size_t)OC * C * sizeof(float));
+            d_db[run] = (float*)poisoned(OC * sizeof(float));
             float *made_dw = upload_f(dw, (size_t)OC * C), *made_db = upload_f(db, OC);
             matmul_backward_weights(made_dw, made_db, d_dout, d_inp, N, C, OC, ld, sum_rows);
             matmul_backward_wait();
