@@ -53,6 +53,9 @@ void cpu_matmul_backward_gelu(float* dinp, float* dweight, float* dbias, const f
                               int sum_rows);
 void cpu_fused_classifier(float* logits, float* losses, const int* targets, float dloss, int N, int V,
                           int Vp, int write_dlogits);
+size_t cpu_head_scratch_bytes(int N, int C, int Vp);
+void cpu_head_classifier(float* losses, float* dinp, float* dweight, void* scratch, const int* targets, float dloss,
+                         const float* inp, const float* weight, int N, int C, int V, int Vp, int group_rows);
 size_t cpu_attention_saved_bytes(int B, int T, int NH);
 size_t cpu_attention_scratch_bytes(int B, int T, int C, int NH);
 void cpu_attention_forward(float* out, void* saved, const float* qkv, int B, int T, int C, int NH);
@@ -103,6 +106,8 @@ void cpu_adamw_update(float* param, float* master, const float* grad, float* m, 
 #define matmul_forward_gelu cpu_matmul_forward_gelu
 #define matmul_backward_gelu cpu_matmul_backward_gelu
 #define fused_classifier cpu_fused_classifier
+#define head_scratch_bytes cpu_head_scratch_bytes
+#define head_classifier cpu_head_classifier
 #define attention_saved_bytes cpu_attention_saved_bytes
 #define attention_scratch_bytes cpu_attention_scratch_bytes
 #define attention_forward cpu_attention_forward

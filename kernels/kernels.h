@@ -163,6 +163,18 @@ void matmul_backward_gelu(floatX* dinp, float* dweight, float* dbias, const floa
 // stored.
 void fused_classifier(floatX* logits, float* losses, const int* targets, float dloss,
                       int N, int V, int Vp, int write_dlogits);
+// The head of one slice of rows, its product and the classifier in one, with the head's backward
+// where dloss > 0: the logits inp (N, C) @ weight (Vp, C)^T, losses[i] = -log p[i, targets[i]] as
+// fused_classifier's, and with dloss > 0, for dlogits = dloss (p - onehot(target)) (0 on the padding
+// columns), dinp (N, C) = dlogits @ weight and dweight (Vp, C) += dlogits^T @ inp in groups of
+// group_rows rows, as matmul_backward sums them; dinp and dweight are not touched without dloss.
+// matmul_forward, fused_classifier and matmul_backward compute it, which is what the CPU does; a
+// backend may compute it in another way that never stores the logits (the CUDA backend's on H100
+// and H200: kernels/cuda/head.cu). scratch: head_scratch_bytes(N, C, Vp) bytes of working memory,
+// 16-byte aligned, whose first N Vp floatX may hold the logits.
+size_t head_scratch_bytes(int N, int C, int Vp);
+void head_classifier(float* losses, floatX* dinp, float* dweight, void* scratch, const int* targets, float dloss,
+                     const floatX* inp, const floatX* weight, int N, int C, int V, int Vp, int group_rows);
 
 // Causal self-attention, scale 1/sqrt(HS), HS = C/NH.
 // qkv (B, T, 3, NH, HS): q, k, v of head h at qkv[((b*T + t)*3 + {0,1,2})*C + h*HS]; out (B, T, NH, HS).

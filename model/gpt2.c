@@ -52,7 +52,8 @@ static void carve_activations(Activations* a, const GPT2Config* cfg, size_t B, s
     a->lnf = carve(c, BT * C * X);
     a->lnf_mean = carve(c, BT * sizeof(float));
     a->lnf_rstd = carve(c, BT * sizeof(float));
-    a->logits = carve(c, (size_t)gpt2_head_slice_sequences((int)B, (int)T, 0) * T * Vp * X); // the largest slice
+    // the largest slice's (head_classifier's scratch, whose first floatX can hold its logits)
+    a->logits = carve(c, head_scratch_bytes((int)(gpt2_head_slice_sequences((int)B, (int)T, 0) * T), (int)C, (int)Vp));
     a->losses = carve(c, BT * sizeof(float));
     a->dresidual = carve(c, BT * C * X);
     a->dbuf_c = carve(c, BT * C * X);
@@ -385,20 +386,17 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
                       model->params.t[P_LNFW], model->params.t[P_LNFB], N, C, C);
     if (!targets) return; // gpt2_logits_row makes the logits it is asked for
 
-    // The head, one slice of sequences at a time (gpt2_head_slice_sequences): the logits, the
-    // classifier's losses (with dloss, dlogits over the logits), and with dloss the head's backward:
-    // dL/dlnf into dbuf_c, where gpt2_backward starts, and the head's share of wte's gradient.
+    // The head, one slice of sequences at a time (gpt2_head_slice_sequences): the classifier's
+    // losses, and with dloss the head's backward: dL/dlnf into dbuf_c, where gpt2_backward starts,
+    // and the head's share of wte's gradient.
     const floatX* wte = model->params.t[P_WTE];
     int head_G = G && B % G == 0 ? G : 0, slice = gpt2_head_slice_sequences(B, T, head_G);
     for (int b0 = 0; b0 < B; b0 += slice) {
         int n = (b0 + slice <= B ? slice : B - b0) * T;
         int part = head_G ? gpt2_head_group_sequences(slice, head_G) * T : n; // rows per product and gradient sum
         size_t r0 = (size_t)b0 * T;
-        matmul_forward(a->logits, a->lnf + r0 * C, wte, NULL, NULL, n, C, Vp, C, part);
-        fused_classifier(a->logits, a->losses + r0, a->targets + r0, dloss, n, V, Vp, dloss > 0.0f);
-        if (dloss > 0.0f)
-            matmul_backward(a->dbuf_c + r0 * C, grad_of(model, wte), NULL, a->logits, a->lnf + r0 * C, wte, n, C, Vp,
-                            C, part);
+        head_classifier(a->losses + r0, a->dbuf_c + r0 * C, grad_of(model, wte), a->logits, a->targets + r0, dloss,
+                        a->lnf + r0 * C, wte, n, C, V, Vp, part);
     }
     size_t pending = model->losses_pending;
     if (pending + N > model->losses_capacity) {

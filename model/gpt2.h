@@ -37,8 +37,9 @@ typedef struct {
     floatX* lnf;         // (B, T, C)
     float* lnf_mean;     // (B, T)
     float* lnf_rstd;     // (B, T)
-    floatX* logits;      // (S, T, Vp), the head's slice of S sequences (gpt2_head_slice_sequences);
-                         // overwritten by dlogits when a backward follows
+    floatX* logits;      // head_classifier's scratch for the head's slice of S sequences
+                         // (gpt2_head_slice_sequences), whose first (S, T, Vp) floatX can hold the
+                         // slice's logits; gpt2_logits_row's row of logits
     float* losses;       // (B, T)
     // backward working buffers, reused by every layer
     floatX* dresidual;   // (B, T, C) gradient of the residual stream

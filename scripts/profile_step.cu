@@ -426,13 +426,13 @@ int main(int argc, char** argv) {
     floatX* lnf = (floatX*)dev_malloc(NC * X, "lnf");
     float* lnf_mean = (float*)dev_malloc((size_t)N * sizeof(float), "lnf mean");
     float* lnf_rstd = (float*)dev_malloc((size_t)N * sizeof(float), "lnf rstd");
-    // The head runs over slices of `slice` sequences (HN rows), as in gpt2_forward: the logits buffer
-    // holds one slice, and the head's rows take the slices in turn (a last, shorter slice as a full
-    // one that ends at the batch's end).
+    // The head runs over slices of `slice` sequences (HN rows), as in gpt2_forward: head_classifier's
+    // scratch holds one slice, and the head's row takes the slices in turn (a last, shorter slice as
+    // a full one that ends at the batch's end).
     const int slice = gpt2_head_slice_sequences(B, T, batch_invariant), slices = ceil_div(B, slice);
     const int HN = slice * T;
     const int head_sum_rows = batch_invariant ? gpt2_head_group_sequences(slice, batch_invariant) * T : HN;
-    floatX* logits = (floatX*)dev_malloc((size_t)HN * Vp * X, "logits");
+    void* head_scratch = dev_malloc(head_scratch_bytes(HN, C, Vp), "the head's scratch");
     float* losses = (float*)dev_malloc((size_t)N * sizeof(float), "losses");
     floatX* dresidual = (floatX*)dev_malloc(NC * X, "dresidual");
     floatX* dbuf_c = (floatX*)dev_malloc(NC * X, "dbuf_c");
@@ -528,7 +528,7 @@ int main(int argc, char** argv) {
     time_call("layernorm_forward lnf", 1, 0, ln_fwd_bytes,
               [&] { layernorm_forward(lnf, lnf_mean, lnf_rstd, residual3, p[P_LNFW], p[P_LNFB], N, C, C); });
     const double head_mm = 2.0 * HN * C;
-    // The slice the head's rows work on; its backward row moves on to the next. Each step must write
+    // The slice the head's row works on, the next one at each call. Each step must write
     // every row of dbuf_c, where the layers' backward starts: with the first slice's rows alone, the
     // other rows kept what the last backward had left there (layer 0's dL/dln1, not the head's
     // gradient), and the backward's products drew less power on those values (H200, 2026-11-28: the
@@ -538,16 +538,11 @@ int main(int argc, char** argv) {
         const size_t row = (size_t)head_slice * HN;
         return row + HN <= (size_t)N ? row : (size_t)N - HN;
     };
-    time_call("matmul_forward lm head", slices, head_mm * Vp, 0, [&] {
-        matmul_forward(logits, lnf + head_row() * C, p[P_WTE], NULL, NULL, HN, C, Vp, C, head_sum_rows);
-    });
-    // reads the logits and targets, writes the losses and the dlogits over the logits
-    time_call("fused_classifier", slices, 0, 2.0 * HN * Vp * X + 2.0 * HN * sizeof(int), [&] {
-        fused_classifier(logits, losses + head_row(), targets + head_row(), 1.0f / (float)N, HN, V, Vp, 1);
-    });
-    time_call("matmul_backward lm head", slices, 2 * head_mm * Vp, 0, [&] {
-        matmul_backward(dbuf_c + head_row() * C, g[P_WTE], NULL, logits, lnf + head_row() * C, p[P_WTE], HN, C, Vp,
-                        C, head_sum_rows);
+    // the head's product, the classifier and the head's backward (the logits' bytes where the backend
+    // stores them are not counted)
+    time_call("head_classifier lm head", slices, 3 * head_mm * Vp, 0, [&] {
+        head_classifier(losses + head_row(), dbuf_c + head_row() * C, g[P_WTE], head_scratch, targets + head_row(),
+                        1.0f / (float)N, lnf + head_row() * C, p[P_WTE], HN, C, V, Vp, head_sum_rows);
         head_slice = (head_slice + 1) % slices;
     });
     time_call("download losses", 1, 0, N * sizeof(float),

@@ -672,6 +672,85 @@ static void test_classifier(int N, int V, int Vp) {
     dev_free(d_logits), dev_free(d_targets), dev_free(d_losses);
 }
 
+// head_classifier against the CPU's (matmul_forward, fused_classifier, matmul_backward in fp32).
+// Logits of std about 3 (weights scaled by 3 / sqrt(C / 3)); with a far row, row 1's inputs times 32,
+// so that its target lies hundreds of nats under its largest logit and the CUDA
+// backend's H100/H200 path computes that row again (head.cu). The GPU's losses differ from the
+// CPU's by the fp16 staging of l - l_target (BF16: 2^-11 relative of a logit gap of a few units),
+// dinp by the roundings of p~, of the product and of its row scale; dweight's increment by those of
+// p~ and of inp's scaled rows. dweight starts from small random values, the size of its increments,
+// so that both the sum and the increment are checked.
+static void test_head_classifier(int N, int C, int V, int Vp, int group_rows, int far_row) {
+    char name[160];
+    float *inp = random_array((size_t)N * C, -1, 1), *w = host_floats((size_t)Vp * C);
+    test_fill_uniform(w, (size_t)Vp * C, -1, 1, &rng);
+    const float w_scale = 3.0f / sqrtf(C / 3.0f);
+    for (size_t i = 0; i < (size_t)Vp * C; i++) w[i] *= w_scale;
+    if (far_row)
+        for (int c = 0; c < C; c++) inp[(size_t)C + c] *= 32.0f;
+    int* targets = (int*)xmalloc(N * sizeof(int), "targets");
+    for (int i = 0; i < N; i++) targets[i] = (int)(test_uniform(&rng) * V);
+    targets[0] = V - 1; // the last real column
+    float* dw = random_array((size_t)Vp * C, -1e-3f, 1e-3f);
+    const float dloss = 1.0f / N;
+    floatX *d_inp = upload_x(inp, (size_t)N * C), *d_w = upload_x(w, (size_t)Vp * C);
+    int* d_targets = upload_tokens(targets, N);
+    float* want_losses = host_floats(N);
+    float *want_dinp = host_floats((size_t)N * C), *want_dw = host_floats((size_t)Vp * C);
+    memcpy(want_dw, dw, (size_t)Vp * C * sizeof(float));
+    void* scratch = xmalloc(cpu_head_scratch_bytes(N, C, Vp), "cpu head scratch");
+    cpu_head_classifier(want_losses, want_dinp, want_dw, scratch, targets, dloss, inp, w, N, C, V, Vp, group_rows);
+    const double loss_tol = sizeof(floatX) == 2 ? 0.02 : 1e-4; // absolute, of losses up to a few hundred
+    // Twice, each time into poisoned outputs and scratch: the second must give the first's bits.
+    float* d_losses[2];
+    floatX* d_dinp[2];
+    float* d_dw[2];
+    for (int run = 0; run < 2; run++) {
+        d_losses[run] = (float*)poisoned(N * sizeof(float));
+        d_dinp[run] = (floatX*)poisoned((size_t)N * C * sizeof(floatX));
+        d_dw[run] = upload_f(dw, (size_t)Vp * C);
+        void* d_scratch = poisoned(head_scratch_bytes(N, C, Vp));
+        head_classifier(d_losses[run], d_dinp[run], d_dw[run], d_scratch, d_targets, dloss, d_inp, d_w, N, C, V, Vp,
+                        group_rows);
+        dev_free(d_scratch);
+    }
+    float* got = host_floats((size_t)Vp * C);
+    dev_download(got, d_losses[0], N * sizeof(float));
+    snprintf(name, sizeof name, "head_classifier losses N=%d C=%d V=%d Vp=%d far row=%d", N, C, V, Vp, far_row);
+    test_close_f(name, got, want_losses, N, 0.0, loss_tol);
+    snprintf(name, sizeof name, "head_classifier dinp N=%d C=%d V=%d Vp=%d far row=%d", N, C, V, Vp, far_row);
+    check_x(name, d_dinp[0], want_dinp, (size_t)N * C, 4);
+    // dweight's increment, the CPU's and the GPU's, less the same starting values
+    dev_download(got, d_dw[0], (size_t)Vp * C * sizeof(float));
+    for (size_t i = 0; i < (size_t)Vp * C; i++) got[i] -= dw[i], want_dw[i] -= dw[i];
+    snprintf(name, sizeof name, "head_classifier dweight's increment N=%d C=%d V=%d Vp=%d groups of %d far row=%d", N, C,
+             V, Vp, group_rows, far_row);
+    const double dw_tol = sizeof(floatX) == 2 ? tolerance(4) : GRAD_TOLERANCE;
+    test_close_f(name, got, want_dw, (size_t)Vp * C, dw_tol, dw_tol * max_abs(want_dw, (size_t)Vp * C));
+    snprintf(name, sizeof name, "head_classifier N=%d C=%d V=%d Vp=%d run twice, bit for bit", N, C, V, Vp);
+    const int same = same_bytes(d_losses[0], d_losses[1], N * sizeof(float)) &&
+                     same_bytes(d_dinp[0], d_dinp[1], (size_t)N * C * sizeof(floatX)) &&
+                     same_bytes(d_dw[0], d_dw[1], (size_t)Vp * C * sizeof(float));
+    test_check(same, name, "%s", same ? "equal" : "bits differ");
+    // Without dloss: the losses alone, dinp and dweight untouched.
+    floatX* d_dinp_kept = (floatX*)poisoned((size_t)N * C * sizeof(floatX));
+    floatX* d_dinp_poison = (floatX*)poisoned((size_t)N * C * sizeof(floatX));
+    float* d_losses_only = (float*)poisoned(N * sizeof(float));
+    void* d_scratch = poisoned(head_scratch_bytes(N, C, Vp));
+    head_classifier(d_losses_only, d_dinp_kept, d_dw[1], d_scratch, d_targets, 0.0f, d_inp, d_w, N, C, V, Vp, group_rows);
+    snprintf(name, sizeof name, "head_classifier N=%d C=%d V=%d Vp=%d without dloss: the same losses, dinp and dweight "
+             "untouched", N, C, V, Vp);
+    const int untouched = same_bytes(d_losses_only, d_losses[0], N * sizeof(float)) &&
+                          same_bytes(d_dinp_kept, d_dinp_poison, (size_t)N * C * sizeof(floatX)) &&
+                          same_bytes(d_dw[1], d_dw[0], (size_t)Vp * C * sizeof(float));
+    test_check(untouched, name, "%s", untouched ? "as said" : "differ");
+    free(inp), free(w), free(targets), free(dw), free(want_losses), free(want_dinp), free(want_dw), free(scratch);
+    free(got);
+    dev_free(d_inp), dev_free(d_w), dev_free(d_targets), dev_free(d_dinp_kept), dev_free(d_dinp_poison);
+    dev_free(d_losses_only), dev_free(d_scratch);
+    for (int run = 0; run < 2; run++) dev_free(d_losses[run]), dev_free(d_dinp[run]), dev_free(d_dw[run]);
+}
+
 // BF16 roundings: forward: the scores (their absolute error 2^-9 |s| becomes a relative error of
 // exp(s); |s| <= ~2 here, so 2), the probabilities (1), the output (1): 4. Backward adds dP, dS
 // and the output rounding, with the forward's 4 inside: 8.
@@ -930,6 +1009,10 @@ int main(void) {
     test_classifier(3, 101, 107);
     test_classifier(4, 50257, 50304); // GPT-2's rows: cached, several loads in flight per thread, a ragged last vector
     test_classifier(3, 120001, 120008); // rows too long for shared memory: read from device memory twice
+    test_head_classifier(300, 64, 1000, 1024, 300, 1);
+    test_head_classifier(200, 96, 2500, 2504, 100, 0); // a last tile of 200 columns, V not a multiple of 8
+    test_head_classifier(130, 768, 50257, 50304, 130, 1); // GPT-2's head
+    test_head_classifier(50, 37, 300, 301, 50, 0); // the other path (rows not 16-byte multiples): bf16 logits
     // head sizes 32 and 64: what both attention builds support (flash BF16 takes 32, 64 and 128)
     test_attention(2, 1, 64, 2);
     test_attention(3, 37, 192, 3);

@@ -1,11 +1,11 @@
 // PTX wrappers of the BF16 tensor-core kernels: the flash attention (kernels/cuda/attention_flash.cu
-// and the files it includes, listed there) and the fc layer's product with its GELU
-// (kernels/cuda/matmul_gelu.cu): ldmatrix and stmatrix, mma.sync m16n8k16 and its fragment layouts, wgmma
-// (sm_90a) with its shared-memory descriptor, fences and register pins, TMA tile copies with the
-// mbarriers they signal, and TMA stores and reduce-adds with their bulk async-groups (sm_90a);
-// cp.async, which the layernorm uses too, is in common.cuh. Nothing here knows about attention or
-// GELU: the matrix-product policies built on these, and the tile loads and stores, are in
-// attention_flash_bf16_mma.cuh and matmul_gelu.cu.
+// and the files it includes, listed there) and our wgmma product (kernels/cuda/matmul_wgmma.cuh, with
+// the fc layer's GELU and the head's probabilities): ldmatrix and stmatrix, mma.sync m16n8k16 and its
+// fragment layouts, wgmma (sm_90a) with its shared-memory descriptor, fences and register pins, TMA
+// tile copies with the mbarriers they signal, and TMA stores and reduce-adds with their bulk
+// async-groups (sm_90a); cp.async, which the layernorm uses too, is in common.cuh. Nothing here
+// knows about attention, GELU or the head: the matrix-product policies built on these, and the tile
+// loads and stores, are in attention_flash_bf16_mma.cuh and matmul_wgmma.cuh.
 #pragma once
 #if !defined(PRECISION_BF16)
 #error "the bf16 tensor-core kernels' PTX (attention_flash_bf16_ptx.cuh) is for the BF16 build"
