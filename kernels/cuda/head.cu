@@ -85,14 +85,9 @@ struct ProbabilitiesEpilogue {
     __device__ __forceinline__ static void store(const Params& params, unsigned char* staged, int row0, int col_block,
                                                  int N, int OC) {
         const int t = threadIdx.x - EPILOGUE_FIRST, col0 = col_block * BN, col_blocks = (OC + BN - 1) / BN;
-        // A panel's BM * 8 16-byte chunks, chunk i the thread's i % EPILOGUE_THREADS, as the GELU
-        // epilogue's (matmul_gelu.cu): thread t's chunk u is chunk t % 8 of panel row t / 8 + 12 u.
-        constexpr int CHUNKS = BM * 8, PER = (CHUNKS + EPILOGUE_THREADS - 1) / EPILOGUE_THREADS;
-        static_assert(EPILOGUE_THREADS / 8 % 8 == 4, "the chunk offsets below assume 12 rows a step");
-        const int r0 = t / 8, even = staged_offset(r0, t % 8), odd = even ^ (4 * 16);
-        auto chunk_offset = [&](int u) {
-            return t + u * EPILOGUE_THREADS < CHUNKS ? (u % 2 ? odd : even) + u * (EPILOGUE_THREADS / 8) * 128 : even;
-        };
+        constexpr int PER = CHUNKS_PER_THREAD;
+        const int r0 = t / 8;                    // thread t's chunk u is in panel row r0 + 12 u
+        const PanelChunkOffsets chunk_offset(t); // the panel's chunks as store_panel lays them out
         float row_sums[PER];
 #pragma unroll
         for (int u = 0; u < PER; u++) row_sums[u] = 0.0f;
@@ -114,15 +109,8 @@ struct ProbabilitiesEpilogue {
                     w[k] = pack_bf16(lo, hi);
                 }
             }
-#pragma unroll
-            for (int u = 0; u < PER; u++)
-                if (t + u * EPILOGUE_THREADS < CHUNKS) store_shared_16(panel_address + chunk_offset(u), v[u]);
-            fence_proxy_async();
-            named_barrier_sync(1, EPILOGUE_THREADS);
-            if (t == 0) {
-                tma_store_3d<false>(&params.probs_map, col0 + 64 * panel, row0, 0, staged + panel * (BM * 128));
-                bulk_commit();
-            }
+            store_panel(v, panel_address, chunk_offset, &params.probs_map, col0 + 64 * panel, row0,
+                        staged + panel * (BM * 128));
         }
         // A row's 8 chunks are 8 neighbouring lanes' (t / 8 the same): their sums, in a fixed order.
 #pragma unroll
@@ -132,7 +120,7 @@ struct ProbabilitiesEpilogue {
             sum += __shfl_xor_sync(0xffffffff, sum, 2);
             sum += __shfl_xor_sync(0xffffffff, sum, 4);
             const int row = row0 + r0 + u * (EPILOGUE_THREADS / 8);
-            if (t % 8 == 0 && t + u * EPILOGUE_THREADS < CHUNKS && row < N)
+            if (t % 8 == 0 && t + u * EPILOGUE_THREADS < PANEL_CHUNKS && row < N)
                 params.tile_sums[(size_t)row * col_blocks + col_block] = sum;
         }
         if (t == 0) bulk_wait_all<true>();

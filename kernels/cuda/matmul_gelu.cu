@@ -44,18 +44,8 @@ struct GeluEpilogue {
             }
         }
         const GeluForward gelu;
-        // A panel's BM * 8 16-byte chunks, chunk i the thread's i % EPILOGUE_THREADS: 1024 chunks on 96
-        // threads, 10 each and an eleventh for the first 64. The others load their first chunk again as
-        // their eleventh and do not store it (a guard on the load and the GELU too spilled).
-        constexpr int CHUNKS = BM * 8, PER = (CHUNKS + EPILOGUE_THREADS - 1) / EPILOGUE_THREADS;
-        // The thread's chunk u, i = t + u EPILOGUE_THREADS, is chunk t % 8 of panel row r0 + 12 u (r0 = t /
-        // 8), at staged_offset(r0 + 12 u, t % 8) = (r0 + 12 u) 128 + ((t % 8) ^ ((r0 + 12 u) % 8)) 16,
-        // where (r0 + 12 u) % 8 is (r0 % 8) ^ (4 u % 8): u's even and odd differ in the chunk's bit 2.
-        static_assert(EPILOGUE_THREADS / 8 % 8 == 4, "the chunk offsets below assume 12 rows a step");
-        const int r0 = t / 8, even = staged_offset(r0, t % 8), odd = even ^ (4 * 16);
-        auto chunk_offset = [&](int u) {
-            return t + u * EPILOGUE_THREADS < CHUNKS ? (u % 2 ? odd : even) + u * (EPILOGUE_THREADS / 8) * 128 : even;
-        };
+        constexpr int PER = CHUNKS_PER_THREAD;
+        const PanelChunkOffsets chunk_offset(t); // the panel's chunks as store_panel lays them out
         for (int panel = 0; panel < BN / 64; panel++) {
             if (t == 0) asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(BN / 64 - 1) : "memory");
             named_barrier_sync(1, EPILOGUE_THREADS);
@@ -70,15 +60,7 @@ struct GeluEpilogue {
                 for (int k = 0; k < 4; k++) // a bf16's bits are the top half of its float's
                     w[k] = pack_bf16(gelu(__uint_as_float(w[k] << 16), 0.0f), gelu(__uint_as_float(w[k] & 0xFFFF0000u), 0.0f));
             }
-#pragma unroll
-            for (int u = 0; u < PER; u++)
-                if (t + u * EPILOGUE_THREADS < CHUNKS) store_shared_16(panel_address + chunk_offset(u), v[u]);
-            fence_proxy_async();
-            named_barrier_sync(1, EPILOGUE_THREADS);
-            if (t == 0) {
-                tma_store_3d<false>(out_map, col0 + 64 * panel, row0, 0, staged + panel * (BM * 128));
-                bulk_commit();
-            }
+            store_panel(v, panel_address, chunk_offset, out_map, col0 + 64 * panel, row0, staged + panel * (BM * 128));
         }
         if (t == 0) bulk_wait_all<true>();
         named_barrier_sync(1, EPILOGUE_THREADS);

@@ -73,6 +73,44 @@ __device__ __forceinline__ void store_shared_16(uint32_t address, uint4 v) {
 }
 
 
+// An epilogue's share of a panel of the staged tile (BM rows of 64 columns: BM * 8 16-byte chunks):
+// chunk i is thread i % EPILOGUE_THREADS's, 1024 chunks on 96 threads, 10 each and an eleventh for
+// the first 64; the others load their first chunk again as their eleventh and do not store it (a
+// guard on the load and the epilogue's arithmetic too spilled). Thread t's chunk u, i = t + u
+// EPILOGUE_THREADS, is chunk t % 8 of panel row t / 8 + 12 u, at staged_offset(t / 8 + 12 u, t % 8)
+// = (t / 8 + 12 u) 128 + ((t % 8) ^ ((t / 8 + 12 u) % 8)) 16, where (t / 8 + 12 u) % 8 is (t / 8 % 8)
+// ^ (4 u % 8): u's even and odd differ in the chunk's bit 2, so each chunk is at one of the thread's
+// two offsets plus a constant (the epilogue's three warps take longer than the product, and chunks
+// addressed from their index through a generic pointer cost it their arithmetic).
+constexpr int PANEL_CHUNKS = BM * 8, CHUNKS_PER_THREAD = (PANEL_CHUNKS + EPILOGUE_THREADS - 1) / EPILOGUE_THREADS;
+static_assert(EPILOGUE_THREADS / 8 % 8 == 4, "the chunk offsets assume 12 rows a step");
+// Thread t's chunk offsets in a panel: chunk_offset(u) is chunk u's.
+struct PanelChunkOffsets {
+    int t, even, odd;
+    __device__ __forceinline__ explicit PanelChunkOffsets(int thread)
+        : t(thread), even(staged_offset(thread / 8, thread % 8)), odd(even ^ (4 * 16)) {}
+    __device__ __forceinline__ int operator()(int u) const {
+        return t + u * EPILOGUE_THREADS < PANEL_CHUNKS ? (u % 2 ? odd : even) + u * (EPILOGUE_THREADS / 8) * 128 : even;
+    }
+};
+
+// The thread's chunks v back into the panel at panel_address; once all three warps' are in, the first thread stores the panel (at src) by TMA to map's
+// box at (x, y), in its bulk group.
+__device__ __forceinline__ void store_panel(const uint4 (&v)[CHUNKS_PER_THREAD], uint32_t panel_address,
+                                            const PanelChunkOffsets& chunk_offset, const CUtensorMap* map, int x, int y,
+                                            const unsigned char* src) {
+    const int t = chunk_offset.t;
+#pragma unroll
+    for (int u = 0; u < CHUNKS_PER_THREAD; u++)
+        if (t + u * EPILOGUE_THREADS < PANEL_CHUNKS) store_shared_16(panel_address + chunk_offset(u), v[u]);
+    fence_proxy_async();
+    named_barrier_sync(1, EPILOGUE_THREADS);
+    if (t == 0) {
+        tma_store_3d<false>(map, x, y, 0, src);
+        bulk_commit();
+    }
+}
+
 // Where tile `tile` of a block's turn lies. With ROW_GROUP 0, row block tile / col_blocks and its
 // columns in turn: consecutive tiles share their rows of inp, and the blocks running at once read
 // all of a weight the L2 holds (fc's, 4.7 MB). A weight larger than the L2 (the head's, 77 MB) would
