@@ -109,8 +109,7 @@ struct ProbabilitiesEpilogue {
                     w[k] = pack_bf16(lo, hi);
                 }
             }
-            store_panel(v, panel_address, chunk_offset, &params.probs_map, col0 + 64 * panel, row0,
-                        staged + panel * (BM * 128));
+            store_panel(v, staged + panel * (BM * 128), chunk_offset, &params.probs_map, col0 + 64 * panel, row0);
         }
         // A row's 8 chunks are 8 neighbouring lanes' (t / 8 the same): their sums, in a fixed order.
 #pragma unroll

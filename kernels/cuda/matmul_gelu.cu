@@ -60,7 +60,7 @@ struct GeluEpilogue {
                 for (int k = 0; k < 4; k++) // a bf16's bits are the top half of its float's
                     w[k] = pack_bf16(gelu(__uint_as_float(w[k] << 16), 0.0f), gelu(__uint_as_float(w[k] & 0xFFFF0000u), 0.0f));
             }
-            store_panel(v, panel_address, chunk_offset, out_map, col0 + 64 * panel, row0, staged + panel * (BM * 128));
+            store_panel(v, staged + panel * (BM * 128), chunk_offset, out_map, col0 + 64 * panel, row0);
         }
         if (t == 0) bulk_wait_all<true>();
         named_barrier_sync(1, EPILOGUE_THREADS);

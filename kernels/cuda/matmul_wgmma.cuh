@@ -72,7 +72,6 @@ __device__ __forceinline__ void store_shared_16(uint32_t address, uint4 v) {
                  : "memory");
 }
 
-
 // An epilogue's share of a panel of the staged tile (BM rows of 64 columns: BM * 8 16-byte chunks):
 // chunk i is thread i % EPILOGUE_THREADS's, 1024 chunks on 96 threads, 10 each and an eleventh for
 // the first 64; the others load their first chunk again as their eleventh and do not store it (a
@@ -94,19 +93,20 @@ struct PanelChunkOffsets {
     }
 };
 
-// The thread's chunks v back into the panel at panel_address; once all three warps' are in, the first thread stores the panel (at src) by TMA to map's
-// box at (x, y), in its bulk group.
-__device__ __forceinline__ void store_panel(const uint4 (&v)[CHUNKS_PER_THREAD], uint32_t panel_address,
-                                            const PanelChunkOffsets& chunk_offset, const CUtensorMap* map, int x, int y,
-                                            const unsigned char* src) {
+// The thread's chunks v back into the panel; once all three warps' are in, the first thread stores
+// the panel by TMA to map's box at (x, y), in its bulk group.
+__device__ __forceinline__ void store_panel(const uint4 (&v)[CHUNKS_PER_THREAD], const unsigned char* panel,
+                                            const PanelChunkOffsets& chunk_offset, const CUtensorMap* map, int x,
+                                            int y) {
     const int t = chunk_offset.t;
+    const uint32_t panel_address = smem_address(panel);
 #pragma unroll
     for (int u = 0; u < CHUNKS_PER_THREAD; u++)
         if (t + u * EPILOGUE_THREADS < PANEL_CHUNKS) store_shared_16(panel_address + chunk_offset(u), v[u]);
     fence_proxy_async();
     named_barrier_sync(1, EPILOGUE_THREADS);
     if (t == 0) {
-        tma_store_3d<false>(map, x, y, 0, src);
+        tma_store_3d<false>(map, x, y, 0, panel);
         bulk_commit();
     }
 }
