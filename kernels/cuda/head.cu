@@ -70,14 +70,13 @@ using namespace wgmma_product;
 // the tile's p~ (fp32, before the rounding) into tile_sums, and p~'s TMA store, panel by panel.
 struct ProbabilitiesEpilogue {
     struct Params {
-        const floatX* bias; // NULL
         const float* shift;
         CUtensorMap probs_map;
         float* tile_sums;
         int V;
     };
     static constexpr int ROW_GROUP = 32; // the head's weight (77 MB at GPT-2's) is larger than the L2
-    static constexpr bool SHIFT_ROWS = true;
+    static constexpr bool HAS_BIAS = false, SHIFT_ROWS = true;
     __device__ static uint32_t pack(float lo, float hi) {
         const __half2 v = __floats2half2_rn(lo, hi);
         return *(const uint32_t*)&v;
@@ -229,7 +228,7 @@ void head_classifier(float* losses, floatX* dinp, float* dweight, void* scratch,
         head_shift_kernel<<<ceil_div(N, 8), 256>>>(s.shift, inp, weight, targets, N, C);
         launchCheck();
         const ProbabilitiesEpilogue::Params params = {
-            NULL, s.shift,
+            s.shift,
             tensor_map_3d(s.probs, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, sizeof(floatX), 1, N, Vp, Vp, wgmma_product::BM),
             s.tile_sums, V};
         wgmma_product::launch<ProbabilitiesEpilogue>(params, inp, weight, N, C, Vp, C);

@@ -24,7 +24,7 @@ struct GeluEpilogue {
         CUtensorMap pre_map, out_map;
     };
     static constexpr int ROW_GROUP = 0;
-    static constexpr bool SHIFT_ROWS = false;
+    static constexpr bool HAS_BIAS = true, SHIFT_ROWS = false;
     __device__ static uint32_t pack(float lo, float hi) { return pack_bf16(lo, hi); }
     // The epilogue (warps 1-3): stores the staged tile at (row0, col0) to pre, then gelu of it to out,
     // panel by panel. Its thread 0's bulk groups are pre's BN / 64 panels, then out's in turn: before

@@ -30,7 +30,8 @@
 //
 // An Epilogue is a struct with:
 //   Params: the kernel's argument besides the input maps, with `const floatX* bias` (OC, or NULL)
-//     among its members, and `const float* shift` (N) where SHIFT_ROWS;
+//     among its members where HAS_BIAS, and `const float* shift` (N) where SHIFT_ROWS;
+//   HAS_BIAS: whether the sums may have a bias added (an epilogue without one stages no zeros);
 //   SHIFT_ROWS: whether each sum is staged less its row's shift;
 //   ROW_GROUP: 0 to take a row block's tiles in turn, R to take R row blocks' tiles a column at a
 //     time (tile_place);
@@ -191,7 +192,9 @@ __global__ void __launch_bounds__(THREADS, 1)
     // This thread's accumulators: rows group * 64 + warp % 4 * 16 + lane / 4 and 8 below, columns 2 q
     // and 2 q + 1 of each 8-column group (wgmma's fragment layout, as mma.sync's).
     const int group = warp / 4 - 1, q = lane % 4;
-    const floatX* const bias = params.bias; // in a register: read from params, it is loaded again after every stmatrix
+    // In a register: read from params, it is loaded again after every stmatrix.
+    const floatX* bias = nullptr;
+    if constexpr (Epilogue::HAS_BIAS) bias = params.bias;
     float acc[128];
     int step = 0, i = 0;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, i++) {
@@ -205,8 +208,9 @@ __global__ void __launch_bounds__(THREADS, 1)
             shift_bottom = row + 8 < N ? params.shift[row + 8] : 0.0f;
         }
         auto pack = [&](float sum0, float sum1, float bias0, float bias1, float shift) {
-            if constexpr (Epilogue::SHIFT_ROWS) return Epilogue::pack(sum0 + bias0 - shift, sum1 + bias1 - shift);
-            else return Epilogue::pack(sum0 + bias0, sum1 + bias1);
+            if constexpr (Epilogue::HAS_BIAS) sum0 += bias0, sum1 += bias1;
+            if constexpr (Epilogue::SHIFT_ROWS) sum0 -= shift, sum1 -= shift;
+            return Epilogue::pack(sum0, sum1);
         };
         for (int kb = 0; kb < k_blocks; kb++, step++) {
             const int s = step % STAGES;
@@ -234,23 +238,29 @@ __global__ void __launch_bounds__(THREADS, 1)
         // (j is even, so j % 8 + l / 16 is (j % 8) | (l / 16), and the row's l % 8 is its row % 8).
         unsigned char* staged_row = staged + (group * 64 + warp % 4 * 16 + lane / 8 % 2 * 8 + lane % 8) * 128;
         const int y = (lane / 16) ^ (lane % 8);
+        // bias_pair(col): the bias of this tile's columns col and col + 1, as floats.
+        auto stage = [&](auto bias_pair) {
 #pragma unroll
-        for (int j = 0; j < BN / 8; j += 2) {
-            float b[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            if (bias)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int col = (j + h) * 8 + 2 * q;
-                    if (col0 + col < OC) {
-                        const __nv_bfloat162 v = *(const __nv_bfloat162*)(bias + col0 + col);
-                        b[2 * h] = __low2float(v), b[2 * h + 1] = __high2float(v);
-                    }
-                }
-            const float* a = acc + 4 * j;
-            stmatrix_x4(staged_row + j / 8 * (BM * 128) + ((j % 8) ^ y) * 16, pack(a[0], a[1], b[0], b[1], shift_top),
-                        pack(a[2], a[3], b[0], b[1], shift_bottom), pack(a[4], a[5], b[2], b[3], shift_top),
-                        pack(a[6], a[7], b[2], b[3], shift_bottom));
-        }
+            for (int j = 0; j < BN / 8; j += 2) {
+                const float2 b0 = bias_pair(j * 8 + 2 * q), b1 = bias_pair((j + 1) * 8 + 2 * q);
+                const float* a = acc + 4 * j;
+                stmatrix_x4(staged_row + j / 8 * (BM * 128) + ((j % 8) ^ y) * 16, pack(a[0], a[1], b0.x, b0.y, shift_top),
+                            pack(a[2], a[3], b0.x, b0.y, shift_bottom), pack(a[4], a[5], b1.x, b1.y, shift_top),
+                            pack(a[6], a[7], b1.x, b1.y, shift_bottom));
+            }
+        };
+        auto bias_at = [&](int col) {
+            const __nv_bfloat162 v = *(const __nv_bfloat162*)(bias + col0 + col);
+            return make_float2(__low2float(v), __high2float(v));
+        };
+        // A tile whose columns all lie inside OC loads its bias unguarded: loads that no branch
+        // separates can be issued ahead of the sums that wait for them.
+        if (Epilogue::HAS_BIAS && bias && col0 + BN <= OC)
+            stage(bias_at);
+        else
+            stage([&](int col) {
+                return Epilogue::HAS_BIAS && bias && col0 + col < OC ? bias_at(col) : make_float2(0.0f, 0.0f);
+            });
         fence_proxy_async(); // these stores, visible to the TMA store's reads
         mbarrier_arrive(staged_full);
     }
