@@ -195,6 +195,13 @@ __global__ void __launch_bounds__(THREADS, 1)
     // In a register: read from params, it is loaded again after every stmatrix.
     const floatX* bias = nullptr;
     if constexpr (Epilogue::HAS_BIAS) bias = params.bias;
+    // Stage 0's wgmma descriptors, made once so that a k-block's first wgmma issues right after its
+    // wait (made from each stage's address, after the wait, they put 14 instructions
+    // between the two: ncu, PERFORMANCE.md). A descriptor holds the address in units of 16 bytes,
+    // below 256 KB, so stage s's is stage 0's plus s STAGE_BYTES / 16, and 16 columns (32 bytes) on
+    // is + 2.
+    const uint64_t a_descriptor = wgmma_descriptor(stage_a(0) + group * 64 * BK);
+    const uint64_t b_descriptor = wgmma_descriptor(stage_b(0));
     float acc[128];
     int step = 0, i = 0;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, i++) {
@@ -214,12 +221,13 @@ __global__ void __launch_bounds__(THREADS, 1)
         };
         for (int kb = 0; kb < k_blocks; kb++, step++) {
             const int s = step % STAGES;
+            const uint64_t stage_offset = (uint64_t)s * (STAGE_BYTES / 16);
             mbarrier_wait(&full[s], step / STAGES & 1);
             wgmma_fence();
 #pragma unroll
             for (int k = 0; k < BK / 16; k++)
-                wgmma_m64n256k16_shared_a(acc, wgmma_descriptor(stage_a(s) + group * 64 * BK + k * 16),
-                                          wgmma_descriptor(stage_b(s) + k * 16), kb > 0 || k > 0);
+                wgmma_m64n256k16_shared_a(acc, a_descriptor + stage_offset + 2 * k, b_descriptor + stage_offset + 2 * k,
+                                          kb > 0 || k > 0);
             wgmma_commit();
             wgmma_wait<1>(); // the previous k-block's products are done
             if (kb > 0) release(step - 1);
