@@ -195,11 +195,10 @@ __global__ void __launch_bounds__(THREADS, 1)
     // In a register: read from params, it is loaded again after every stmatrix.
     const floatX* bias = nullptr;
     if constexpr (Epilogue::HAS_BIAS) bias = params.bias;
-    // Stage 0's wgmma descriptors, made once so that a k-block's first wgmma issues right after its
-    // wait (made from each stage's address, after the wait, they put 14 instructions
-    // between the two: ncu, PERFORMANCE.md). A descriptor holds the address in units of 16 bytes,
-    // below 256 KB, so stage s's is stage 0's plus s STAGE_BYTES / 16, and 16 columns (32 bytes) on
-    // is + 2.
+    // Stage 0's wgmma descriptors, made once: built from each stage's address after its wait, they
+    // put 14 instructions between the wait and the k-block's first wgmma (ncu, PERFORMANCE.md). A
+    // descriptor holds the address in units of 16 bytes, below 256 KB, so stage s's is stage 0's
+    // plus s STAGE_BYTES / 16, and 16 columns (32 bytes) on is + 2.
     const uint64_t a_descriptor = wgmma_descriptor(stage_a(0) + group * 64 * BK);
     const uint64_t b_descriptor = wgmma_descriptor(stage_b(0));
     float acc[128];
