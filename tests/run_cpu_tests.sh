@@ -23,7 +23,7 @@ passed=0; failed=0; failures=""
 run() { # run NAME COMMAND...
     local name=$1; shift
     echo "=== $name"
-    local t0=$SECONDS
+    local t0=${STARTED:-$SECONDS} # STARTED: when the work began, where it ran before this call (the fuzzers)
     if "$@"; then passed=$((passed + 1)); echo "=== $name: ok ($((SECONDS - t0)) s)"
     else failed=$((failed + 1)); failures="$failures $name"; echo "=== $name: FAILED ($((SECONDS - t0)) s)"; fi
 }
@@ -51,8 +51,23 @@ run config tests/test_config.sh "$DATA"
 run recipe_cpu tests/test_recipe_cpu.sh "$DATA"
 run bad_input tests/test_bad_input.sh "$DATA"
 export FUZZ_VOCAB_DIR=$DATA/gpt2 # for fuzz_tokenizer
-for f in fuzz_tokenfile fuzz_modelfile fuzz_tokenizer fuzz_jsonl; do
-    run "$f" tests/run_fuzzer.sh "$BUILD/fuzz/$f" "$FUZZ_SECONDS"
+# Each fuzzer is one process on one core, so they run JOBS at a time, each for FUZZ_SECONDS (on CI's
+# 2 cores that halves their 4 minutes); their outputs are shown in turn once a batch is done.
+fuzzers=(fuzz_tokenfile fuzz_modelfile fuzz_tokenizer fuzz_jsonl)
+fuzz_out=$(mktemp -d)
+trap 'rm -rf "$fuzz_out"' EXIT
+show() { cat "$1"; return "$2"; } # show OUTPUT STATUS: a finished fuzzer's output and result
+for ((i = 0; i < ${#fuzzers[@]}; i += JOBS)); do
+    batch=("${fuzzers[@]:i:JOBS}") pids=() started=$SECONDS
+    for f in "${batch[@]}"; do
+        tests/run_fuzzer.sh "$BUILD/fuzz/$f" "$FUZZ_SECONDS" > "$fuzz_out/$f" 2>&1 &
+        pids+=($!)
+    done
+    for k in "${!batch[@]}"; do
+        status=0
+        wait "${pids[k]}" || status=$?
+        STARTED=$started run "${batch[k]}" show "$fuzz_out/${batch[k]}" "$status"
+    done
 done
 run cuda_compile make --no-print-directory -j"$JOBS" BUILD="$BUILD" test-cuda-compile
 
