@@ -79,7 +79,7 @@ two_nodes() {
     wait $pid1 || s1=$?
     [ $s0 = 0 ] && [ $s1 = 0 ] && return
     echo "2-node run failed ($p $*): rank 0 exit $s0, rank 1 exit $s1"
-    tail -5 "$base-0.log" "$base-1.log"
+    tail -n 5 "$base-0.log" "$base-1.log"
     return 1
 }
 
@@ -167,7 +167,7 @@ if [ $s0 -ne 0 ] && [ $s1 -ne 0 ] && [ $elapsed -le 40 ] &&
    grep -q "could not reach rank 0 at 127.0.0.1:$wrong" "$WORK/port-1.log"; then
     pass "wrong MASTER_PORT on rank 1: both stopped within ${elapsed} s: $(grep -m1 error "$WORK/port-1.log")"
 else
-    fail "wrong MASTER_PORT on rank 1: exits $s0 and $s1 after ${elapsed} s: $(tail -2 "$WORK/port-0.log" "$WORK/port-1.log")"
+    fail "wrong MASTER_PORT on rank 1: exits $s0 and $s1 after ${elapsed} s: $(tail -n 2 "$WORK/port-0.log" "$WORK/port-1.log")"
 fi
 
 [ $failed = 0 ] && echo "test_two_nodes: all passed" || { echo "test_two_nodes: FAILED"; exit 1; }
