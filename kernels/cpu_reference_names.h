@@ -40,22 +40,23 @@ void cpu_layernorm_backward(float* dinp, float* dweight, float* dbias, float* di
 void cpu_matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                         const float* residual, int N, int C, int OC, int ld_inp, int group_rows);
 void cpu_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                         const float* weight, int N, int C, int OC, int ld_inp, int sum_rows);
+                         const float* weight, int N, int C, int OC, int ld_inp, int sum_rows, int dweight_mode);
 void cpu_matmul_backward_weights(float* dweight, float* dbias, const float* dout, const float* inp, int N, int C, int OC,
-                                 int ld_inp, int sum_rows);
+                                 int ld_inp, int sum_rows, int dweight_mode);
 void cpu_matmul_backward_wait(void);
 void cpu_gelu_forward(float* out, const float* inp, size_t n);
 void cpu_gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
 void cpu_matmul_forward_gelu(float* pre, float* out, const float* inp, const float* weight, const float* bias,
                              int N, int C, int OC, int ld_inp, int group_rows);
 void cpu_matmul_backward_gelu(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                              const float* weight, const float* pre, int N, int C, int OC,
-                              int sum_rows);
+                              const float* weight, const float* pre, int N, int C, int OC, int sum_rows,
+                              int dweight_mode);
 void cpu_fused_classifier(float* logits, float* losses, const int* targets, float dloss, int N, int V,
                           int Vp, int write_dlogits);
 size_t cpu_head_scratch_bytes(int N, int C, int Vp);
 void cpu_head_classifier(float* losses, float* dinp, float* dweight, void* scratch, const int* targets, float dloss,
-                         const float* inp, const float* weight, int N, int C, int V, int Vp, int group_rows);
+                         const float* inp, const float* weight, int N, int C, int V, int Vp, int group_rows,
+                         int dweight_mode);
 size_t cpu_attention_saved_bytes(int B, int T, int NH);
 size_t cpu_attention_scratch_bytes(int B, int T, int C, int NH);
 void cpu_attention_forward(float* out, void* saved, const float* qkv, int B, int T, int C, int NH);

@@ -13,8 +13,13 @@
 //   optimizer state are float too.
 // - Shapes: N = B*T rows; C channels; weights are (out, in) row-major as in PyTorch's Linear.
 // - Gradients of parameters ACCUMULATE (+=) so micro-batches add up; the model zeroes them once per
-//   step. Gradients of activations are OVERWRITTEN (=), except layernorm_backward's dinp, which
-//   accumulates because it feeds the residual stream (whose own backward is the identity).
+//   step. The products' weight gradients (dweight of matmul_backward and its kin, head_classifier)
+//   take a dweight_mode instead: GRAD_ADD adds as the rest do, GRAD_WRITE writes dweight without
+//   reading it, which the model asks for in a step's first product into each weight matrix, so
+//   that the big weight gradients (most of the model's) need no zeroing (GPT-2 124M: 0.5 GB of
+//   memset and as much reading of those zeros a step). Gradients of activations are OVERWRITTEN
+//   (=), except layernorm_backward's dinp, which accumulates because it feeds the residual stream
+//   (whose own backward is the identity).
 // - sum_rows (a divisor of N): the layers with weights sum their parameter gradients over groups of
 //   sum_rows consecutive rows and add each group's sum in turn; a group's sum depends only on its
 //   own rows. group_rows (a divisor of N) does the same for the products that make each row of
@@ -42,6 +47,12 @@ typedef float floatX;
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+// dweight_mode, how a product's weight gradient goes into dweight (Conventions): written over what
+// dweight holds, which is not read, or added to it. GRAD_WRITE with sum_rows < N writes the first
+// group's sum and adds the others', the bits of GRAD_ADD into zeros. (Plain ints, so that
+// cpu_reference_names.h declares the same prototypes without this header.)
+enum { GRAD_WRITE, GRAD_ADD };
 
 // ---- backend: memory and device ------------------------------------------------------------
 // CPU: reports threads; CUDA: selects GPU device_index (GPU 0 when only one is visible).
@@ -124,18 +135,18 @@ void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* dinp_
 // no input. Each row has the bits of a product over its group of group_rows rows (see sum_rows).
 void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
                     const floatX* residual, int N, int C, int OC, int ld_inp, int group_rows);
-// dinp = dout @ weight; dweight += dout^T @ inp; dbias += column sums of dout (from inp's bias columns
-// where it has them, which the caller then guarantees to be 1 and zeros). dinp, dweight or dbias
-// may be NULL, which skips that part.
-void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
-                     const floatX* inp, const floatX* weight, int N, int C, int OC, int ld_inp, int sum_rows);
+// dinp = dout @ weight; dweight = or += dout^T @ inp (dweight_mode); dbias += column sums of dout (from
+// inp's bias columns where it has them, which the caller then guarantees to be 1 and zeros). dinp,
+// dweight or dbias may be NULL, which skips that part.
+void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout, const floatX* inp,
+                     const floatX* weight, int N, int C, int OC, int ld_inp, int sum_rows, int dweight_mode);
 // matmul_backward's dweight and dbias alone, with its bits, which the backend may still be making
 // when it returns, beside the calls that follow (the CUDA backend: on a second stream, so that a
 // layernorm's backward, bound by memory, runs beside the product). Until matmul_backward_wait(),
 // dout and inp must not be written, nor dweight and dbias read or written; after it, the calls
 // that follow see the gradients (the CPU's are complete on return).
 void matmul_backward_weights(float* dweight, float* dbias, const floatX* dout, const floatX* inp, int N, int C, int OC,
-                             int ld_inp, int sum_rows);
+                             int ld_inp, int sum_rows, int dweight_mode);
 void matmul_backward_wait(void);
 
 // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
@@ -153,9 +164,9 @@ void matmul_forward_gelu(floatX* pre, floatX* out, const floatX* inp, const floa
 // matmul_backward of the layer that reads gelu(pre), with dinp = gelu'(pre) * (dout @ weight): the
 // gradient with respect to pre (N, C), as gelu_backward would make it (in the GPU's BF16 build one
 // cuBLASLt call with a GELU-derivative epilogue, which saves a pass over the (N, 4C) activations).
-void matmul_backward_gelu(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
-                          const floatX* inp, const floatX* weight, const floatX* pre, int N, int C, int OC,
-                          int sum_rows);
+void matmul_backward_gelu(floatX* dinp, float* dweight, float* dbias, const floatX* dout, const floatX* inp,
+                          const floatX* weight, const floatX* pre, int N, int C, int OC, int sum_rows,
+                          int dweight_mode);
 
 // Softmax over the first V of Vp logits per row and cross-entropy against targets (0 <= t < V).
 // losses[i] = -log p[i, targets[i]]. If write_dlogits, logits is overwritten in place with
@@ -166,15 +177,17 @@ void fused_classifier(floatX* logits, float* losses, const int* targets, float d
 // The head of one slice of rows, its product and the classifier in one, with the head's backward
 // where dloss > 0: the logits inp (N, C) @ weight (Vp, C)^T, losses[i] = -log p[i, targets[i]] as
 // fused_classifier's, and with dloss > 0, for dlogits = dloss (p - onehot(target)) (0 on the padding
-// columns), dinp (N, C) = dlogits @ weight and dweight (Vp, C) += dlogits^T @ inp in groups of
-// group_rows rows, as matmul_backward sums them; dinp and dweight are not touched without dloss.
+// columns), dinp (N, C) = dlogits @ weight and dweight (Vp, C) = or += dlogits^T @ inp (dweight_mode) in
+// groups of group_rows rows, as matmul_backward sums them; dinp and dweight are not touched without
+// dloss.
 // matmul_forward, fused_classifier and matmul_backward compute it, which is what the CPU does; a
 // backend may compute it in another way that never stores the logits (the CUDA backend's on H100
 // and H200: kernels/cuda/head.cu). scratch: head_scratch_bytes(N, C, Vp) bytes of working memory,
 // 16-byte aligned, whose first N Vp floatX may hold the logits.
 size_t head_scratch_bytes(int N, int C, int Vp);
 void head_classifier(float* losses, floatX* dinp, float* dweight, void* scratch, const int* targets, float dloss,
-                     const floatX* inp, const floatX* weight, int N, int C, int V, int Vp, int group_rows);
+                     const floatX* inp, const floatX* weight, int N, int C, int V, int Vp, int group_rows,
+                     int dweight_mode);
 
 // Causal self-attention, scale 1/sqrt(HS), HS = C/NH.
 // qkv (B, T, 3, NH, HS): q, k, v of head h at qkv[((b*T + t)*3 + {0,1,2})*C + h*HS]; out (B, T, NH, HS).

@@ -396,7 +396,8 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         int part = head_G ? gpt2_head_group_sequences(slice, head_G) * T : n; // rows per product and gradient sum
         size_t r0 = (size_t)b0 * T;
         head_classifier(a->losses + r0, a->dbuf_c + r0 * C, grad_of(model, wte), a->logits, a->targets + r0, dloss,
-                        a->lnf + r0 * C, wte, n, C, V, Vp, part);
+                        a->lnf + r0 * C, wte, n, C, V, Vp, part, model->wte_grad_stale ? GRAD_WRITE : GRAD_ADD);
+        if (dloss > 0.0f) model->wte_grad_stale = 0;
     }
     size_t pending = model->losses_pending;
     if (pending + N > model->losses_capacity) {
@@ -425,7 +426,10 @@ double gpt2_loss_sum(const float* losses, size_t n) {
 }
 
 void gpt2_zero_grad(GPT2* model) {
-    dev_memset_zero(model->grads, model->num_parameters * sizeof(float));
+    size_t start[NUM_PARAMETER_TENSORS], count[NUM_PARAMETER_TENSORS];
+    const int runs = gpt2_zeroed_gradient_runs(model->param_sizes, start, count);
+    for (int i = 0; i < runs; i++) dev_memset_zero(model->grads + start[i], count[i] * sizeof(float));
+    model->wte_grad_stale = model->layer_grads_stale = 1;
     if (model->sum_sequences) dev_memset_zero(model->wte_encoder_grad, model->param_sizes[P_WTE] * sizeof(float));
 }
 
@@ -437,6 +441,9 @@ void gpt2_backward(GPT2* model) {
     int C = cfg->channels, NH = cfg->num_heads, L = cfg->num_layers;
     Activations* a = &model->acts;
     ParameterTensors* p = &model->params;
+    // The encoder adds into wte's gradient, which the head's backward must have written this step.
+    if (model->wte_grad_stale) fatal("internal: gpt2_backward without a forward with dloss > 0 since gpt2_zero_grad");
+    const int dweight_mode = model->layer_grads_stale ? GRAD_WRITE : GRAD_ADD; // for the layers' weight matrices
 
     // The head's backward ran in the forward, slice by slice, and left dL/dlnf in dbuf_c.
     dev_memset_zero(a->dresidual, (size_t)N * C * sizeof(floatX));
@@ -462,22 +469,24 @@ void gpt2_backward(GPT2* model) {
             layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.residual2, w.ln2w, w.ln2b, N, C, ln2_ld(C));
         // MLP branch
         matmul_backward_gelu(a->dbuf_4c, grad_of(model, w.fcprojw), NULL, a->dresidual, s.fch_gelu, w.fcprojw,
-                             s.fch, N, 4 * C, C, sum_rows);
-        matmul_backward(a->dbuf_c, NULL, NULL, a->dbuf_4c, s.ln2, w.fcw, N, C, 4 * C, ln2_ld(C), sum_rows);
+                             s.fch, N, 4 * C, C, sum_rows, dweight_mode);
+        matmul_backward(a->dbuf_c, NULL, NULL, a->dbuf_4c, s.ln2, w.fcw, N, C, 4 * C, ln2_ld(C), sum_rows,
+                        dweight_mode);
         matmul_backward_weights(grad_of(model, w.fcw), grad_of(model, w.fcb), a->dbuf_4c, s.ln2, N, C, 4 * C,
-                                ln2_ld(C), sum_rows);
+                                ln2_ld(C), sum_rows, dweight_mode);
         layernorm_backward(a->dresidual, grad_of(model, w.ln2w), grad_of(model, w.ln2b), grad_of(model, w.attprojb),
                            a->dbuf_c, s.residual2, w.ln2w, s.ln2_mean, s.ln2_rstd, N, C, sum_rows);
         // attention branch
         if (model->recompute >= 2)
             layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, s.input, w.ln1w, w.ln1b, N, C, C);
         matmul_backward(a->dbuf_c, grad_of(model, w.attprojw), NULL, a->dresidual, s.atty, w.attprojw, N, C, C, C,
-                        sum_rows);
+                        sum_rows, dweight_mode);
         // The attention backward sums the qkv bias gradient from the dqkv it writes.
         attention_backward(a->dbuf_3c, grad_of(model, w.qkvb), a->att_scratch, a->dbuf_c, s.qkv, s.atty, s.att_saved, B,
                            T, C, NH, sum_rows);
-        matmul_backward(a->dbuf_c, NULL, NULL, a->dbuf_3c, s.ln1, w.qkvw, N, C, 3 * C, C, sum_rows);
-        matmul_backward_weights(grad_of(model, w.qkvw), NULL, a->dbuf_3c, s.ln1, N, C, 3 * C, C, sum_rows);
+        matmul_backward(a->dbuf_c, NULL, NULL, a->dbuf_3c, s.ln1, w.qkvw, N, C, 3 * C, C, sum_rows, dweight_mode);
+        matmul_backward_weights(grad_of(model, w.qkvw), NULL, a->dbuf_3c, s.ln1, N, C, 3 * C, C, sum_rows,
+                                dweight_mode);
         float* below_fcprojb = l > 0 ? grad_of(model, layer_weights(p, cfg, l - 1).fcprojb) : NULL;
         layernorm_backward(a->dresidual, grad_of(model, w.ln1w), grad_of(model, w.ln1b), below_fcprojb, a->dbuf_c,
                            s.input, w.ln1w, s.ln1_mean, s.ln1_rstd, N, C, sum_rows);
@@ -491,6 +500,7 @@ void gpt2_backward(GPT2* model) {
     // gives the bits of a call per group.
     float* dwte_encoder = model->sum_sequences ? model->wte_encoder_grad : grad_of(model, p->t[P_WTE]);
     encoder_backward(dwte_encoder, grad_of(model, p->t[P_WPE]), a->dresidual, a->inputs, B, T, C);
+    model->layer_grads_stale = 0;
 }
 
 float gpt2_reduce_gradients(GPT2* model, double* loss) {

@@ -77,6 +77,12 @@ typedef struct {
     // With sum_sequences: the encoder's share of wte's gradient (the head's goes into grads during
     // the forward), added to grads by gpt2_reduce_gradients.
     float* wte_encoder_grad;
+    // gpt2_zero_grad leaves the products' weight gradients (wte's and each layer's four matrices,
+    // all but 0.1% of GPT-2 124M's gradients) as they are: a step's first product into each writes
+    // it (GRAD_WRITE, kernels.h). Until then they hold the last step's values, which these say: wte's
+    // until the first head backward (in gpt2_forward with dloss), the layers' until the end of the
+    // first gpt2_backward.
+    int wte_grad_stale, layer_grads_stale;
     // Data parallelism over comm_world() ranks: parameters and gradients are padded to world * shard
     // elements, and rank r owns the shard [r * shard, (r + 1) * shard). This rank keeps master
     // weights and AdamW moments for parameters [opt_offset, opt_offset + opt_count): all of them
@@ -137,8 +143,9 @@ void gpt2_get_optimizer_state(const GPT2* model, float* weights, float* m, float
 // built). It queues the work and returns without waiting for the GPU. With targets, the B x T
 // losses follow it to the host: gpt2_losses returns them. dloss > 0 means a backward follows: the
 // forward also runs the head's backward (dloss * dL/dlogits, dloss = 1 / (tokens of the whole step)
-// averaging over micro-batches), adding the head's share of wte's gradient, so that the logits are
-// only ever stored one slice of the batch at a time. Without targets it stops before the head.
+// averaging over micro-batches), adding the head's share of wte's gradient (writing it, the first
+// after gpt2_zero_grad), so that the logits are only ever stored one slice of the batch at a time.
+// Without targets it stops before the head.
 void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T, float dloss);
 // Waits for the losses of the forwards with targets since the last call and returns them, forward
 // after forward (B x T each, row-major), in host memory valid until the next forward; *count says
@@ -151,8 +158,11 @@ const float* gpt2_losses(GPT2* model, size_t* count);
 // --batch-invariant, B 8 and B 64 log the same bits (a mean of per-batch means rounded to float
 // differed in the last bit).
 double gpt2_loss_sum(const float* losses, size_t n);
-// Backward of the last forward (called with dloss > 0): adds into the gradients.
+// Backward of the last forward (called with dloss > 0): adds into the gradients (the first after
+// gpt2_zero_grad writes the layers' weight matrices' instead: layer_grads_stale).
 void gpt2_backward(GPT2* model);
+// The gradients from here on are the next forwards' and backwards' alone: zeroed, or, for the big
+// weight gradients, written by their first product (wte_grad_stale).
 void gpt2_zero_grad(GPT2* model);
 // A training step ends in two calls, so that the caller can decide between them, from values that
 // are the same on every rank, whether to apply the update (train.c skips non-finite and outlier steps):

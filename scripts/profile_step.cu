@@ -11,7 +11,8 @@
 // file with --tokens (text repeats its frequent tokens far more); every activation is written
 // by an earlier call of the step before a later one reads it (the head's rows over every slice of
 // the batch, so that its backward writes the whole of dbuf_c), so no other buffer needs filling.
-// Gradients keep accumulating over the repetitions: other values, the same work.
+// The weight gradients are written or added as in a step of one micro-step (GRAD_WRITE for the
+// layers' and the head's first slice): over the repetitions, other values, the same work.
 //
 // Each timed call is queued behind a spin kernel, so the events measure its GPU time as it runs
 // inside a step, where the host enqueues ahead of the GPU: neither launch latency nor cuBLASLt's
@@ -494,9 +495,12 @@ int main(int argc, char** argv) {
     const double att_fwd_flops = 4.0 * B * NH * (double)T * T * HS / 2;
 
     // ---- gpt2_zero_grad
-    const size_t zeroed = n + (batch_invariant ? sizes[P_WTE] : 0);
+    size_t zero_start[NUM_PARAMETER_TENSORS], zero_count[NUM_PARAMETER_TENSORS], zeroed = 0;
+    const int zero_runs = gpt2_zeroed_gradient_runs(sizes, zero_start, zero_count);
+    for (int i = 0; i < zero_runs; i++) zeroed += zero_count[i];
+    if (batch_invariant) zeroed += sizes[P_WTE];
     time_call("zero_grad (memset)", 1, 0, zeroed * 4.0, [&] {
-        dev_memset_zero(grads, n * sizeof(float));
+        for (int i = 0; i < zero_runs; i++) dev_memset_zero(grads + zero_start[i], zero_count[i] * sizeof(float));
         if (batch_invariant) dev_memset_zero(dwte_encoder, sizes[P_WTE] * sizeof(float));
     });
 
@@ -542,7 +546,8 @@ int main(int argc, char** argv) {
     // stores them are not counted)
     time_call("head_classifier lm head", slices, 3 * head_mm * Vp, 0, [&] {
         head_classifier(losses + head_row(), dbuf_c + head_row() * C, g[P_WTE], head_scratch, targets + head_row(),
-                        1.0f / (float)N, lnf + head_row() * C, p[P_WTE], HN, C, V, Vp, head_sum_rows);
+                        1.0f / (float)N, lnf + head_row() * C, p[P_WTE], HN, C, V, Vp, head_sum_rows,
+                        head_slice == 0 ? GRAD_WRITE : GRAD_ADD);
         head_slice = (head_slice + 1) % slices;
     });
     time_call("download losses", 1, 0, N * sizeof(float),
@@ -557,23 +562,25 @@ int main(int argc, char** argv) {
     });
     time_call("matmul_backward_gelu fcproj", L, 2 * mm * 4 * C, 0, [&] {
         matmul_backward_gelu(dbuf_4c, g[P_FCPROJW], NULL, dresidual, fch_gelu, p[P_FCPROJW], fch, N, 4 * C, C,
-                             group_rows);
+                             group_rows, GRAD_WRITE);
     });
     time_call("matmul_backward fc", L, 2 * mm * 4 * C, 0,
               [&] { matmul_backward(dbuf_c, g[P_FCW], g[P_FCB], dbuf_4c, ln2, p[P_FCW], N, C, 4 * C, ld_ln2,
-                                    group_rows); });
+                                    group_rows, GRAD_WRITE); });
     time_call("layernorm_backward ln2", L, 0, ln_bwd_bytes, [&] {
         layernorm_backward(dresidual, g[P_LN2W], g[P_LN2B], g[P_ATTPROJB], dbuf_c, residual2, p[P_LN2W], ln2_mean,
                            ln2_rstd, N, C, group_rows);
     });
     time_call("matmul_backward attproj", L, 2 * mm * C, 0, [&] {
-        matmul_backward(dbuf_c, g[P_ATTPROJW], NULL, dresidual, atty, p[P_ATTPROJW], N, C, C, C, group_rows);
+        matmul_backward(dbuf_c, g[P_ATTPROJW], NULL, dresidual, atty, p[P_ATTPROJW], N, C, C, C, group_rows,
+                        GRAD_WRITE);
     });
     time_call("attention_backward", L, 2.5 * att_fwd_flops, 0, [&] {
         attention_backward(dbuf_3c, g[P_QKVB], att_scratch, dbuf_c, qkv, atty, att_saved, B, T, C, NH, group_rows);
     });
     time_call("matmul_backward qkv", L, 2 * mm * 3 * C, 0,
-              [&] { matmul_backward(dbuf_c, g[P_QKVW], NULL, dbuf_3c, ln1, p[P_QKVW], N, C, 3 * C, C, group_rows); });
+              [&] { matmul_backward(dbuf_c, g[P_QKVW], NULL, dbuf_3c, ln1, p[P_QKVW], N, C, 3 * C, C, group_rows,
+                                    GRAD_WRITE); });
     // (layer 0's ln1 has no fcproj below it: the model sums the bias gradient of fcproj in L - 1 of these)
     time_call("layernorm_backward ln1", L, 0, ln_bwd_bytes, [&] {
         layernorm_backward(dresidual, g[P_LN1W], g[P_LN1B], g[P_FCPROJB], dbuf_c, encoded, p[P_LN1W], ln1_mean,

@@ -17,8 +17,9 @@
 //         roundoff 2^-8 = 3.9e-3) and each layer rounds a few times forward and backward: a few
 //         roundings per layer of 2^-8 give errors of 1e-2 relative; elements that are sums with
 //         cancellation lose more relative to themselves, hence etol against the largest element.
-// An element that the backward never adds into keeps the zero of gpt2_zero_grad (needed: gradients
-// accumulate) and fails unless the reference's is (nearly) zero too.
+// An element that the backward never writes keeps its zero (gpt2_zero_grad's, or the model's at build
+// for the products' weight gradients, which the backward writes whole) and fails unless the
+// reference's is (nearly) zero too.
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>

@@ -270,13 +270,19 @@ static void test_matmul(int N, int C, int OC, int with_bias, int sum_rows, TestR
     float* dweight = copy_floats(dweight_prefill, n_weight);
     float* dbias_prefill = with_bias ? random_floats(OC, 1.0f, rng) : NULL;
     float* dbias = with_bias ? copy_floats(dbias_prefill, OC) : NULL;
-    matmul_backward(dinp, dweight, dbias, w, inp, weight, N, C, OC, C, sum_rows);
+    matmul_backward(dinp, dweight, dbias, w, inp, weight, N, C, OC, C, sum_rows, GRAD_ADD);
     double* want_dinp = finite_differences(m.inp, n_inp, matmul_loss, &m);
-    double* want_dweight = plus(dweight_prefill, finite_differences(m.weight, n_weight, matmul_loss, &m), n_weight);
+    double* dweight_alone = finite_differences(m.weight, n_weight, matmul_loss, &m);
+    double* want_dweight = plus(dweight_prefill, dweight_alone, n_weight);
     snprintf(name, sizeof(name), "matmul_backward dinp = %s", sizes);
     test_close(name, dinp, want_dinp, n_inp, 1e-5, 1e-5);
     snprintf(name, sizeof(name), "matmul_backward dweight += %s", sizes);
     test_close(name, dweight, want_dweight, n_weight, 1e-5, 1e-5);
+    // GRAD_WRITE: over poison, so that an element read or left unwritten fails.
+    float* written_dweight = poisoned_floats(n_weight);
+    matmul_backward(NULL, written_dweight, NULL, w, inp, weight, N, C, OC, C, sum_rows, GRAD_WRITE);
+    snprintf(name, sizeof(name), "matmul_backward dweight = (GRAD_WRITE) %s", sizes);
+    test_close(name, written_dweight, dweight_alone, n_weight, 1e-5, 1e-5);
     if (with_bias) {
         double* want_dbias = plus(dbias_prefill, finite_differences(m.bias, OC, matmul_loss, &m), OC);
         snprintf(name, sizeof(name), "matmul_backward dbias += %s", sizes);
@@ -293,7 +299,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, int sum_rows, TestR
     float* padded_dweight = copy_floats(dweight_prefill, n_weight);
     float* padded_dbias = with_bias ? copy_floats(dbias_prefill, OC) : NULL;
     matmul_forward(padded_out, padded_inp, weight, bias, NULL, N, C, OC, ld, N);
-    matmul_backward(padded_dinp, padded_dweight, padded_dbias, w, padded_inp, weight, N, C, OC, ld, sum_rows);
+    matmul_backward(padded_dinp, padded_dweight, padded_dbias, w, padded_inp, weight, N, C, OC, ld, sum_rows, GRAD_ADD);
     int same = memcmp(padded_out, out, n_out * sizeof(float)) == 0 && memcmp(padded_dinp, dinp, n_inp * sizeof(float)) == 0 &&
                memcmp(padded_dweight, dweight, n_weight * sizeof(float)) == 0 &&
                (!with_bias || memcmp(padded_dbias, dbias, OC * sizeof(float)) == 0);
@@ -320,7 +326,7 @@ static void test_thread_determinism(TestRng* rng) {
         dweight[run] = copy_floats(dweight_prefill, (size_t)OC * C);
         dbias[run] = copy_floats(dbias_prefill, OC);
         matmul_forward(out[run], inp, weight, bias, NULL, N, C, OC, C, N);
-        matmul_backward(dinp[run], dweight[run], dbias[run], dout, inp, weight, N, C, OC, C, N);
+        matmul_backward(dinp[run], dweight[run], dbias[run], dout, inp, weight, N, C, OC, C, N, GRAD_ADD);
         norm[run] = grad_norm_squared(dout, (size_t)N * OC);
     }
     omp_set_num_threads(threads_before);
@@ -373,9 +379,10 @@ static void test_batch_invariance(TestRng* rng) {
         int calls = k == 0 ? 1 : B, rows = N / calls;
         for (int b = 0; b < calls; b++) {
             size_t r0 = (size_t)b * rows;
-            matmul_backward(dinp, dweight[k], dbias[k], dout + r0 * OC, inp + r0 * C, weight, rows, C, OC, C, T);
+            matmul_backward(dinp, dweight[k], dbias[k], dout + r0 * OC, inp + r0 * C, weight, rows, C, OC, C, T,
+                            GRAD_ADD);
             matmul_backward_gelu(dinp, dgelu_w[k], dgelu_b[k], dout_c + r0 * C, inp + r0 * C, weight,
-                                 pre + r0 * C, rows, C, C, T);
+                                 pre + r0 * C, rows, C, C, T, GRAD_ADD);
             layernorm_backward(dinp, dln_w[k], dln_b[k], dln_s[k], dout_c + r0 * C, inp + r0 * C, weight,
                                mean + r0, rstd + r0, rows, C, T);
             encoder_backward(dwte[k], dwpe[k], dout_c + r0 * C, tokens + r0, rows / T, T, C);
@@ -392,13 +399,29 @@ static void test_batch_invariance(TestRng* rng) {
         test_check(same, label("%s: B=%d in one call = %d calls of one sequence, bit for bit", grads[g].name, B, B),
                    "%s", same ? "equal" : "bits differ");
     }
+    // GRAD_WRITE over poison, in one call and in B calls (the first writing, the others adding): the
+    // bits of GRAD_ADD into zeros.
+    float* added = floats((size_t)OC * C);
+    memset(added, 0, (size_t)OC * C * sizeof(float));
+    matmul_backward(NULL, added, NULL, dout, inp, weight, N, C, OC, C, T, GRAD_ADD);
+    for (int k = 0; k < 2; k++) {
+        int calls = k == 0 ? 1 : B, rows = N / calls;
+        float* written = poisoned_floats((size_t)OC * C);
+        for (int b = 0; b < calls; b++)
+            matmul_backward(NULL, written, NULL, dout + (size_t)b * rows * OC, inp + (size_t)b * rows * C, weight,
+                            rows, C, OC, C, T, b == 0 ? GRAD_WRITE : GRAD_ADD);
+        int same = memcmp(written, added, (size_t)OC * C * sizeof(float)) == 0;
+        test_check(same, label("matmul_backward GRAD_WRITE in %d call(s), sum_rows %d: GRAD_ADD's bits into zeros",
+                               calls, T),
+                   "%s", same ? "equal" : "bits differ");
+    }
     free_all();
 }
 
 static void matmul_backward_bad_groups(const void* unused) {
     (void)unused;
     float x[30] = {0};
-    matmul_backward(x, x, NULL, x, x, x, 10, 1, 1, 1, 3);
+    matmul_backward(x, x, NULL, x, x, x, 10, 1, 1, 1, 3, GRAD_ADD);
 }
 
 // The classifier-sized product of the small training runs: timed, not asserted.
@@ -414,7 +437,7 @@ static void time_classifier_matmul(TestRng* rng) {
     double start = wall_seconds();
     matmul_forward(out, inp, weight, NULL, NULL, N, C, OC, C, N);
     double forward_done = wall_seconds();
-    matmul_backward(dinp, dweight, NULL, out, inp, weight, N, C, OC, C, N);
+    matmul_backward(dinp, dweight, NULL, out, inp, weight, N, C, OC, C, N, GRAD_ADD);
     double backward_done = wall_seconds();
     double flops = 2.0 * N * C * OC;
     printf("timing: matmul N=%d C=%d OC=%d, OpenMP threads %d: forward %.1f ms (%.1f GFLOP/s), "

@@ -113,6 +113,14 @@ static float* with_bias_columns(const float* inp, int N, int C) {
         for (int c = 0; c < ld; c++) padded[(size_t)r * ld + c] = c < C ? inp[(size_t)r * C + c] : c == C ? 1.0f : 0.0f;
     return padded;
 }
+// A linear layer's input, N x C values in [-1, 1], its rows ld apart with the bias columns where ld > C.
+static float* random_linear_input(int N, int C, int ld) {
+    float* inp = random_array((size_t)N * C, -1, 1);
+    if (ld == C) return inp;
+    float* padded = with_bias_columns(inp, N, C);
+    free(inp);
+    return padded;
+}
 // Whether `dev_padded` (rows C + LINEAR_BIAS_COLUMNS apart) holds the bits of `dev_packed` (N, C) in
 // each row, then exactly the bias columns.
 static int same_rows_and_bias_columns(const floatX* dev_padded, const floatX* dev_packed, int N, int C) {
@@ -275,7 +283,7 @@ static void test_layernorm(int N, int C, int sum_rows) {
                same_bytes(d_ds, d_ds_again, C * sizeof(float));
     test_check(same, name, "%s", same ? "dinp, dweight, dbias, dinp_sums equal" : "bits differ");
     // The model drops the projection's own dbias pass for these sums: they must be its bits.
-    matmul_backward(NULL, NULL, d_ds_matmul, d_dinp, NULL, NULL, N, C, C, C, sum_rows);
+    matmul_backward(NULL, NULL, d_ds_matmul, d_dinp, NULL, NULL, N, C, C, C, sum_rows, GRAD_ADD);
     snprintf(name, sizeof name, "layernorm_backward N=%d C=%d sum_rows=%d: dinp_sums = matmul_backward's dbias, bit for bit",
              N, C, sum_rows);
     same = same_bytes(d_ds, d_ds_matmul, C * sizeof(float));
@@ -359,8 +367,8 @@ static void test_matmul(int N, int C, int OC, int with_bias, int sum_rows, int l
     floatX* d_dout = upload_x(dout, (size_t)N * OC);
     float *d_dw = upload_f(dw, (size_t)OC * C), *d_db = upload_f(db, OC);
     floatX* d_dinp = (floatX*)poisoned((size_t)N * C * sizeof(floatX));
-    matmul_backward(d_dinp, d_dw, with_bias ? d_db : NULL, d_dout, d_inp, d_w, N, C, OC, ld, sum_rows);
-    cpu_matmul_backward(dinp, dw, with_bias ? db : NULL, dout, inp, w, N, C, OC, C, sum_rows);
+    matmul_backward(d_dinp, d_dw, with_bias ? d_db : NULL, d_dout, d_inp, d_w, N, C, OC, ld, sum_rows, GRAD_ADD);
+    cpu_matmul_backward(dinp, dw, with_bias ? db : NULL, dout, inp, w, N, C, OC, C, sum_rows, GRAD_ADD);
     snprintf(name, sizeof name, "matmul_backward dinp N=%d C=%d OC=%d ld=%d", N, C, OC, ld);
     check_x(name, d_dinp, dinp, (size_t)N * C, 1);
     snprintf(name, sizeof name, "matmul_backward dweight N=%d C=%d OC=%d sum_rows=%d ld=%d", N, C, OC, sum_rows, ld);
@@ -427,12 +435,8 @@ static void test_matmul_forward_gelu(int N, int C, int OC, int with_bias, int ld
 // gradients before those were made. With ld > C the input has the bias columns, and dbias comes from
 // the product.
 static void test_matmul_backward_rerun(int N, int C, int OC, int sum_rows, int ld) {
-    float *inp = random_array((size_t)N * C, -1, 1), *w = random_array((size_t)OC * C, -1, 1);
-    if (ld > C) {
-        float* padded = with_bias_columns(inp, N, C);
-        free(inp);
-        inp = padded;
-    }
+    float* inp = random_linear_input(N, C, ld);
+    float* w = random_array((size_t)OC * C, -1, 1);
     float *dout = random_array((size_t)N * OC, -1, 1), *dw = random_array((size_t)OC * C, -1, 1);
     float* db = random_array(OC, -1, 1);
     floatX *d_inp = upload_x(inp, (size_t)N * ld), *d_w = upload_x(w, (size_t)OC * C);
@@ -444,12 +448,12 @@ static void test_matmul_backward_rerun(int N, int C, int OC, int sum_rows, int l
     for (int run = 0; run < RUNS; run++) {
         if (run < 2) {
             d_dw[run] = upload_f(dw, (size_t)OC * C), d_db[run] = upload_f(db, OC);
-            matmul_backward(d_dinp, d_dw[run], d_db[run], d_dout, d_inp, d_w, N, C, OC, ld, sum_rows);
+            matmul_backward(d_dinp, d_dw[run], d_db[run], d_dout, d_inp, d_w, N, C, OC, ld, sum_rows, GRAD_ADD);
         } else { // the copies' destinations poisoned, so that one left unwritten fails
             d_dw[run] = (float*)poisoned((size_t)OC * C * sizeof(float));
             d_db[run] = (float*)poisoned(OC * sizeof(float));
             float *made_dw = upload_f(dw, (size_t)OC * C), *made_db = upload_f(db, OC);
-            matmul_backward_weights(made_dw, made_db, d_dout, d_inp, N, C, OC, ld, sum_rows);
+            matmul_backward_weights(made_dw, made_db, d_dout, d_inp, N, C, OC, ld, sum_rows, GRAD_ADD);
             matmul_backward_wait();
             dev_copy(d_dw[run], made_dw, (size_t)OC * C * sizeof(float));
             dev_copy(d_db[run], made_db, OC * sizeof(float));
@@ -480,6 +484,50 @@ static void test_matmul_backward_rerun(int N, int C, int OC, int sum_rows, int l
     dev_free(d_inp), dev_free(d_w), dev_free(d_dout), dev_free(d_dinp);
 }
 
+// GRAD_WRITE (kernels.h): the weight gradient written over poison (NaN, so that an element read or left
+// unwritten fails) has the bits of GRAD_ADD into zeros, through matmul_backward, matmul_backward_weights
+// (the second stream) and, where the input has no bias columns, matmul_backward_gelu; dbias is added to
+// in all of them. Shapes of their own, so that the first call of each (which checks the batched
+// products of several groups against a call per group) also runs with GRAD_WRITE.
+static void test_weight_gradient_write(int N, int C, int OC, int sum_rows, int ld) {
+    float* inp = random_linear_input(N, C, ld);
+    float* w = random_array((size_t)OC * C, -1, 1);
+    float *dout = random_array((size_t)N * OC, -1, 1), *db = random_array(OC, -1, 1);
+    float* zeros = host_floats((size_t)OC * C);
+    memset(zeros, 0, (size_t)OC * C * sizeof(float));
+    float* pre = random_array((size_t)N * C, -2, 2);
+    floatX *d_inp = upload_x(inp, (size_t)N * ld), *d_w = upload_x(w, (size_t)OC * C);
+    floatX *d_dout = upload_x(dout, (size_t)N * OC), *d_pre = upload_x(pre, (size_t)N * C);
+    floatX* d_dinp = (floatX*)poisoned((size_t)N * C * sizeof(floatX));
+    enum { WRITTEN = 3 };
+    const char* calls[WRITTEN] = {"matmul_backward", "matmul_backward_weights", "matmul_backward_gelu"};
+    for (int call = 0; call < (ld == C ? WRITTEN : 2); call++) {
+        // The reference after the written run, so that the written run is the shape's first call.
+        float *d_dw[2] = {(float*)poisoned((size_t)OC * C * sizeof(float)), upload_f(zeros, (size_t)OC * C)};
+        float* d_db[2] = {upload_f(db, OC), upload_f(db, OC)};
+        for (int run = 0; run < 2; run++) {
+            const int mode = run == 0 ? GRAD_WRITE : GRAD_ADD;
+            if (call == 0)
+                matmul_backward(d_dinp, d_dw[run], d_db[run], d_dout, d_inp, d_w, N, C, OC, ld, sum_rows, mode);
+            if (call == 1) {
+                matmul_backward_weights(d_dw[run], d_db[run], d_dout, d_inp, N, C, OC, ld, sum_rows, mode);
+                matmul_backward_wait();
+            }
+            if (call == 2)
+                matmul_backward_gelu(d_dinp, d_dw[run], d_db[run], d_dout, d_inp, d_w, d_pre, N, C, OC, sum_rows, mode);
+        }
+        char name[200];
+        snprintf(name, sizeof name, "%s GRAD_WRITE N=%d C=%d OC=%d sum_rows=%d ld=%d: the bits of GRAD_ADD into zeros",
+                 calls[call], N, C, OC, sum_rows, ld);
+        const int same = same_bytes(d_dw[0], d_dw[1], (size_t)OC * C * sizeof(float)) &&
+                         same_bytes(d_db[0], d_db[1], OC * sizeof(float));
+        test_check(same, name, "%s", same ? "dweight and dbias equal" : "bits differ");
+        for (int run = 0; run < 2; run++) dev_free(d_dw[run]), dev_free(d_db[run]);
+    }
+    free(inp), free(w), free(dout), free(db), free(zeros), free(pre);
+    dev_free(d_inp), dev_free(d_w), dev_free(d_dout), dev_free(d_pre), dev_free(d_dinp);
+}
+
 // The backward of a layer (N, OC) -> (N, C) whose input is gelu(pre), pre (N, C), with the GELU's
 // backward fused into it, against the CPU's matmul and GELU backward in turn. In BF16, C a multiple
 // of 8 takes cuBLASLt's DGELU epilogue, other widths the unfused fallback; FP32 always takes the
@@ -495,8 +543,8 @@ static void test_matmul_backward_gelu(int N, int C, int OC) {
     float *d_dw = upload_f(dw, (size_t)OC * C), *d_db = upload_f(db, OC);
     floatX* d_gelu_pre = upload_x(gelu_pre, (size_t)N * C);
     floatX* d_dinp = (floatX*)poisoned((size_t)N * C * sizeof(floatX));
-    matmul_backward_gelu(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_gelu_pre, N, C, OC, N);
-    cpu_matmul_backward_gelu(dinp, dw, db, dout, inp, w, gelu_pre, N, C, OC, N);
+    matmul_backward_gelu(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_gelu_pre, N, C, OC, N, GRAD_ADD);
+    cpu_matmul_backward_gelu(dinp, dw, db, dout, inp, w, gelu_pre, N, C, OC, N, GRAD_ADD);
     snprintf(name, sizeof name, "matmul_backward_gelu dinp N=%d C=%d OC=%d", N, C, OC);
     check_x(name, d_dinp, dinp, (size_t)N * C, 2);
     snprintf(name, sizeof name, "matmul_backward_gelu dweight N=%d C=%d OC=%d", N, C, OC);
@@ -536,9 +584,10 @@ static void test_row_group_invariance(int B, int T, int C, int OC) {
                 matmul_forward(out[0] + r0 * OC, x + r0 * C, d_w, d_w, NULL, rows, C, OC, C, T);
                 matmul_forward(out[1] + r0 * OC, x + r0 * C, d_w, d_w, d_dout + r0 * OC, rows, C, OC, C, T);
                 matmul_forward_gelu(out[2] + r0 * OC, out[3] + r0 * OC, x + r0 * C, d_w, d_w, rows, C, OC, C, T);
-                matmul_backward(out[4] + r0 * C, NULL, NULL, d_dout + r0 * OC, x + r0 * C, d_w, rows, C, OC, C, T);
+                matmul_backward(out[4] + r0 * C, NULL, NULL, d_dout + r0 * OC, x + r0 * C, d_w, rows, C, OC, C, T,
+                                GRAD_ADD);
                 matmul_backward_gelu(out[5] + r0 * C, NULL, NULL, d_dout_c + r0 * C, x + r0 * C, d_w, d_pre + r0 * C,
-                                     rows, C, C, T);
+                                     rows, C, C, T, GRAD_ADD);
             }
         }
         free(inp), free(dout), free(dout_c), free(pre);
@@ -594,11 +643,11 @@ static void test_batch_invariance(int B, int T, int C, int OC) {
         for (int b = 0; b < calls; b++) {
             size_t r0 = (size_t)b * rows;
             matmul_backward(d_dinp, grads[k][0], grads[k][1], d_dout + r0 * OC, d_inp + r0 * C, d_w, rows, C, OC, C,
-                            T);
+                            T, GRAD_ADD);
             matmul_backward(d_dinp, grads[k][9], grads[k][10], d_dout + r0 * OC, d_ln_out + r0 * ld_ln, d_w, rows, C,
-                            OC, ld_ln, T);
+                            OC, ld_ln, T, GRAD_ADD);
             matmul_backward_gelu(d_dinp, grads[k][2], grads[k][3], d_dout_c + r0 * C, d_inp + r0 * C, d_w,
-                                 d_pre + r0 * C, rows, C, C, T);
+                                 d_pre + r0 * C, rows, C, C, T, GRAD_ADD);
             layernorm_backward(d_dinp, grads[k][4], grads[k][5], grads[k][8], d_dout_c + r0 * C, d_inp + r0 * C,
                                d_w, d_mean + r0, d_rstd + r0, rows, C, T);
             encoder_backward(grads[k][6], grads[k][7], d_dout_c + r0 * C, d_tokens + r0, rows / T, T, C);
@@ -699,7 +748,8 @@ static void test_head_classifier(int N, int C, int V, int Vp, int group_rows, in
     float *want_dinp = host_floats((size_t)N * C), *want_dw = host_floats((size_t)Vp * C);
     memcpy(want_dw, dw, (size_t)Vp * C * sizeof(float));
     void* scratch = xmalloc(cpu_head_scratch_bytes(N, C, Vp), "cpu head scratch");
-    cpu_head_classifier(want_losses, want_dinp, want_dw, scratch, targets, dloss, inp, w, N, C, V, Vp, group_rows);
+    cpu_head_classifier(want_losses, want_dinp, want_dw, scratch, targets, dloss, inp, w, N, C, V, Vp, group_rows,
+                        GRAD_ADD);
     const double loss_tol = sizeof(floatX) == 2 ? 0.02 : 1e-4; // absolute, of losses up to a few hundred
     // Twice, each time into poisoned outputs and scratch: the second must give the first's bits.
     float* d_losses[2];
@@ -711,7 +761,7 @@ static void test_head_classifier(int N, int C, int V, int Vp, int group_rows, in
         d_dw[run] = upload_f(dw, (size_t)Vp * C);
         void* d_scratch = poisoned(head_scratch_bytes(N, C, Vp));
         head_classifier(d_losses[run], d_dinp[run], d_dw[run], d_scratch, d_targets, dloss, d_inp, d_w, N, C, V, Vp,
-                        group_rows);
+                        group_rows, GRAD_ADD);
         dev_free(d_scratch);
     }
     float* got = host_floats((size_t)Vp * C);
@@ -737,13 +787,27 @@ static void test_head_classifier(int N, int C, int V, int Vp, int group_rows, in
     floatX* d_dinp_poison = (floatX*)poisoned((size_t)N * C * sizeof(floatX));
     float* d_losses_only = (float*)poisoned(N * sizeof(float));
     void* d_scratch = poisoned(head_scratch_bytes(N, C, Vp));
-    head_classifier(d_losses_only, d_dinp_kept, d_dw[1], d_scratch, d_targets, 0.0f, d_inp, d_w, N, C, V, Vp, group_rows);
+    head_classifier(d_losses_only, d_dinp_kept, d_dw[1], d_scratch, d_targets, 0.0f, d_inp, d_w, N, C, V, Vp,
+                    group_rows, GRAD_ADD);
     snprintf(name, sizeof name, "head_classifier N=%d C=%d V=%d Vp=%d without dloss: the same losses, dinp and dweight "
              "untouched", N, C, V, Vp);
     const int untouched = same_bytes(d_losses_only, d_losses[0], N * sizeof(float)) &&
                           same_bytes(d_dinp_kept, d_dinp_poison, (size_t)N * C * sizeof(floatX)) &&
                           same_bytes(d_dw[1], d_dw[0], (size_t)Vp * C * sizeof(float));
     test_check(untouched, name, "%s", untouched ? "as said" : "differ");
+    // GRAD_WRITE over poison (NaN): the bits of GRAD_ADD into zeros.
+    memset(got, 0, (size_t)Vp * C * sizeof(float));
+    float *d_dw_written = (float*)poisoned((size_t)Vp * C * sizeof(float)), *d_dw_added = upload_f(got, (size_t)Vp * C);
+    const int modes[2] = {GRAD_WRITE, GRAD_ADD};
+    float* d_dw_modes[2] = {d_dw_written, d_dw_added};
+    for (int run = 0; run < 2; run++)
+        head_classifier(d_losses_only, d_dinp_kept, d_dw_modes[run], d_scratch, d_targets, dloss, d_inp, d_w, N, C, V,
+                        Vp, group_rows, modes[run]);
+    snprintf(name, sizeof name, "head_classifier N=%d C=%d V=%d Vp=%d GRAD_WRITE: the bits of GRAD_ADD into zeros", N,
+             C, V, Vp);
+    const int written = same_bytes(d_dw_written, d_dw_added, (size_t)Vp * C * sizeof(float));
+    test_check(written, name, "%s", written ? "equal" : "bits differ");
+    dev_free(d_dw_written), dev_free(d_dw_added);
     free(inp), free(w), free(targets), free(dw), free(want_losses), free(want_dinp), free(want_dw), free(scratch);
     free(got);
     dev_free(d_inp), dev_free(d_w), dev_free(d_targets), dev_free(d_dinp_kept), dev_free(d_dinp_poison);
@@ -992,6 +1056,11 @@ int main(void) {
     // GPT-2 124M's fc at 8K tokens: the second stream's product runs for some 0.1 ms after
     // matmul_backward_weights returns.
     test_matmul_backward_rerun(8192, 768, 3072, 8192, 768 + LINEAR_BIAS_COLUMNS);
+    test_weight_gradient_write(300, 64, 200, 300, 64);                         // one group: cuBLASLt's beta 0
+    test_weight_gradient_write(600, 64, 264, 200, 64);                         // three groups, batched
+    test_weight_gradient_write(70, 40, 101, 35, 40);                           // two groups, rows off alignment
+    test_weight_gradient_write(600, 64, 264, 200, 64 + LINEAR_BIAS_COLUMNS);   // the bias row, batched
+    test_weight_gradient_write(8192, 768, 3072, 8192, 768 + LINEAR_BIAS_COLUMNS); // GPT-2 124M's fc
     test_matmul_backward_gelu(37, 96, 384);  // fused
     test_matmul_backward_gelu(35, 40, 101);  // fused (C 40)
     test_matmul_backward_gelu(33, 101, 64);  // unfused (C 101)

@@ -13,7 +13,7 @@
 // dbias += the column sums of dqkv (if dbias is not NULL), as matmul_backward sums its bias gradient.
 // The groups were checked before the backward ran (check_sequence_groups).
 static void qkv_bias_backward(float* dbias, const floatX* dqkv, int B, int T, int C, int sum_rows) {
-    if (dbias) matmul_backward(NULL, NULL, dbias, dqkv, NULL, NULL, B * T, C, 3 * C, C, sum_rows);
+    if (dbias) matmul_backward(NULL, NULL, dbias, dqkv, NULL, NULL, B * T, C, 3 * C, C, sum_rows, GRAD_ADD);
 }
 
 #ifdef ATTN_FLASH

@@ -33,9 +33,9 @@ void matmul_forward_gelu(floatX* pre, floatX* out, const floatX* inp, const floa
     gelu_forward(out, pre, (size_t)N * OC);
 }
 
-void matmul_backward_gelu(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
-                          const floatX* inp, const floatX* weight, const floatX* pre, int N, int C, int OC,
-                          int sum_rows) {
-    matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, C, sum_rows);
+void matmul_backward_gelu(floatX* dinp, float* dweight, float* dbias, const floatX* dout, const floatX* inp,
+                          const floatX* weight, const floatX* pre, int N, int C, int OC, int sum_rows,
+                          int dweight_mode) {
+    matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, C, sum_rows, dweight_mode);
     gelu_backward(dinp, pre, dinp, (size_t)N * C);
 }

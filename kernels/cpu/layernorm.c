@@ -68,5 +68,5 @@ void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* dinp_
         }
     }
     // The bias gradient matmul_backward would make with dout = dinp: the same function, the same bits.
-    if (dinp_sums) matmul_backward(NULL, NULL, dinp_sums, dinp, NULL, NULL, N, C, C, C, sum_rows);
+    if (dinp_sums) matmul_backward(NULL, NULL, dinp_sums, dinp, NULL, NULL, N, C, C, C, sum_rows, GRAD_ADD);
 }

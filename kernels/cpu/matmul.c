@@ -145,11 +145,11 @@ static void matmul_backward_dinp(float* dinp, const float* dout, const float* we
     }
 }
 
-// dweight[oc, c] += sum_n dout[n, oc] inp[n, c], in groups of sum_rows rows: tiles of weight rows
-// (i = oc) x channels (j = c), each tile adding its groups' sums in row order. inp's rows are
-// ld_inp apart.
+// dweight[oc, c] (= with GRAD_WRITE, else +=) sum_n dout[n, oc] inp[n, c], in groups of sum_rows rows:
+// tiles of weight rows (i = oc) x channels (j = c), each tile adding its groups' sums in row order
+// (with GRAD_WRITE, the first group's written). inp's rows are ld_inp apart.
 static void matmul_backward_dweight(float* dweight, const float* dout, const float* inp,
-                                    int N, int C, int OC, int ld_inp, int sum_rows) {
+                                    int N, int C, int OC, int ld_inp, int sum_rows, int mode) {
     int oc_tiles = (OC + TILE_I - 1) / TILE_I, channel_tiles = (C + TILE_J - 1) / TILE_J;
     #pragma omp parallel for collapse(2) schedule(static)
     for (int oc_tile = 0; oc_tile < oc_tiles; oc_tile++) {
@@ -162,8 +162,12 @@ static void matmul_backward_dweight(float* dweight, const float* dout, const flo
                 float acc[TILE_I][TILE_J] = {{0}};
                 for (int i = 0; i < TILE_I; i++) dout_columns[i] = dout + (size_t)n0 * OC + min_int(oc0 + i, OC - 1);
                 tile_multiply(acc, dout_columns, OC, inp + (size_t)n0 * ld_inp + c0, ld_inp, sum_rows, width);
+                const int write = mode == GRAD_WRITE && n0 == 0;
                 for (int i = 0; i < i_end; i++)
-                    for (int j = 0; j < width; j++) dweight[(size_t)(oc0 + i) * C + c0 + j] += acc[i][j];
+                    for (int j = 0; j < width; j++) {
+                        float* sum = &dweight[(size_t)(oc0 + i) * C + c0 + j];
+                        *sum = write ? acc[i][j] : *sum + acc[i][j];
+                    }
             }
         }
     }
@@ -184,18 +188,18 @@ static void matmul_backward_dbias(float* dbias, const float* dout, int N, int OC
     }
 }
 
-void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
-                     const floatX* inp, const floatX* weight, int N, int C, int OC, int ld_inp, int sum_rows) {
+void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout, const floatX* inp,
+                     const floatX* weight, int N, int C, int OC, int ld_inp, int sum_rows, int dweight_mode) {
     check_row_groups("matmul_backward", N, sum_rows);
     check_linear_ld("matmul_backward", C, ld_inp);
     if (dinp) matmul_backward_dinp(dinp, dout, weight, N, C, OC);
-    if (dweight) matmul_backward_dweight(dweight, dout, inp, N, C, OC, ld_inp, sum_rows);
+    if (dweight) matmul_backward_dweight(dweight, dout, inp, N, C, OC, ld_inp, sum_rows, dweight_mode);
     if (dbias) matmul_backward_dbias(dbias, dout, N, OC, sum_rows);
 }
 
 void matmul_backward_weights(float* dweight, float* dbias, const floatX* dout, const floatX* inp, int N, int C, int OC,
-                             int ld_inp, int sum_rows) {
-    matmul_backward(NULL, dweight, dbias, dout, inp, NULL, N, C, OC, ld_inp, sum_rows);
+                             int ld_inp, int sum_rows, int dweight_mode) {
+    matmul_backward(NULL, dweight, dbias, dout, inp, NULL, N, C, OC, ld_inp, sum_rows, dweight_mode);
 }
 
 void matmul_backward_wait(void) {} // matmul_backward_weights is complete on return

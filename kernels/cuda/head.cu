@@ -13,7 +13,7 @@
 //     p~_t - S = S (p_t - 1): the target's cancellation made in fp32 before rounding, as
 //     fused_classifier makes it); the row's scale dloss / S, and inp's row times it;
 //   - cuBLASLt's products on that matrix: dinp = (matrix @ weight), then each row times its scale;
-//     dweight += matrix^T @ (inp's rows times their scales).
+//     dweight += (or =, dweight_mode) matrix^T @ (inp's rows times their scales).
 // A row whose largest logit lies more than about 60 nats above its target's (S > HEAD_RANGE, or
 // exponentials that overflowed) would leave the range of the scales; the row pass then computes that
 // row's logits again in fp32, shifted by their max: slow, but a run that is not diverging has no
@@ -216,7 +216,8 @@ size_t head_scratch_bytes(int N, int C, int Vp) {
 #endif
 
 void head_classifier(float* losses, floatX* dinp, float* dweight, void* scratch, const int* targets, float dloss,
-                     const floatX* inp, const floatX* weight, int N, int C, int V, int Vp, int group_rows) {
+                     const floatX* inp, const floatX* weight, int N, int C, int V, int Vp, int group_rows,
+                     int dweight_mode) {
     check_row_groups("head_classifier", N, group_rows);
 #if defined(PRECISION_BF16)
     // TMA and the 16-byte passes want 16-byte aligned rows and bases.
@@ -235,10 +236,11 @@ void head_classifier(float* losses, floatX* dinp, float* dweight, void* scratch,
         head_rows_kernel<<<N, HEAD_ROW_THREADS>>>(s, losses, targets, dloss, inp, weight, C, V, Vp);
         launchCheck();
         if (dloss > 0.0f) {
-            matmul_backward(dinp, NULL, NULL, s.probs, inp, weight, N, C, Vp, C, group_rows);
+            matmul_backward(dinp, NULL, NULL, s.probs, inp, weight, N, C, Vp, C, group_rows, GRAD_ADD);
             scale_rows_kernel<<<ceil_div((size_t)N * C / X128, 256), 256>>>(dinp, s.scale, N, C);
             launchCheck();
-            matmul_backward(NULL, dweight, NULL, s.probs, s.scaled_inp, weight, N, C, Vp, C, group_rows);
+            matmul_backward(NULL, dweight, NULL, s.probs, s.scaled_inp, weight, N, C, Vp, C, group_rows,
+                            dweight_mode);
         }
         return;
     }
@@ -246,5 +248,6 @@ void head_classifier(float* losses, floatX* dinp, float* dweight, void* scratch,
     floatX* logits = (floatX*)scratch;
     matmul_forward(logits, inp, weight, NULL, NULL, N, C, Vp, C, group_rows);
     fused_classifier(logits, losses, targets, dloss, N, V, Vp, dloss > 0.0f);
-    if (dloss > 0.0f) matmul_backward(dinp, dweight, NULL, logits, inp, weight, N, C, Vp, C, group_rows);
+    if (dloss > 0.0f)
+        matmul_backward(dinp, dweight, NULL, logits, inp, weight, N, C, Vp, C, group_rows, dweight_mode);
 }

@@ -352,15 +352,15 @@ void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const 
     matmul_cublaslt_rows(group_rows, out, weight, inp, bias, OC, N, C, true, C, ld_inp, OC, PLAIN, NULL, residual);
 }
 
-// dweight (OC, C) += the first C rows of each column of `parts` products (column-major (ld, OC),
-// part_stride floats apart), one product after the other, and dbias += their row C where dbias is
-// given (inp with the bias columns: that row is dout's column sums).
+// dweight (OC, C) += (or, with write_dweight, =) the first C rows of each column of `parts` products
+// (column-major (ld, OC), part_stride floats apart), one product after the other, and dbias += their
+// row C where dbias is given (inp with the bias columns: that row is dout's column sums).
 __global__ void add_weight_gradient_parts_kernel(float* dweight, float* dbias, const float* products, int parts,
-                                                 size_t part_stride, int C, int ld) {
+                                                 size_t part_stride, int C, int ld, bool write_dweight) {
     const int oc = blockIdx.y, rows = dbias ? C + 1 : C;
     for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < rows; c += gridDim.x * blockDim.x) {
         float* sum = c < C ? dweight + (size_t)oc * C + c : dbias + oc;
-        float value = *sum;
+        float value = c < C && write_dweight ? 0.0f : *sum;
         for (int p = 0; p < parts; p++) value += products[p * part_stride + (size_t)oc * ld + c];
         *sum = value;
     }
@@ -369,10 +369,11 @@ __global__ void add_weight_gradient_parts_kernel(float* dweight, float* dbias, c
 // The groups' products of a weight gradient at once: at most this many bytes of them.
 #define WGRAD_PARTS_BYTES ((size_t)64 << 20)
 
-// dweight += inp^T dout over groups of sum_rows rows, group after group (kernels.h), and where
-// dbias is given (inp has the bias columns then) dbias += dout's column sums from the same products.
-// A group's product is, without the bias columns, added to dweight by cuBLASLt's epilogue; with
-// them (ld_inp rows instead of C) written, then added by add_weight_gradient_parts_kernel, row C
+// dweight += inp^T dout over groups of sum_rows rows, group after group (kernels.h; with GRAD_WRITE
+// the first group's sum is written, dweight not read), and where dbias is given (inp has the bias
+// columns then) dbias += dout's column sums from the same products. A group's product is, without
+// the bias columns, added to dweight by cuBLASLt's epilogue (the first written with GRAD_WRITE);
+// with them (ld_inp rows instead of C) written, then added by add_weight_gradient_parts_kernel, row C
 // into dbias (at fc's shape in GPT-2 124M, B 64: 0.42 + 0.01 ms against 0.40 + 0.16 for the
 // product and a pass over dout, H100; being written, it is tuned).
 // With many groups (--batch-invariant) a call per group leaves much of the GPU idle: qkv's weight
@@ -390,7 +391,7 @@ struct WeightGradientShape {
 };
 
 static void weight_gradients(MatmulStream& on, float* dweight, float* dbias, const floatX* dout, const floatX* inp,
-                             int N, int C, int OC, int ld_inp, int sum_rows) {
+                             int N, int C, int OC, int ld_inp, int sum_rows, int dweight_mode) {
     const bool bias_row = dbias != NULL;
     const int rows = bias_row ? ld_inp : C, groups = N / sum_rows; // a group's product: column-major (rows, OC)
     const size_t part = (size_t)rows * OC;
@@ -402,28 +403,32 @@ static void weight_gradients(MatmulStream& on, float* dweight, float* dbias, con
                                                                 "the weight gradients' products")
                                          : NULL;
     const int blocks_x = ceil_div(C + 1, 256);
-    auto add_parts = [&](int count) {
+    // The parts of the groups from g0 on, added to dweight (written over it from group 0 with GRAD_WRITE).
+    auto add_parts = [&](int g0, int count) {
+        const bool write = dweight_mode == GRAD_WRITE && g0 == 0;
         add_weight_gradient_parts_kernel<<<dim3(blocks_x, OC), 256, 0, on.stream>>>(dweight, dbias, parts, count, part,
-                                                                                    C, rows);
+                                                                                    C, rows, write);
         launchCheck();
     };
-    // `count` groups' products from group g0 on, each into parts (written) or added to dweight.
+    // `count` groups' products from group g0 on, each into parts (written) or into dweight (added,
+    // or group 0's written with GRAD_WRITE).
     auto products = [&](int g0, int count, bool into_dweight) {
         const size_t row0 = (size_t)g0 * sum_rows;
+        const bool add = into_dweight && !(dweight_mode == GRAD_WRITE && g0 == 0);
         matmul_cublaslt(on, into_dweight ? (void*)dweight : (void*)parts, inp + row0 * ld_inp, dout + row0 * OC, NULL,
-                        rows, OC, sum_rows, false, true, ld_inp, OC, rows, into_dweight, PLAIN, NULL, CUDA_R_32F, NULL,
+                        rows, OC, sum_rows, false, true, ld_inp, OC, rows, add, PLAIN, NULL, CUDA_R_32F, NULL,
                         Batch{count, (int64_t)sum_rows * ld_inp, (int64_t)sum_rows * OC, (int64_t)part});
     };
     auto per_group = [&] {
         for (int g = 0; g < groups; g++) {
             products(g, 1, !bias_row);
-            if (bias_row) add_parts(1);
+            if (bias_row) add_parts(g, 1);
         }
     };
     auto batched = [&] {
         for (int g = 0; g < groups; g += batch) {
             products(g, batch, false);
-            add_parts(batch);
+            add_parts(g, batch);
         }
     };
     if (batch == 1) {
@@ -463,43 +468,47 @@ static void weight_gradients(MatmulStream& on, float* dweight, float* dbias, con
     verdicts.record(shape, one_call);
 }
 
-// dweight^T (C, OC) += inp^T (C, rows) @ dout (column-major (OC, rows))^T for each group of rows
-// (weight_gradients, on `on`'s stream), and dbias += dout's column sums: from the same products where
-// inp has the bias columns (kernels.h), else by column_sums_accumulate on the default stream.
+// dweight^T (C, OC) += (or = first, dweight_mode) inp^T (C, rows) @ dout (column-major (OC, rows))^T for
+// each group of rows (weight_gradients, on `on`'s stream), and dbias += dout's column sums: from the
+// same products where inp has the bias columns (kernels.h), else by column_sums_accumulate on the
+// default stream.
 static void weight_and_bias_gradients(MatmulStream& on, float* dweight, float* dbias, const floatX* dout,
-                                      const floatX* inp, int N, int C, int OC, int ld_inp, int sum_rows) {
+                                      const floatX* inp, int N, int C, int OC, int ld_inp, int sum_rows,
+                                      int dweight_mode) {
     const bool bias_row = dweight && dbias && ld_inp > C;
-    if (dweight) weight_gradients(on, dweight, bias_row ? dbias : NULL, dout, inp, N, C, OC, ld_inp, sum_rows);
+    if (dweight)
+        weight_gradients(on, dweight, bias_row ? dbias : NULL, dout, inp, N, C, OC, ld_inp, sum_rows, dweight_mode);
     if (dbias && !bias_row) column_sums_accumulate(dbias, N, OC, sum_rows, MatrixColumns{dout, OC});
 }
 
 // dinp = dout @ weight (then the epilogue on it, with aux `pre`), its rows in groups of sum_rows;
-// dweight += dout^T @ inp and dbias += column sums of dout, summed group by group (weight_gradients).
+// dweight += (or =, dweight_mode) dout^T @ inp and dbias += column sums of dout, summed group by group
+// (weight_gradients).
 static void linear_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout, const floatX* inp,
-                            const floatX* weight, int N, int C, int OC, int ld_inp, int sum_rows,
+                            const floatX* weight, int N, int C, int OC, int ld_inp, int sum_rows, int dweight_mode,
                             Epilogue dinp_epilogue, const floatX* pre) {
     check_row_groups("matmul_backward", N, sum_rows);
     check_linear_ld("matmul_backward", C, ld_inp);
     // dinp^T (C, N) = weight (column-major (C, OC)) @ dout^T (OC, N).
     if (dinp)
         matmul_cublaslt_rows(sum_rows, dinp, weight, dout, NULL, C, N, OC, false, C, OC, C, dinp_epilogue, pre, NULL);
-    weight_and_bias_gradients(default_stream, dweight, dbias, dout, inp, N, C, OC, ld_inp, sum_rows);
+    weight_and_bias_gradients(default_stream, dweight, dbias, dout, inp, N, C, OC, ld_inp, sum_rows, dweight_mode);
 }
 
-void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
-                     const floatX* inp, const floatX* weight, int N, int C, int OC, int ld_inp, int sum_rows) {
-    linear_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, ld_inp, sum_rows, PLAIN, NULL);
+void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout, const floatX* inp,
+                     const floatX* weight, int N, int C, int OC, int ld_inp, int sum_rows, int dweight_mode) {
+    linear_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, ld_inp, sum_rows, dweight_mode, PLAIN, NULL);
 }
 
 // On the second stream, after the default stream's work so far (the streams section above).
 void matmul_backward_weights(float* dweight, float* dbias, const floatX* dout, const floatX* inp, int N, int C, int OC,
-                             int ld_inp, int sum_rows) {
+                             int ld_inp, int sum_rows, int dweight_mode) {
     check_row_groups("matmul_backward_weights", N, sum_rows);
     check_linear_ld("matmul_backward_weights", C, ld_inp);
     MatmulStream& on = side_stream();
     cudaCheck(cudaEventRecord(side.ready, 0));
     cudaCheck(cudaStreamWaitEvent(on.stream, side.ready, 0));
-    weight_and_bias_gradients(on, dweight, dbias, dout, inp, N, C, OC, ld_inp, sum_rows);
+    weight_and_bias_gradients(on, dweight, dbias, dout, inp, N, C, OC, ld_inp, sum_rows, dweight_mode);
     cudaCheck(cudaEventRecord(side.done, on.stream));
 }
 
@@ -523,13 +532,13 @@ static bool gelu_epilogue(int width) {
 #endif
 }
 
-void matmul_backward_gelu(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
-                          const floatX* inp, const floatX* weight, const floatX* pre, int N, int C, int OC,
-                          int sum_rows) {
+void matmul_backward_gelu(floatX* dinp, float* dweight, float* dbias, const floatX* dout, const floatX* inp,
+                          const floatX* weight, const floatX* pre, int N, int C, int OC, int sum_rows,
+                          int dweight_mode) {
     if (!gelu_epilogue(C)) {
-        matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, C, sum_rows);
+        matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, C, sum_rows, dweight_mode);
         gelu_backward(dinp, pre, dinp, (size_t)N * C);
         return;
     }
-    linear_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, C, sum_rows, GELU_BACKWARD, pre);
+    linear_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, C, sum_rows, dweight_mode, GELU_BACKWARD, pre);
 }
