@@ -1,6 +1,8 @@
 # CUDA builds: included by the Makefile (`include kernels/cuda/cuda.mk`), which defines ATTN,
 # PRECISION, GPU_ARCH, BUILD, OBJ, CFLAGS_BASE, ATTN_DEF, LIB_SRC, MODEL_SRC, COMMON_SRC, CUDA_HOME.
-# Objects of each ATTN x PRECISION x GPU_ARCH go to their own directory, so variants never mix.
+# Objects of each PRECISION x GPU_ARCH go to their own directory, so variants never mix; those of
+# the sources that depend on ATTN (CUDA_ATTN_SRC) to one per ATTN as well, the others are shared by
+# both attention variants.
 #   $(BUILD)/train_gpt                 the trainer
 #   $(BUILD)/tests/test_attention_gpu  the flash kernels against the CPU flash reference
 #   $(BUILD)/tests/test_kernels_gpu    every CUDA kernel against the CPU reference kernels
@@ -19,8 +21,16 @@ TOP_MAKEFILE := $(firstword $(MAKEFILE_LIST))
 PRECISION_DEF = -DPRECISION_$(PRECISION)
 cuda_empty :=
 cuda_space := $(cuda_empty) $(cuda_empty)
-CUDA_OBJ = $(OBJ)/cuda-$(ATTN)-$(PRECISION)-sm$(subst $(cuda_space),_,$(strip $(GPU_ARCH)))
-cuda_obj = $(patsubst %,$(CUDA_OBJ)/%.o,$(basename $(1)))
+# The sources whose code tests ATTN_FLASH / ATTN_NAIVE: compiled with ATTN_DEF, into a directory per
+# ATTN. Every other source of the CUDA builds is compiled without it, once for both variants (layernorm.cu
+# and encoder.cu alone take some 2.5 minutes for the four architectures of test-cuda-compile), so a
+# source that comes to depend on ATTN must be listed here.
+CUDA_ATTN_SRC = kernels/cuda/backend.cu kernels/cuda/attention_flash.cu kernels/cuda/attention_naive.cu \
+    tests/test_attention_gpu.cu
+cuda_variant = $(PRECISION)-sm$(subst $(cuda_space),_,$(strip $(GPU_ARCH)))
+CUDA_OBJ = $(OBJ)/cuda-$(cuda_variant)
+CUDA_ATTN_OBJ = $(OBJ)/cuda-$(ATTN)-$(cuda_variant)
+cuda_obj = $(foreach s,$(1),$(if $(filter $(s),$(CUDA_ATTN_SRC)),$(CUDA_ATTN_OBJ),$(CUDA_OBJ))/$(basename $(s)).o)
 # 90 builds as sm_90a: the same H100/H200 code plus their wgmma instructions (flash attention).
 cuda_sass = $(if $(filter 90,$(1)),90a,$(1))
 GENCODE = $(foreach arch,$(GPU_ARCH),-gencode arch=compute_$(call cuda_sass,$(arch)),code=sm_$(call cuda_sass,$(arch)))
@@ -28,9 +38,9 @@ GENCODE = $(foreach arch,$(GPU_ARCH),-gencode arch=compute_$(call cuda_sass,$(ar
 CUDA_WERROR ?= 0
 NVCC_WERROR = $(if $(filter 1,$(CUDA_WERROR)),-Werror all-warnings -Xcompiler -Werror)
 GCC_WERROR = $(if $(filter 1,$(CUDA_WERROR)),-Werror)
-NVCCFLAGS = -std=c++17 -O3 $(GENCODE) -I. -I$(CUDA_HOME)/include $(ATTN_DEF) $(PRECISION_DEF) \
+NVCCFLAGS = -std=c++17 -O3 $(GENCODE) -I. -I$(CUDA_HOME)/include $(PRECISION_DEF) \
     -Xcompiler -Wall,-Wextra $(NVCC_WERROR) -MMD -MP
-CFLAGS_CUDA_HOST = $(CFLAGS_BASE) $(ATTN_DEF) $(PRECISION_DEF) $(GCC_WERROR)
+CFLAGS_CUDA_HOST = $(CFLAGS_BASE) $(PRECISION_DEF) $(GCC_WERROR)
 LDLIBS_CUDA = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcurand \
     -lcudart -lstdc++ -lm -fopenmp
 # One attention file per variant, like kernels/cpu/attention_{naive,flash}.c. The data-parallel
@@ -54,6 +64,10 @@ train_gpt: $(BUILD)/train_gpt
 $(CUDA_OBJ)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(CUDA_ATTN_OBJ)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $(ATTN_DEF) -c $< -o $@
 
 $(CUDA_OBJ)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -95,19 +109,23 @@ $(BUILD)/profile_step: $(call cuda_obj,scripts/profile_step.cu $(COMMON_SRC) mod
     $(CUDA_KERNEL_SRC)) $(CONFIG_STAMP)
 	$(CC) $(filter %.o,$^) $(LDLIBS_CUDA) -ldl -lpthread -o $@
 
-# Every ATTN x PRECISION for all four architectures, each in a BUILD dir of its own, without a
-# warning in our code. Each is a target of its own, so that `make -j` builds them side by side.
+# Every ATTN x PRECISION for all four architectures without a warning in our code. A target per
+# PRECISION, so that `make -j` builds the two side by side, each in a BUILD dir of its own where the
+# naive variant follows the flash one and reuses its objects of the sources that do not depend on
+# ATTN (the two variants' programs have the same names there: the naive ones are left).
 CUDA_CHECK_ARCH = 80 86 89 90
-CUDA_CHECK_VARIANTS = naive-BF16 naive-FP32 flash-BF16 flash-FP32
-CUDA_CHECK_TARGETS = $(addprefix cuda-compile-,$(CUDA_CHECK_VARIANTS))
+CUDA_CHECK_TARGETS = $(addprefix cuda-compile-,BF16 FP32)
 .PHONY: $(CUDA_CHECK_TARGETS)
 test-cuda-compile: $(CUDA_CHECK_TARGETS)
 $(CUDA_CHECK_TARGETS): cuda-compile-%:
-	@a=$(word 1,$(subst -, ,$*)); p=$(word 2,$(subst -, ,$*)); dir=$(BUILD)/cuda-compile/$*; \
-	tests="$$dir/tests/test_kernels_gpu $$dir/tests/dump_grads $$dir/tests/test_generate"; [ $$a = flash ] && tests="$$tests $$dir/tests/test_attention_gpu"; \
-	$(MAKE) -f $(TOP_MAKEFILE) --no-print-directory BUILD=$$dir ATTN=$$a PRECISION=$$p GPU_ARCH="$(CUDA_CHECK_ARCH)" \
-	    CUDA_WERROR=1 $$dir/train_gpt $$dir/profile_step $$tests && \
-	echo "PASS ATTN=$$a PRECISION=$$p compiles for sm $(CUDA_CHECK_ARCH) without warnings"
+	@dir=$(BUILD)/cuda-compile/$*; \
+	for a in flash naive; do \
+	    tests="$$dir/tests/test_kernels_gpu $$dir/tests/dump_grads $$dir/tests/test_generate"; \
+	    [ $$a = flash ] && tests="$$tests $$dir/tests/test_attention_gpu"; \
+	    $(MAKE) -f $(TOP_MAKEFILE) --no-print-directory BUILD=$$dir ATTN=$$a PRECISION=$* GPU_ARCH="$(CUDA_CHECK_ARCH)" \
+	        CUDA_WERROR=1 $$dir/train_gpt $$dir/profile_step $$tests || exit 1; \
+	    echo "PASS ATTN=$$a PRECISION=$* compiles for sm $(CUDA_CHECK_ARCH) without warnings"; \
+	done
 
 # On a GPU machine: the kernel tests in both precisions (the flash kernels under both tile
 # configurations), then the whole-model checks.
