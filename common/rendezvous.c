@@ -335,7 +335,21 @@ static int connect_once(const Rendezvous* r, int rank, double deadline, char* wh
         close(fd);
         return -1;
     }
+    if (rendezvous_connected_to_itself(fd)) {
+        snprintf(why, size, "Connection refused (the try connected to itself: nothing listens on that port)");
+        close(fd);
+        return -1;
+    }
     return fd;
+}
+
+int rendezvous_connected_to_itself(int fd) {
+    struct sockaddr_in mine, peer;
+    socklen_t mine_len = sizeof mine, peer_len = sizeof peer;
+    if (getsockname(fd, (struct sockaddr*)&mine, &mine_len) != 0 ||
+        getpeername(fd, (struct sockaddr*)&peer, &peer_len) != 0 || mine.sin_family != AF_INET)
+        return 0;
+    return mine.sin_port == peer.sin_port && mine.sin_addr.s_addr == peer.sin_addr.s_addr;
 }
 
 // Says hello on a connection and reads rank 0's reply: 1 with the id in `id`; 0, with why in `why`,

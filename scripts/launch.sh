@@ -18,7 +18,7 @@
 # system that all nodes share, since rank 0 then hands the NCCL id over through a file there:
 #     #SBATCH --nodes=4 --ntasks-per-node=8 --gpus-per-node=8
 #     export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-#     export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
+#     export MASTER_PORT=$((20000 + SLURM_JOB_ID % 12000))   # below the ephemeral ports (README)
 #     srun ./train_gpt -i "data/fineweb_train_*.bin" -j data/fineweb_val_000000.bin -o runs/gpt2_d12
 set -u
 

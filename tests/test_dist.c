@@ -457,6 +457,34 @@ static int connect_local(int port) {
     fatal("nothing listens on 127.0.0.1:%d", port);
 }
 
+// A socket bound to 127.0.0.1:port and connected to that same address: the kernel's TCP
+// simultaneous open connects it to itself, as a rank's connect can be when the kernel picks the
+// port it asks for as the source (rendezvous.h). -1 where this kernel refuses it.
+static int connect_to_itself(int port) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd >= 0 && bind(fd, (struct sockaddr*)&a, sizeof a) == 0 && connect(fd, (struct sockaddr*)&a, sizeof a) == 0)
+        return fd;
+    if (fd >= 0) close(fd);
+    return -1;
+}
+
+static void test_connected_to_itself(void) {
+    int port = free_port(), self = connect_to_itself(port);
+    test_check(self >= 0 && rendezvous_connected_to_itself(self) == 1,
+               "tcp: a socket connected to itself is told apart", "socket %d, %s", self, strerror(errno));
+    if (self >= 0) close(self);
+    port = free_port();
+    int server = listen_on(port), client = connect_local(port), accepted = accept(server, NULL, NULL);
+    test_check(rendezvous_connected_to_itself(client) == 0 && rendezvous_connected_to_itself(accepted) == 0,
+               "tcp: both ends of a connection between two sockets are not", "client %d, accepted %d",
+               rendezvous_connected_to_itself(client), rendezvous_connected_to_itself(accepted));
+    close(accepted);
+    close(client);
+    close(server);
+}
+
 typedef struct {
     const unsigned char* id; // what rank 0 hands out
     double delay;            // seconds before the rank joins
@@ -655,6 +683,7 @@ int main(void) {
     test_run_tag();
     test_rendezvous();
     test_choice();
+    test_connected_to_itself();
     test_tcp();
     char shared[600];
     snprintf(shared, sizeof(shared), "%s/shared", tmpdir);
