@@ -9,9 +9,9 @@
 #include <dirent.h>
 #include <errno.h>
 #include <net/if.h>
-#include <sched.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -509,7 +509,8 @@ static void share_rank(const void* arg) {
 
 // Rank 1 in a network namespace of its own, loopback up, whose kernel picks only MASTER_PORT as the
 // source port of a connection: every try to reach rank 0 there connects to itself. Exits 77 where
-// this process may not make the namespace (or set it up).
+// this process may not make the namespace (or set it up); the port range is written only once the
+// namespace is this process's own, so the host's is never touched.
 #define NO_NAMESPACE 77
 static void rank_connecting_to_itself(const void* arg) {
     if (unshare(CLONE_NEWNET) != 0 && unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0) exit(NO_NAMESPACE);
@@ -551,7 +552,8 @@ static void check_got_id(const char* name, const Child* c, const unsigned char* 
 }
 
 // The rank's side end to end: rank 1 alone, in the namespace above, must give up as with no rank 0
-// (the old code read its own hello back as rank 0's refusal and ended with an empty reason).
+// (without the check in rendezvous.c, it read its own hello back as rank 0's refusal and ended
+// with an empty reason).
 static void test_rank_connecting_to_itself(void) {
     const unsigned char id[ID_BYTES] = {0};
     const ShareCase quick = {id, 0.0, 0.5};
