@@ -416,13 +416,19 @@ static void test_choice(void) {
 
 // ---- TCP rendezvous ----------------------------------------------------------------------
 
+// 127.0.0.1:port (port 0: any free port, when bound).
+static struct sockaddr_in loopback(int port) {
+    return (struct sockaddr_in){.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+}
+
 // A port that nothing listens on now, and not one given out before: the kernel's pick for port 0.
 // (Another program could take it before the test does; the test would then fail saying the port is
 // in use, not hang.)
 static int free_port(void) {
     static int given[64], count;
     for (;;) {
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        struct sockaddr_in a = loopback(0);
         socklen_t len = sizeof a;
         int fd = socket(AF_INET, SOCK_STREAM, 0);
         if (fd < 0 || bind(fd, (struct sockaddr*)&a, sizeof a) != 0 || getsockname(fd, (struct sockaddr*)&a, &len) != 0)
@@ -439,8 +445,7 @@ static int free_port(void) {
 
 // A socket listening on 127.0.0.1:port, or -1 when the port is taken.
 static int listen_on(int port) {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in a = loopback(port);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd >= 0 && bind(fd, (struct sockaddr*)&a, sizeof a) == 0 && listen(fd, 4) == 0) return fd;
     if (fd >= 0) close(fd);
@@ -449,8 +454,7 @@ static int listen_on(int port) {
 
 // A connection to 127.0.0.1:port, trying for up to 2 s while nothing listens there yet.
 static int connect_local(int port) {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in a = loopback(port);
     for (int tries = 0; tries < 200; tries++) {
         int fd = socket(AF_INET, SOCK_STREAM, 0);
         if (fd >= 0 && connect(fd, (struct sockaddr*)&a, sizeof a) == 0) return fd;
@@ -464,8 +468,7 @@ static int connect_local(int port) {
 // simultaneous open connects it to itself, as a rank's connect can be when the kernel picks the
 // port it asks for as the source (rendezvous.h). -1 where this kernel refuses it.
 static int connect_to_itself(int port) {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in a = loopback(port);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd >= 0 && bind(fd, (struct sockaddr*)&a, sizeof a) == 0 && connect(fd, (struct sockaddr*)&a, sizeof a) == 0)
         return fd;
