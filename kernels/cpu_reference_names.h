@@ -36,7 +36,8 @@ void cpu_encoder_backward(float* dwte, float* dwpe, const float* dout, const int
 void cpu_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                            const float* bias, int N, int C, int ld_out);
 void cpu_layernorm_backward(float* dinp, float* dweight, float* dbias, float* dinp_sums, const float* dout, const float* inp,
-                            const float* weight, const float* mean, const float* rstd, int N, int C, int sum_rows);
+                            const float* weight, const float* mean, const float* rstd, int N, int C, int sum_rows,
+                            int dinp_mode);
 void cpu_matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                         const float* residual, int N, int C, int OC, int ld_inp, int group_rows);
 void cpu_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,

@@ -19,7 +19,9 @@
 //   that the big weight gradients (most of the model's) need no zeroing (GPT-2 124M: 0.5 GB of
 //   memset and as much reading of those zeros a step). Gradients of activations are OVERWRITTEN
 //   (=), except layernorm_backward's dinp, which accumulates because it feeds the residual stream
-//   (whose own backward is the identity).
+//   (whose own backward is the identity), and takes a dinp_mode too: the model writes the residual
+//   stream's gradient with the final layernorm's backward, where it starts, instead of zeroing it
+//   first (GPT-2 124M at 64K tokens: 100 MB of memset and as much reading a step).
 // - sum_rows (a divisor of N): the layers with weights sum their parameter gradients over groups of
 //   sum_rows consecutive rows and add each group's sum in turn; a group's sum depends only on its
 //   own rows. group_rows (a divisor of N) does the same for the products that make each row of
@@ -48,10 +50,11 @@ typedef float floatX;
 extern "C" {
 #endif
 
-// dweight_mode, how a product's weight gradient goes into dweight (Conventions): written over what
-// dweight holds, which is not read, or added to it. GRAD_WRITE with sum_rows < N writes the first
-// group's sum and adds the others', the bits of GRAD_ADD into zeros. (Plain ints, so that
-// cpu_reference_names.h declares the same prototypes without this header.)
+// How a gradient goes into its array (Conventions): a product's weight gradient into dweight
+// (dweight_mode), layernorm_backward's into dinp (dinp_mode). GRAD_WRITE writes over what the array
+// holds, which is not read; GRAD_ADD adds to it. GRAD_WRITE gives the bits of GRAD_ADD into zeros;
+// with sum_rows < N a weight gradient's first group's sum is written and the others' added. (Plain
+// ints, so that cpu_reference_names.h declares the same prototypes without this header.)
 enum { GRAD_WRITE, GRAD_ADD };
 
 // ---- backend: memory and device ------------------------------------------------------------
@@ -111,13 +114,13 @@ void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const int* i
 // overlap no input.
 void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
                        const floatX* weight, const floatX* bias, int N, int C, int ld_out);
-// dinp += ..., dweight += ..., dbias += ... (parameter sums in groups of sum_rows rows, see above).
-// dinp_sums (may be NULL) += the column sums of dinp after the update, the very bits of
-// matmul_backward's dbias for dout = dinp: the model gives it the bias gradient of the linear layer
-// whose output the residual stream adds, so that layer's backward need not read dinp once more.
+// dinp = or += ... (dinp_mode), dweight += ..., dbias += ... (parameter sums in groups of sum_rows
+// rows, see above). dinp_sums (may be NULL) += the column sums of dinp after the update, the very
+// bits of matmul_backward's dbias for dout = dinp: the model gives it the bias gradient of the linear
+// layer whose output the residual stream adds, so that layer's backward need not read dinp once more.
 void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* dinp_sums, const floatX* dout,
                         const floatX* inp, const floatX* weight, const float* mean,
-                        const float* rstd, int N, int C, int sum_rows);
+                        const float* rstd, int N, int C, int sum_rows, int dinp_mode);
 
 // A linear layer's input, inp (N, C), has its rows ld_inp >= C elements apart. Where ld_inp = C +
 // LINEAR_BIAS_COLUMNS, each row carries the bias columns after its C values: a 1, then zeros (a

@@ -445,12 +445,12 @@ void gpt2_backward(GPT2* model) {
     if (model->wte_grad_stale) fatal("internal: gpt2_backward without a forward with dloss > 0 since gpt2_zero_grad");
     const int dweight_mode = model->layer_grads_stale ? GRAD_WRITE : GRAD_ADD; // for the layers' weight matrices
 
-    // The head's backward ran in the forward, slice by slice, and left dL/dlnf in dbuf_c.
-    dev_memset_zero(a->dresidual, (size_t)N * C * sizeof(floatX));
+    // The head's backward ran in the forward, slice by slice, and left dL/dlnf in dbuf_c. The final
+    // layernorm's backward writes dresidual (GRAD_WRITE), where the residual stream's gradient starts.
     floatX* final_residual = layer_acts(model, L - 1, B, T).residual3;
     layernorm_backward(a->dresidual, grad_of(model, p->t[P_LNFW]), grad_of(model, p->t[P_LNFB]),
                        grad_of(model, layer_weights(p, cfg, L - 1).fcprojb), a->dbuf_c, final_residual,
-                       p->t[P_LNFW], a->lnf_mean, a->lnf_rstd, N, C, sum_rows);
+                       p->t[P_LNFW], a->lnf_mean, a->lnf_rstd, N, C, sum_rows, GRAD_WRITE);
 
     // dresidual holds the gradient of the residual stream; going down through a block, each
     // branch's layernorm_backward adds its contribution to it (the residual add's backward is the
@@ -475,7 +475,7 @@ void gpt2_backward(GPT2* model) {
         matmul_backward_weights(grad_of(model, w.fcw), grad_of(model, w.fcb), a->dbuf_4c, s.ln2, N, C, 4 * C,
                                 ln2_ld(C), sum_rows, dweight_mode);
         layernorm_backward(a->dresidual, grad_of(model, w.ln2w), grad_of(model, w.ln2b), grad_of(model, w.attprojb),
-                           a->dbuf_c, s.residual2, w.ln2w, s.ln2_mean, s.ln2_rstd, N, C, sum_rows);
+                           a->dbuf_c, s.residual2, w.ln2w, s.ln2_mean, s.ln2_rstd, N, C, sum_rows, GRAD_ADD);
         // attention branch
         if (model->recompute >= 2)
             layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, s.input, w.ln1w, w.ln1b, N, C, C);
@@ -489,7 +489,7 @@ void gpt2_backward(GPT2* model) {
                                 dweight_mode);
         float* below_fcprojb = l > 0 ? grad_of(model, layer_weights(p, cfg, l - 1).fcprojb) : NULL;
         layernorm_backward(a->dresidual, grad_of(model, w.ln1w), grad_of(model, w.ln1b), below_fcprojb, a->dbuf_c,
-                           s.input, w.ln1w, s.ln1_mean, s.ln1_rstd, N, C, sum_rows);
+                           s.input, w.ln1w, s.ln1_mean, s.ln1_rstd, N, C, sum_rows, GRAD_ADD);
     }
     matmul_backward_wait();
     // The encoder's share of wte's gradient (wte is tied to the head). With --batch-invariant it is

@@ -555,10 +555,10 @@ int main(int argc, char** argv) {
 
     // ---- gpt2_backward
     const int backward_start = num_rows;
-    time_call("zero dresidual (memset)", 1, 0, NC * X, [&] { dev_memset_zero(dresidual, NC * X); });
-    time_call("layernorm_backward lnf", 1, 0, ln_bwd_bytes, [&] {
+    // The final layernorm's backward writes dresidual (GRAD_WRITE), as in the model: it reads no dinp.
+    time_call("layernorm_backward lnf", 1, 0, ln_bwd_bytes - NC * X, [&] {
         layernorm_backward(dresidual, g[P_LNFW], g[P_LNFB], g[P_FCPROJB], dbuf_c, residual3, p[P_LNFW], lnf_mean,
-                           lnf_rstd, N, C, group_rows);
+                           lnf_rstd, N, C, group_rows, GRAD_WRITE);
     });
     time_call("matmul_backward_gelu fcproj", L, 2 * mm * 4 * C, 0, [&] {
         matmul_backward_gelu(dbuf_4c, g[P_FCPROJW], NULL, dresidual, fch_gelu, p[P_FCPROJW], fch, N, 4 * C, C,
@@ -569,7 +569,7 @@ int main(int argc, char** argv) {
                                     group_rows, GRAD_WRITE); });
     time_call("layernorm_backward ln2", L, 0, ln_bwd_bytes, [&] {
         layernorm_backward(dresidual, g[P_LN2W], g[P_LN2B], g[P_ATTPROJB], dbuf_c, residual2, p[P_LN2W], ln2_mean,
-                           ln2_rstd, N, C, group_rows);
+                           ln2_rstd, N, C, group_rows, GRAD_ADD);
     });
     time_call("matmul_backward attproj", L, 2 * mm * C, 0, [&] {
         matmul_backward(dbuf_c, g[P_ATTPROJW], NULL, dresidual, atty, p[P_ATTPROJW], N, C, C, C, group_rows,
@@ -584,7 +584,7 @@ int main(int argc, char** argv) {
     // (layer 0's ln1 has no fcproj below it: the model sums the bias gradient of fcproj in L - 1 of these)
     time_call("layernorm_backward ln1", L, 0, ln_bwd_bytes, [&] {
         layernorm_backward(dresidual, g[P_LN1W], g[P_LN1B], g[P_FCPROJB], dbuf_c, encoded, p[P_LN1W], ln1_mean,
-                           ln1_rstd, N, C, group_rows);
+                           ln1_rstd, N, C, group_rows, GRAD_ADD);
     });
     // reads dout and the ids, adds into the dwte rows of the distinct ids and into dwpe's T rows (with
     // --batch-invariant the model adds into a wte gradient of its own, then adds that to grads in

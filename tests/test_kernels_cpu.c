@@ -202,7 +202,7 @@ static void test_layernorm(int N, int C, int sum_rows, TestRng* rng) {
     float* dweight = copy_floats(dweight_prefill, C);
     float* dbias = copy_floats(dbias_prefill, C);
     float* dinp_sums = copy_floats(dinp_sums_prefill, C);
-    layernorm_backward(dinp, dweight, dbias, dinp_sums, w, inp, weight, mean, rstd, N, C, sum_rows);
+    layernorm_backward(dinp, dweight, dbias, dinp_sums, w, inp, weight, mean, rstd, N, C, sum_rows, GRAD_ADD);
     double* want_dinp = plus(dinp_prefill, finite_differences(l.inp, n, layernorm_loss, &l), n);
     double* want_dweight = plus(dweight_prefill, finite_differences(l.weight, C, layernorm_loss, &l), C);
     double* want_dbias = plus(dbias_prefill, finite_differences(l.bias, C, layernorm_loss, &l), C);
@@ -216,6 +216,18 @@ static void test_layernorm(int N, int C, int sum_rows, TestRng* rng) {
         for (int i = 0; i < N; i++) want_dinp_sums[c] += want_dinp[(size_t)i * C + c];
     }
     test_close(label("layernorm_backward dinp_sums += N=%d C=%d", N, C), dinp_sums, want_dinp_sums, C, 1e-4, 1e-5);
+    // GRAD_WRITE: dinp written over poison, with the bits (and the dinp_sums) of GRAD_ADD into zeros.
+    float *written = poisoned_floats(n), *into_zeros = floats(n);
+    memset(into_zeros, 0, n * sizeof(float));
+    float *written_sums = copy_floats(dinp_sums_prefill, C), *into_zeros_sums = copy_floats(dinp_sums_prefill, C);
+    layernorm_backward(written, copy_floats(dweight_prefill, C), copy_floats(dbias_prefill, C), written_sums, w, inp,
+                       weight, mean, rstd, N, C, sum_rows, GRAD_WRITE);
+    layernorm_backward(into_zeros, copy_floats(dweight_prefill, C), copy_floats(dbias_prefill, C), into_zeros_sums, w,
+                       inp, weight, mean, rstd, N, C, sum_rows, GRAD_ADD);
+    int same = memcmp(written, into_zeros, n * sizeof(float)) == 0 &&
+               memcmp(written_sums, into_zeros_sums, C * sizeof(float)) == 0;
+    test_check(same, label("layernorm_backward GRAD_WRITE N=%d C=%d: over poison, the bits of GRAD_ADD into zeros", N, C),
+               "%s", same ? "dinp and dinp_sums equal" : "bits differ");
     free_all();
 }
 
@@ -384,7 +396,7 @@ static void test_batch_invariance(TestRng* rng) {
             matmul_backward_gelu(dinp, dgelu_w[k], dgelu_b[k], dout_c + r0 * C, inp + r0 * C, weight,
                                  pre + r0 * C, rows, C, C, T, GRAD_ADD);
             layernorm_backward(dinp, dln_w[k], dln_b[k], dln_s[k], dout_c + r0 * C, inp + r0 * C, weight,
-                               mean + r0, rstd + r0, rows, C, T);
+                               mean + r0, rstd + r0, rows, C, T, GRAD_ADD);
             encoder_backward(dwte[k], dwpe[k], dout_c + r0 * C, tokens + r0, rows / T, T, C);
         }
     }

@@ -263,11 +263,11 @@ static void test_layernorm(int N, int C, int sum_rows) {
     float *d_dw_again = upload_f(dw, C), *d_db_again = upload_f(db, C), *d_ds_again = upload_f(ds, C);
     float* d_ds_matmul = upload_f(ds, C);
     floatX* d_dout = upload_x(dout, n);
-    layernorm_backward(d_dinp, d_dw, d_db, d_ds, d_dout, d_inp, d_w, d_mean, d_rstd, N, C, sum_rows);
+    layernorm_backward(d_dinp, d_dw, d_db, d_ds, d_dout, d_inp, d_w, d_mean, d_rstd, N, C, sum_rows, GRAD_ADD);
     // again from the same start: the same bits (no atomics)
     layernorm_backward(d_dinp_again, d_dw_again, d_db_again, d_ds_again, d_dout, d_inp, d_w, d_mean, d_rstd, N, C,
-                       sum_rows);
-    cpu_layernorm_backward(dinp, dw, db, NULL, dout, inp, w, mean, rstd, N, C, sum_rows);
+                       sum_rows, GRAD_ADD);
+    cpu_layernorm_backward(dinp, dw, db, NULL, dout, inp, w, mean, rstd, N, C, sum_rows, GRAD_ADD);
     snprintf(name, sizeof name, "layernorm_backward dinp N=%d C=%d", N, C);
     check_x(name, d_dinp, dinp, n, 1);
     snprintf(name, sizeof name, "layernorm_backward dweight N=%d C=%d sum_rows=%d", N, C, sum_rows);
@@ -288,6 +288,21 @@ static void test_layernorm(int N, int C, int sum_rows) {
              N, C, sum_rows);
     same = same_bytes(d_ds, d_ds_matmul, C * sizeof(float));
     test_check(same, name, "%s", same ? "equal" : "bits differ");
+    // GRAD_WRITE: dinp written over poison, with the bits (and the dinp_sums) of GRAD_ADD into zeros.
+    float* zeros = host_floats(n);
+    for (size_t i = 0; i < n; i++) zeros[i] = 0.0f;
+    floatX *d_written = (floatX*)poisoned(n * sizeof(floatX)), *d_into_zeros = upload_x(zeros, n);
+    float *d_written_sums = upload_f(ds, C), *d_into_zeros_sums = upload_f(ds, C);
+    for (int write : {1, 0}) // the parameter sums are not compared: they go into d_dw and d_db once more
+        layernorm_backward(write ? d_written : d_into_zeros, d_dw, d_db, write ? d_written_sums : d_into_zeros_sums,
+                           d_dout, d_inp, d_w, d_mean, d_rstd, N, C, sum_rows, write ? GRAD_WRITE : GRAD_ADD);
+    snprintf(name, sizeof name, "layernorm_backward GRAD_WRITE N=%d C=%d sum_rows=%d: over poison, the bits of GRAD_ADD into zeros",
+             N, C, sum_rows);
+    same = same_bytes(d_written, d_into_zeros, n * sizeof(floatX)) &&
+           same_bytes(d_written_sums, d_into_zeros_sums, C * sizeof(float));
+    test_check(same, name, "%s", same ? "dinp and dinp_sums equal" : "bits differ");
+    free(zeros);
+    dev_free(d_written), dev_free(d_into_zeros), dev_free(d_written_sums), dev_free(d_into_zeros_sums);
     free(inp), free(w), free(b), free(out), free(mean), free(rstd), free(dinp), free(dw), free(db), free(dout), free(ds);
     dev_free(d_inp), dev_free(d_w), dev_free(d_b), dev_free(d_out), dev_free(d_mean), dev_free(d_rstd);
     dev_free(d_dinp), dev_free(d_dw), dev_free(d_db), dev_free(d_dout), dev_free(d_dinp_again), dev_free(d_dw_again);
@@ -649,7 +664,7 @@ static void test_batch_invariance(int B, int T, int C, int OC) {
             matmul_backward_gelu(d_dinp, grads[k][2], grads[k][3], d_dout_c + r0 * C, d_inp + r0 * C, d_w,
                                  d_pre + r0 * C, rows, C, C, T, GRAD_ADD);
             layernorm_backward(d_dinp, grads[k][4], grads[k][5], grads[k][8], d_dout_c + r0 * C, d_inp + r0 * C,
-                               d_w, d_mean + r0, d_rstd + r0, rows, C, T);
+                               d_w, d_mean + r0, d_rstd + r0, rows, C, T, GRAD_ADD);
             encoder_backward(grads[k][6], grads[k][7], d_dout_c + r0 * C, d_tokens + r0, rows / T, T, C);
         }
     }

@@ -30,7 +30,7 @@ void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
 // dx = rstd * (dnorm - mean_c(dnorm) - norm * mean_c(dnorm * norm)).
 void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* dinp_sums, const floatX* dout,
                         const floatX* inp, const floatX* weight, const float* mean,
-                        const float* rstd, int N, int C, int sum_rows) {
+                        const float* rstd, int N, int C, int sum_rows, int dinp_mode) {
     check_row_groups("layernorm_backward", N, sum_rows);
     #pragma omp parallel for
     for (int i = 0; i < N; i++) {
@@ -47,7 +47,9 @@ void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* dinp_
         float* dx = dinp + (size_t)i * C;
         for (int c = 0; c < C; c++) {
             float norm = (x[c] - m) * s;
-            dx[c] += s * (dy[c] * weight[c] - dnorm_mean - norm * dnorm_norm_mean);
+            // Written as an add to 0.0f: the bits of adding into zeros, a zero's sign included.
+            float prior = dinp_mode == GRAD_ADD ? dx[c] : 0.0f;
+            dx[c] = prior + s * (dy[c] * weight[c] - dnorm_mean - norm * dnorm_norm_mean);
         }
     }
     // The parameter gradients sum over rows: threads split the channels, in blocks of 16 (a cache

@@ -126,7 +126,8 @@ __device__ inline void keep_packed(PackedX& p) {
 }
 
 // With norm = (x - mean) * rstd and dnorm = dout * weight:
-// dinp += rstd * (dnorm - mean_c(dnorm) - norm * mean_c(dnorm * norm)), and, per column,
+// dinp += rstd * (dnorm - mean_c(dnorm) - norm * mean_c(dnorm * norm)) (with add_dinp false, dinp is
+// not read and the sum starts from 0.0f: the bits of adding into zeros), and, per column,
 // dweight += sum over rows of dout * norm, dbias += sum of dout.
 // Block b is chunk b of LN_BWD_CHUNK rows (group_chunk_rows: within one group); its warps take the chunk's rows in turn, each reading x
 // and dout once, updating dinp and adding its columns' dout * norm and dout in registers; at the end
@@ -135,7 +136,7 @@ __device__ inline void keep_packed(PackedX& p) {
 // With sum_dinp, each warp also adds the dinp it stores (rounded to floatX, as a later pass would
 // read it) into its own slots of the dynamic shared memory (LN_WARPS x VECS x X128 x 32 floats: the
 // registers are full), and the chunk's column sums of dinp go 2 gridDim.x * C further on.
-// With stage_dinp (vector rows), each lane copies its vectors of the row's dinp into shared memory
+// With stage_dinp (vector rows, add_dinp), each lane copies its vectors of the row's dinp into shared memory
 // by cp.async as the row starts (LN_WARPS x VECS x 32 x 16 bytes, before the sums), so that they
 // arrive while x and dout are loaded and reduced: loaded after the reductions, they had each row
 // wait for memory twice (there are no registers left to hold them sooner).
@@ -145,8 +146,8 @@ __global__ void __launch_bounds__(32 * LN_WARPS)
     layernorm_backward_kernel(floatX* __restrict__ dinp, float* __restrict__ partials,
                               const floatX* __restrict__ dout, const floatX* __restrict__ inp,
                               const floatX* __restrict__ weight, const float* __restrict__ mean,
-                              const float* __restrict__ rstd, int C, int sum_rows, bool vector, bool sum_dinp,
-                              bool stage_dinp) {
+                              const float* __restrict__ rstd, int C, int sum_rows, bool vector, bool add_dinp,
+                              bool sum_dinp, bool stage_dinp) {
     int row0, row_end;
     group_chunk_rows(blockIdx.x, sum_rows, LN_BWD_CHUNK, &row0, &row_end);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -219,10 +220,10 @@ __global__ void __launch_bounds__(32 * LN_WARPS)
         }
         if (stage_dinp) cp_async_wait<0>();
         each_vector([&](const PackedX&, const float norm[X128], const float dnorm[X128], int c, int v) {
-            float dx[X128];
+            float dx[X128] = {};
             if (stage_dinp && v < VECS)
                 for (int k = 0; k < X128; k++) dx[k] = (float)dinp_stage[v * 32].v[k];
-            else
+            else if (add_dinp)
                 load_x128(dx, dinp + start, c, C, vector);
             for (int k = 0; k < X128; k++) dx[k] += s * (dnorm[k] - dnorm_mean - norm[k] * dnorm_norm_mean);
             store_x128(dinp + start, dx, c, C, vector);
@@ -286,7 +287,7 @@ struct DoutTimesNorm {
 
 void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* dinp_sums, const floatX* dout,
                         const floatX* inp, const floatX* weight, const float* mean,
-                        const float* rstd, int N, int C, int sum_rows) {
+                        const float* rstd, int N, int C, int sum_rows, int dinp_mode) {
     check_row_groups("layernorm_backward", N, sum_rows);
     if (N == 0) return;
     const bool vector = C % X128 == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(weight);
@@ -294,7 +295,7 @@ void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* dinp_
     const int groups = N / sum_rows, parts = (int)ceil_div(sum_rows, LN_BWD_CHUNK), chunks = groups * parts;
     const int sums = dinp_sums ? 3 : 2;
     float* partials = in_registers ? column_partials_buffer(sums * (size_t)chunks * C) : NULL;
-    const bool sum_dinp = in_registers && dinp_sums;
+    const bool sum_dinp = in_registers && dinp_sums, add_dinp = dinp_mode == GRAD_ADD;
     with_vecs(C, [&](auto vecs) {
         constexpr int VECS = decltype(vecs)::value;
         auto kernel = layernorm_backward_kernel<VECS>;
@@ -308,13 +309,13 @@ void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* dinp_
             cudaCheck(cudaFuncGetAttributes(&attributes, kernel));
             return attributes.sharedSizeBytes;
         }();
-        const bool stage_dinp =
-            vector && in_registers && 2 * (static_bytes + sums_bytes + stage_bytes + 1024) <= device_shared_per_sm;
+        const bool stage_dinp = add_dinp && vector && in_registers &&
+                                2 * (static_bytes + sums_bytes + stage_bytes + 1024) <= device_shared_per_sm;
         const size_t shared = sums_bytes + (stage_dinp ? stage_bytes : 0);
         if (static_bytes + shared > 48 * 1024) // beyond the default limit of a block
             cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
         kernel<<<chunks, 32 * LN_WARPS, shared>>>(dinp, partials, dout, inp, weight, mean, rstd, C, sum_rows, vector,
-                                                  sum_dinp, stage_dinp);
+                                                  add_dinp, sum_dinp, stage_dinp);
         launchCheck();
     });
     if (in_registers) {
