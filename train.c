@@ -500,19 +500,25 @@ static void evaluate(GPT2* model, DataLoader* val, int val_seqs, int B, HellaSwa
 
 // ---- fitting the run to the memory ----------------------------------------------------------
 
-// -b auto: the micro-batch (and, unless -r is given, the recompute level) from the memory plan and
-// the free memory or --memory-limit, the least over the ranks so that all pick the same. Exits
-// saying what would fit when nothing does.
-static int fit_micro_batch(const Options* o, const GPT2Config* cfg, int seqs, int world, size_t free_bytes,
-                           int* recompute) {
+// The memory a run plans with: the free memory or --memory-limit, the least over the ranks so that
+// all choose alike; *source says which.
+static double planning_memory(const Options* o, size_t free_bytes, const char** source) {
     const double GiB = 1073741824.0;
     double memory = (double)free_bytes;
-    const char* source = o->memory_limit > 0 ? "free (less than --memory-limit)" : "free";
+    *source = o->memory_limit > 0 ? "free (less than --memory-limit)" : "free";
     if (o->memory_limit > 0 && o->memory_limit * GiB < memory) {
         memory = o->memory_limit * GiB;
-        source = "--memory-limit";
+        *source = "--memory-limit";
     }
     comm_allreduce_host(&memory, 1, COMM_MIN);
+    return memory;
+}
+
+// -b auto: the micro-batch (and, unless -r is given, the recompute level) from the memory plan and
+// the planning memory. Exits saying what would fit when nothing does.
+static int fit_micro_batch(const Options* o, const GPT2Config* cfg, int seqs, int world, double memory,
+                           const char* source, int* recompute) {
+    const double GiB = 1073741824.0;
     int lo = *recompute < 0 ? 0 : *recompute, hi = *recompute < 0 ? 2 : *recompute;
     Fit fit;
     int group = o->batch_invariant ? o->batch_invariant : 1;
@@ -523,7 +529,7 @@ static int fit_micro_batch(const Options* o, const GPT2Config* cfg, int seqs, in
                   fit.recompute);
         char advice[1024];
         gpt2_fit_advice(advice, sizeof advice, cfg, o->T, world, o->zero_stage, hi, (size_t)memory);
-        MemoryPlan least = gpt2_memory_plan(cfg, 1, o->T, hi, o->zero_stage, world);
+        MemoryPlan least = gpt2_memory_plan(cfg, 1, o->T, hi, o->zero_stage, world, GPT2_HEAD_SLICE_TOKENS);
         fatal("-b auto: the run does not fit: even B 1 with -r %d plans %.2f GiB, and %.2f GiB %s less a "
               "%.2f GiB margin leave %.2f GiB; what would fit: %s", hi, least.total / GiB, memory / GiB,
               source, FIT_MARGIN_BYTES / GiB, (memory - (double)FIT_MARGIN_BYTES) / GiB, advice);
@@ -909,12 +915,15 @@ int main(int argc, char** argv) {
     comm_init(rank, world, &rdv, o.nccl_timeout);
     size_t free_before, total_memory;
     backend_memory(&free_before, &total_memory);
+    const char* memory_source;
+    double memory = planning_memory(&o, free_before, &memory_source);
     int B = o.B, recompute = o.recompute;
-    if (B == 0) B = fit_micro_batch(&o, &cfg, seqs, world, free_before, &recompute);
+    if (B == 0) B = fit_micro_batch(&o, &cfg, seqs, world, memory, memory_source, &recompute);
     else if (recompute < 0) recompute = 0;
     int accum = seqs / B;
     GPT2 model;
-    gpt2_build(&model, &cfg, B, o.T, recompute, o.zero_stage);
+    gpt2_build(&model, &cfg, B, o.T, recompute, o.zero_stage,
+               gpt2_fit_head_slice_tokens(&cfg, B, o.T, recompute, o.zero_stage, world, (size_t)memory));
     model.sum_sequences = o.batch_invariant;
     printf("%s | %s attention\n", backend_describe(), attention_name());
     if (world > 1)

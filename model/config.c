@@ -76,8 +76,11 @@ int gpt2_preset(const char* name, GPT2Config* cfg) {
 
 int gpt2_padded_vocab(int V) { return (V + 127) / 128 * 128; }
 
-int gpt2_head_slice_sequences(int B, int T, int G) {
-    int fit = T < GPT2_HEAD_SLICE_TOKENS ? GPT2_HEAD_SLICE_TOKENS / T : 1;
+int gpt2_head_slice_sequences(int B, int T, int G, int slice_tokens) {
+    // A group longer than GPT2_HEAD_SLICE_TOKENS is split into the same parts whatever slice_tokens
+    // is: its parts' products are its gradient sums, whose bits --batch-invariant keeps on every card.
+    if (G > 0 && (long long)G * T > GPT2_HEAD_SLICE_TOKENS) slice_tokens = GPT2_HEAD_SLICE_TOKENS;
+    int fit = T < slice_tokens ? slice_tokens / T : 1;
     int s = fit;
     if (G > 0 && G <= fit) s = fit / G * G;
     else if (G > fit)

@@ -3,10 +3,14 @@
 #include <stdio.h>
 #include <string.h>
 
+static int plan_fits_sliced(const GPT2Config* cfg, int B, int T, int recompute, int zero_stage, int world,
+                            int head_slice_tokens, size_t memory, MemoryPlan* plan) {
+    *plan = gpt2_memory_plan(cfg, B, T, recompute, zero_stage, world, head_slice_tokens);
+    return memory > FIT_MARGIN_BYTES && plan->total <= memory - FIT_MARGIN_BYTES;
+}
 static int plan_fits(const GPT2Config* cfg, int B, int T, int recompute, int zero_stage, int world,
                      size_t memory, MemoryPlan* plan) {
-    *plan = gpt2_memory_plan(cfg, B, T, recompute, zero_stage, world);
-    return memory > FIT_MARGIN_BYTES && plan->total <= memory - FIT_MARGIN_BYTES;
+    return plan_fits_sliced(cfg, B, T, recompute, zero_stage, world, GPT2_HEAD_SLICE_TOKENS, memory, plan);
 }
 
 int gpt2_fit(const GPT2Config* cfg, int T, int seqs_per_gpu, int b_multiple, int world, int zero_stage,
@@ -22,6 +26,14 @@ int gpt2_fit(const GPT2Config* cfg, int T, int seqs_per_gpu, int b_multiple, int
         }
     }
     return 0;
+}
+
+int gpt2_fit_head_slice_tokens(const GPT2Config* cfg, int B, int T, int recompute, int zero_stage, int world,
+                               size_t memory) {
+    MemoryPlan plan;
+    const int wide = 2 * GPT2_HEAD_SLICE_TOKENS;
+    return plan_fits_sliced(cfg, B, T, recompute, zero_stage, world, wide, memory, &plan) ? wide
+                                                                                           : GPT2_HEAD_SLICE_TOKENS;
 }
 
 // Appends "; " and the formatted text to buf (n bytes) when there is room.

@@ -32,6 +32,13 @@ typedef struct {
 int gpt2_fit(const GPT2Config* cfg, int T, int seqs_per_gpu, int b_multiple, int world, int zero_stage,
              int recompute_lo, int recompute_hi, size_t memory, Fit* fit);
 
+// The head's slice tokens for a build of B, T, recompute, zero_stage on `world` ranks: twice
+// GPT2_HEAD_SLICE_TOKENS where that plan fits in `memory` bytes less FIT_MARGIN_BYTES (fewer slices
+// move fewer bytes: model/config.h), else GPT2_HEAD_SLICE_TOKENS, the slices gpt2_fit plans B and
+// the recompute level with. So the wider slices only take memory that nothing else would.
+int gpt2_fit_head_slice_tokens(const GPT2Config* cfg, int B, int T, int recompute, int zero_stage, int world,
+                               size_t memory);
+
 // For a run that does not fit even at B = 1: what would, at B = 1 and recompute level recompute_hi,
 // written into buf as a list for a message (the longest T that divides T, the largest smaller GPT-2
 // size at this T, -r 2 when recompute_hi is lower, ZeRO stage 1 on several GPUs), or "nothing shorter

@@ -30,7 +30,7 @@ static int ln2_ld(int C) { return C + LINEAR_BIAS_COLUMNS; }
 // The activations of batches up to B x T: carve(c, ...) for each buffer, the only place that says
 // how big they are (the memory plan is a sizing pass of this function).
 static void carve_activations(Activations* a, const GPT2Config* cfg, size_t B, size_t T, int recompute,
-                              Carver* c) {
+                              int head_slice_tokens, Carver* c) {
     size_t C = cfg->channels, L = cfg->num_layers;
     size_t Vp = cfg->padded_vocab_size, BT = B * T, X = sizeof(floatX);
     size_t L_ln = recompute >= 2 ? 1 : L;      // layers that keep their own ln1/ln2
@@ -53,7 +53,8 @@ static void carve_activations(Activations* a, const GPT2Config* cfg, size_t B, s
     a->lnf_mean = carve(c, BT * sizeof(float));
     a->lnf_rstd = carve(c, BT * sizeof(float));
     // the largest slice's (head_classifier's scratch, whose first floatX can hold its logits)
-    a->logits = carve(c, head_scratch_bytes((int)(gpt2_head_slice_sequences((int)B, (int)T, 0) * T), (int)C, (int)Vp));
+    const int head_rows = gpt2_head_slice_sequences((int)B, (int)T, 0, head_slice_tokens) * (int)T;
+    a->logits = carve(c, head_scratch_bytes(head_rows, (int)C, (int)Vp));
     a->losses = carve(c, BT * sizeof(float));
     a->dresidual = carve(c, BT * C * X);
     a->dbuf_c = carve(c, BT * C * X);
@@ -72,7 +73,8 @@ static size_t shard_size(size_t n, int world) {
     return (shard + 63) / 64 * 64;
 }
 
-MemoryPlan gpt2_memory_plan(const GPT2Config* cfg, int B, int T, int recompute, int zero_stage, int world) {
+MemoryPlan gpt2_memory_plan(const GPT2Config* cfg, int B, int T, int recompute, int zero_stage, int world,
+                            int head_slice_tokens) {
     size_t sizes[NUM_PARAMETER_TENSORS], n = gpt2_parameter_sizes(cfg, sizes);
     size_t shard = shard_size(n, world), padded = shard * (size_t)world;
     size_t opt_alloc = zero_stage == 1 ? shard : n; // this rank's optimizer state
@@ -83,7 +85,7 @@ MemoryPlan gpt2_memory_plan(const GPT2Config* cfg, int B, int T, int recompute, 
     p.optimizer = (2 + (size_t)has_master) * opt_alloc * sizeof(float);
     Activations unused;
     Carver sizing = {NULL, 0};
-    carve_activations(&unused, cfg, (size_t)B, (size_t)T, recompute, &sizing);
+    carve_activations(&unused, cfg, (size_t)B, (size_t)T, recompute, head_slice_tokens, &sizing);
     p.activations = sizing.used;
     p.attention_state = (size_t)cfg->num_layers * attention_saved_bytes(B, T, cfg->num_heads);
     p.staging = padded * sizeof(float);
@@ -99,7 +101,8 @@ static void point_parameters(ParameterTensors* p, floatX* base, const size_t* si
 }
 
 // gpt2_build and gpt2_build_forward_only: the same model, with or without what training needs.
-static void build(GPT2* model, const GPT2Config* cfg, int B, int T, int recompute, int zero_stage, int training) {
+static void build(GPT2* model, const GPT2Config* cfg, int B, int T, int recompute, int zero_stage,
+                  int head_slice_tokens, int training) {
     memset(model, 0, sizeof(*model));
     const char* problem = gpt2_config_problem(cfg);
     if (problem) fatal("impossible model configuration: %s", problem);
@@ -109,6 +112,7 @@ static void build(GPT2* model, const GPT2Config* cfg, int B, int T, int recomput
     model->B = B;
     model->T = T;
     model->recompute = recompute;
+    model->head_slice_tokens = head_slice_tokens;
     model->num_parameters = gpt2_parameter_sizes(cfg, model->param_sizes);
     size_t n = model->num_parameters;
     model->zero_stage = zero_stage;
@@ -127,7 +131,7 @@ static void build(GPT2* model, const GPT2Config* cfg, int B, int T, int recomput
     size_t opt_alloc = zero_stage == 1 ? model->shard : n;
 
     model->training = training;
-    model->plan = gpt2_memory_plan(cfg, B, T, recompute, zero_stage, model->world);
+    model->plan = gpt2_memory_plan(cfg, B, T, recompute, zero_stage, model->world, head_slice_tokens);
     if (!training) { // the training plan less what only training holds
         model->plan.total -= model->plan.gradients + model->plan.optimizer;
         model->plan.gradients = model->plan.optimizer = 0;
@@ -154,7 +158,7 @@ static void build(GPT2* model, const GPT2Config* cfg, int B, int T, int recomput
     }
 
     Carver carver = {dev_malloc(model->plan.activations, "activations"), 0};
-    carve_activations(&model->acts, cfg, B, T, recompute, &carver);
+    carve_activations(&model->acts, cfg, B, T, recompute, head_slice_tokens, &carver);
     // Tokens for four forwards with targets before the first wait; losses for one forward, grown
     // (once, with a wait) to the micro-batches of a step.
     model->staged_capacity = 8 * (size_t)B * T;
@@ -163,12 +167,13 @@ static void build(GPT2* model, const GPT2Config* cfg, int B, int T, int recomput
     model->host_losses = dev_malloc_host(model->losses_capacity * sizeof(float), "losses");
 }
 
-void gpt2_build(GPT2* model, const GPT2Config* cfg, int B, int T, int recompute, int zero_stage) {
-    build(model, cfg, B, T, recompute, zero_stage, 1);
+void gpt2_build(GPT2* model, const GPT2Config* cfg, int B, int T, int recompute, int zero_stage,
+                int head_slice_tokens) {
+    build(model, cfg, B, T, recompute, zero_stage, head_slice_tokens, 1);
 }
 
 void gpt2_build_forward_only(GPT2* model, const GPT2Config* cfg, int B, int T) {
-    build(model, cfg, B, T, 0, 0, 0);
+    build(model, cfg, B, T, 0, 0, GPT2_HEAD_SLICE_TOKENS, 0);
 }
 
 void gpt2_free(GPT2* model) {
@@ -188,8 +193,8 @@ void gpt2_print_memory_plan(const GPT2* model) {
     const MemoryPlan* p = &model->plan;
     double MiB = 1024.0 * 1024.0;
     int has_master = sizeof(floatX) != sizeof(float);
-    printf("memory plan (B %d, T %d, recompute %d, %s attention):\n", model->B, model->T,
-           model->recompute, attention_name());
+    printf("memory plan (B %d, T %d, recompute %d, %s attention, head slices of %d tokens):\n", model->B, model->T,
+           model->recompute, attention_name(), model->head_slice_tokens);
     printf("  parameters   %10.1f MiB  (%zu x %zu bytes)\n", p->parameters / MiB, model->num_parameters, sizeof(floatX));
     if (model->training) {
         printf("  gradients    %10.1f MiB\n", p->gradients / MiB);
@@ -390,7 +395,7 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
     // losses, and with dloss the head's backward: dL/dlnf into dbuf_c, where gpt2_backward starts,
     // and the head's share of wte's gradient.
     const floatX* wte = model->params.t[P_WTE];
-    int head_G = G && B % G == 0 ? G : 0, slice = gpt2_head_slice_sequences(B, T, head_G);
+    int head_G = G && B % G == 0 ? G : 0, slice = gpt2_head_slice_sequences(B, T, head_G, model->head_slice_tokens);
     for (int b0 = 0; b0 < B; b0 += slice) {
         int n = (b0 + slice <= B ? slice : B - b0) * T;
         int part = head_G ? gpt2_head_group_sequences(slice, head_G) * T : n; // rows per product and gradient sum

@@ -64,9 +64,11 @@ typedef struct {
     size_t total;
 } MemoryPlan;
 
-// The plan of gpt2_build(cfg, B, T, recompute, zero_stage) on a rank of `world`: the sizes come from
-// the same code that carves the allocations, for this build's floatX and attention.
-MemoryPlan gpt2_memory_plan(const GPT2Config* cfg, int B, int T, int recompute, int zero_stage, int world);
+// The plan of gpt2_build(cfg, B, T, recompute, zero_stage, head_slice_tokens) on a rank of `world`:
+// the sizes come from the same code that carves the allocations, for this build's floatX and
+// attention.
+MemoryPlan gpt2_memory_plan(const GPT2Config* cfg, int B, int T, int recompute, int zero_stage, int world,
+                            int head_slice_tokens);
 
 typedef struct {
     GPT2Config config;
@@ -93,6 +95,7 @@ typedef struct {
     float* adam_m;
     float* adam_v;
     int B, T, recompute; // the largest batch the activations were allocated for
+    int head_slice_tokens; // the head's slices (gpt2_head_slice_sequences)
     int fwd_B, fwd_T;    // shape of the last forward, which the backward differentiates
     // G > 0: the backward sums parameter gradients over groups of G sequences (sum_rows = G T,
     // kernels.h), so every micro-batch B that is a multiple of G trains the same bits
@@ -113,8 +116,10 @@ typedef struct {
 
 // Prints the memory plan (on rank 0), then allocates everything for batches up to B x T, for this
 // rank of comm_world() (call comm_init first when there are several) with ZeRO stage 0 or 1. The
-// weights are not initialised: call gpt2_init_random or gpt2_set_weights.
-void gpt2_build(GPT2* model, const GPT2Config* cfg, int B, int T, int recompute, int zero_stage);
+// weights are not initialised: call gpt2_init_random or gpt2_set_weights. head_slice_tokens:
+// GPT2_HEAD_SLICE_TOKENS, or twice that where the memory allows (gpt2_fit_head_slice_tokens).
+void gpt2_build(GPT2* model, const GPT2Config* cfg, int B, int T, int recompute, int zero_stage,
+                int head_slice_tokens);
 // The same model for the forward only (generation, evaluation): parameters and activations, without
 // gradients and optimizer state (2 bytes per parameter in the BF16 build instead of 18, 4 in FP32
 // instead of 16, besides the fp32 staging while the weights load), so a card that cannot train a

@@ -322,7 +322,7 @@ static double rows_ms(int from, int to) {
 
 static void usage(void) {
     printf("usage: profile_step [-b B] [-t T] [--layers L] [--channels C] [--heads NH] [--repeats R]\n"
-           "                    [--batch-invariant G] [--at-cap MS] [--tokens FILE]\n"
+           "                    [--batch-invariant G] [--head-slice-tokens N] [--at-cap MS] [--tokens FILE]\n"
            "Times every kernel call of one training step (forward, backward, AdamW) on GPU 0.\n"
            "  -b N            micro-batch (default 64)\n"
            "  -t N            sequence length (default 1024)\n"
@@ -332,6 +332,9 @@ static void usage(void) {
            "  --repeats N     timed calls per row, the median is shown (default 20)\n"
            "  --batch-invariant G  as train_gpt's option: products and parameter gradient sums\n"
            "                  over groups of G sequences (a divisor of B; default 0: off)\n"
+           "  --head-slice-tokens N  the head's slices, about N tokens of whole sequences (8192, or\n"
+           "                  16384 as train_gpt takes where the memory allows: the default, as on an\n"
+           "                  H100 or H200 at B 64; model/config.h)\n"
            "  --at-cap MS     then time every row at the card's sustained clock too: MS milliseconds of\n"
            "                  back-to-back calls each, on a card heated by 10 x MS of forward and\n"
            "                  backward (default 0: not; 500 is enough for an H200), with each row's\n"
@@ -343,12 +346,15 @@ static void usage(void) {
 
 int main(int argc, char** argv) {
     int B = 64, T = 1024, L = 12, C = 768, NH = 12, batch_invariant = 0;
+    int head_slice_tokens = 2 * GPT2_HEAD_SLICE_TOKENS;
     const char* token_path = NULL;
-    enum { OPT_LAYERS = 1000, OPT_CHANNELS, OPT_HEADS, OPT_REPEATS, OPT_BATCH_INVARIANT, OPT_AT_CAP, OPT_TOKENS };
+    enum { OPT_LAYERS = 1000, OPT_CHANNELS, OPT_HEADS, OPT_REPEATS, OPT_BATCH_INVARIANT, OPT_HEAD_SLICE, OPT_AT_CAP,
+           OPT_TOKENS };
     static const struct option longs[] = {
         {"batch", 1, 0, 'b'}, {"seq-len", 1, 0, 't'}, {"layers", 1, 0, OPT_LAYERS},
         {"channels", 1, 0, OPT_CHANNELS}, {"heads", 1, 0, OPT_HEADS}, {"repeats", 1, 0, OPT_REPEATS},
-        {"batch-invariant", 1, 0, OPT_BATCH_INVARIANT}, {"at-cap", 1, 0, OPT_AT_CAP}, {"tokens", 1, 0, OPT_TOKENS},
+        {"batch-invariant", 1, 0, OPT_BATCH_INVARIANT}, {"head-slice-tokens", 1, 0, OPT_HEAD_SLICE},
+        {"at-cap", 1, 0, OPT_AT_CAP}, {"tokens", 1, 0, OPT_TOKENS},
         {"help", 0, 0, 'h'},
         {0, 0, 0, 0}};
     opterr = 0;
@@ -365,6 +371,7 @@ int main(int argc, char** argv) {
         case OPT_HEADS: NH = (int)parse_int_option(optarg, name, 1, 65536); break;
         case OPT_REPEATS: repeats = (int)parse_int_option(optarg, name, 1, 10000); break;
         case OPT_BATCH_INVARIANT: batch_invariant = (int)parse_int_option(optarg, name, 0, 1 << 20); break;
+        case OPT_HEAD_SLICE: head_slice_tokens = (int)parse_int_option(optarg, name, 1, 1 << 20); break;
         case OPT_AT_CAP: at_cap_seconds = parse_int_option(optarg, name, 0, 10000) / 1e3; break;
         case OPT_TOKENS: token_path = optarg; break;
         case 'h': usage(); return 0;
@@ -430,7 +437,7 @@ int main(int argc, char** argv) {
     // The head runs over slices of `slice` sequences (HN rows), as in gpt2_forward: head_classifier's
     // scratch holds one slice, and the head's row takes the slices in turn (a last, shorter slice as
     // a full one that ends at the batch's end).
-    const int slice = gpt2_head_slice_sequences(B, T, batch_invariant), slices = ceil_div(B, slice);
+    const int slice = gpt2_head_slice_sequences(B, T, batch_invariant, head_slice_tokens), slices = ceil_div(B, slice);
     const int HN = slice * T;
     const int head_sum_rows = batch_invariant ? gpt2_head_group_sequences(slice, batch_invariant) * T : HN;
     void* head_scratch = dev_malloc(head_scratch_bytes(HN, C, Vp), "the head's scratch");
@@ -477,7 +484,8 @@ int main(int argc, char** argv) {
     free(occurrences);
 
     printf("profile_step: GPT-2 L %d, C %d, NH %d (HS %d), V %d, Vp %d, %zu parameters; B %d, T %d "
-           "(%d tokens per step), recompute 0%s\n", L, C, NH, HS, V, Vp, n, B, T, N,
+           "(%d tokens per step), recompute 0, the head in %d slices of %d tokens%s\n",
+           L, C, NH, HS, V, Vp, n, B, T, N, slices, HN,
            batch_invariant ? ", products and gradient sums per group of sequences (--batch-invariant)" : "");
     printf("%s | %s attention | precision %s\n", backend_describe(), attention_name(),
            X == 2 ? "BF16" : "FP32");

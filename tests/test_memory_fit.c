@@ -3,7 +3,8 @@
 // build: fp32 CPU storage, its attention); the fit over budgets of 1 to 141 GiB, every GPT-2 size
 // and T from 64 to 32768: B divides the per-GPU batch, the plan plus the margin never exceeds the
 // budget, B is the largest that fits and its recompute level the lowest, a larger budget never gives
-// a smaller B, and a run that fits nowhere gets advice that fits.
+// a smaller B, the head's slices are the wider ones exactly where their plan fits too, and a run that
+// fits nowhere gets advice that fits.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,11 +22,11 @@ static GPT2Config preset(const char* name, int max_T) {
 }
 
 // Activation bytes of the CPU build (float everywhere) counted tensor by tensor, before the
-// 256-byte alignment of each of the 27 regions. The logits hold the head's largest slice: 8192
-// tokens of whole sequences, at least one (GPT2_HEAD_SLICE_TOKENS, model/config.h).
-static size_t expected_activations(const GPT2Config* cfg, size_t B, size_t T, int recompute) {
+// 256-byte alignment of each of the 27 regions. The logits hold the head's largest slice: slice_tokens
+// tokens of whole sequences, at least one (model/config.h).
+static size_t expected_activations(const GPT2Config* cfg, size_t B, size_t T, int recompute, size_t slice_tokens) {
     size_t C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads, Vp = cfg->padded_vocab_size;
-    size_t head_seqs = T < 8192 ? 8192 / T : 1;
+    size_t head_seqs = T < slice_tokens ? slice_tokens / T : 1;
     if (head_seqs > B) head_seqs = B;
     size_t BT = B * T, L_ln = recompute >= 2 ? 1 : L, L_gelu = recompute >= 1 ? 1 : L;
 #ifdef ATTN_NAIVE
@@ -45,7 +46,7 @@ static void test_plan_sizes(void) {
     GPT2Config d12 = preset("d12", 1024);
     const size_t n = 124475904; // GPT-2 124M with the vocabulary padded to 50304 (llm.c's count)
     const size_t wte = 50304 * 768; // and a second gradient of wte, the encoder's share (model/gpt2.h)
-    MemoryPlan p = gpt2_memory_plan(&d12, 4, 1024, 0, 0, 1);
+    MemoryPlan p = gpt2_memory_plan(&d12, 4, 1024, 0, 0, 1, GPT2_HEAD_SLICE_TOKENS);
     test_check(p.parameters == n * 4 && p.gradients == (n + wte) * 4, "plan: d12 parameters and gradients",
                "%zu and %zu bytes, want %zu and %zu", p.parameters, p.gradients, n * 4, (n + wte) * 4);
     test_check(p.optimizer == 2 * n * 4 && p.staging == n * 4, "plan: d12 AdamW m, v and the fp32 staging",
@@ -54,19 +55,22 @@ static void test_plan_sizes(void) {
     for (int r = 0; r <= 2; r++) {
         int shapes[][2] = {{1, 64}, {4, 1024}, {3, 67}, {64, 1024}, {2, 16384}};
         for (int s = 0; s < 5; s++) {
-            MemoryPlan q = gpt2_memory_plan(&d12, shapes[s][0], shapes[s][1], r, 0, 1);
-            size_t want = expected_activations(&d12, shapes[s][0], shapes[s][1], r);
-            if (q.activations < want || q.activations > want + 27 * 256) {
-                printf("  B %d T %d -r %d: %zu bytes of activations, counted %zu\n", shapes[s][0],
-                       shapes[s][1], r, q.activations, want);
-                bad++;
+            for (int slice = GPT2_HEAD_SLICE_TOKENS; slice <= 2 * GPT2_HEAD_SLICE_TOKENS; slice *= 2) {
+                MemoryPlan q = gpt2_memory_plan(&d12, shapes[s][0], shapes[s][1], r, 0, 1, slice);
+                size_t want = expected_activations(&d12, shapes[s][0], shapes[s][1], r, slice);
+                if (q.activations < want || q.activations > want + 27 * 256) {
+                    printf("  B %d T %d -r %d, head slices of %d tokens: %zu bytes of activations, counted %zu\n",
+                           shapes[s][0], shapes[s][1], r, slice, q.activations, want);
+                    bad++;
+                }
+                if (q.total != q.parameters + q.gradients + q.optimizer + q.activations + q.staging) bad++;
             }
-            if (q.total != q.parameters + q.gradients + q.optimizer + q.activations + q.staging) bad++;
         }
     }
-    test_check(bad == 0, "plan: activations of every recompute level match the tensor count", "%d wrong", bad);
+    test_check(bad == 0, "plan: activations of every recompute level and head slice match the tensor count",
+               "%d wrong", bad);
     // ZeRO stage 1 on 8 GPUs: each rank keeps 1/8 of the optimizer state, shards padded to 64.
-    MemoryPlan z = gpt2_memory_plan(&d12, 4, 1024, 0, 1, 8);
+    MemoryPlan z = gpt2_memory_plan(&d12, 4, 1024, 0, 1, 8, GPT2_HEAD_SLICE_TOKENS);
     size_t shard = (n + 7) / 8;
     shard = (shard + 63) / 64 * 64;
     test_check(z.optimizer == 2 * shard * 4 && z.parameters == 8 * shard * 4, "plan: ZeRO 1 shard of 8 ranks",
@@ -78,7 +82,7 @@ static void test_fit_grid(void) {
     static const int worlds[][2] = {{1, 0}, {8, 1}}; // GPUs, ZeRO stage
     const long long total_batch = 524288; // tokens per step, llm.c's GPT-2 124M batch
     int cases = 0, fitted = 0, not_dividing = 0, over = 0, not_largest = 0, not_lowest = 0, shrank = 0;
-    int inconsistent = 0, falsely_empty = 0;
+    int inconsistent = 0, falsely_empty = 0, slice_wrong = 0, wide_slices = 0;
     for (int m = 0; m < GPT2_NUM_PRESETS; m++) {
         for (size_t t = 0; t < sizeof Ts / sizeof Ts[0]; t++) {
             int T = Ts[t];
@@ -94,7 +98,7 @@ static void test_fit_grid(void) {
                     cases++;
                     MemoryPlan p;
                     if (!ok) {
-                        p = gpt2_memory_plan(&cfg, 1, T, 2, zero, world);
+                        p = gpt2_memory_plan(&cfg, 1, T, 2, zero, world, GPT2_HEAD_SLICE_TOKENS);
                         if (p.total + FIT_MARGIN_BYTES <= budget) falsely_empty++;
                         if (previous_B > 0) shrank++;
                         continue;
@@ -102,20 +106,27 @@ static void test_fit_grid(void) {
                     fitted++;
                     if (seqs % fit.B != 0) not_dividing++;
                     if (fit.plan.total + FIT_MARGIN_BYTES > budget) over++;
-                    p = gpt2_memory_plan(&cfg, fit.B, T, fit.recompute, zero, world);
+                    p = gpt2_memory_plan(&cfg, fit.B, T, fit.recompute, zero, world, GPT2_HEAD_SLICE_TOKENS);
                     if (memcmp(&p, &fit.plan, sizeof p) != 0) inconsistent++;
                     for (int larger = fit.B + 1; larger <= seqs; larger++) { // the next divisor
                         if (seqs % larger != 0) continue;
-                        p = gpt2_memory_plan(&cfg, larger, T, 2, zero, world);
+                        p = gpt2_memory_plan(&cfg, larger, T, 2, zero, world, GPT2_HEAD_SLICE_TOKENS);
                         if (p.total + FIT_MARGIN_BYTES <= budget) not_largest++;
                         break;
                     }
                     if (fit.recompute > 0) {
-                        p = gpt2_memory_plan(&cfg, fit.B, T, fit.recompute - 1, zero, world);
+                        p = gpt2_memory_plan(&cfg, fit.B, T, fit.recompute - 1, zero, world,
+                                             GPT2_HEAD_SLICE_TOKENS);
                         if (p.total + FIT_MARGIN_BYTES <= budget) not_lowest++;
                     }
                     if (fit.B < previous_B) shrank++;
                     previous_B = fit.B;
+                    // The head's slices: the wide ones exactly where their plan fits too.
+                    const int wide = 2 * GPT2_HEAD_SLICE_TOKENS;
+                    int slice = gpt2_fit_head_slice_tokens(&cfg, fit.B, T, fit.recompute, zero, world, budget);
+                    p = gpt2_memory_plan(&cfg, fit.B, T, fit.recompute, zero, world, wide);
+                    if (slice != (p.total + FIT_MARGIN_BYTES <= budget ? wide : GPT2_HEAD_SLICE_TOKENS)) slice_wrong++;
+                    wide_slices += slice == wide;
                 }
             }
         }
@@ -124,6 +135,9 @@ static void test_fit_grid(void) {
     test_check(fitted > cases / 2 && fitted < cases, "fit: some cases fit and some do not",
                "%d of %d fit", fitted, cases);
     test_check(not_dividing == 0, "fit: B always divides the per-GPU batch", "%d do not", not_dividing);
+    test_check(slice_wrong == 0 && wide_slices > 0 && wide_slices < fitted,
+               "fit: the head's slices are twice as wide exactly where that plan fits as well",
+               "%d wrong; %d of %d fits with wide slices", slice_wrong, wide_slices, fitted);
     test_check(over == 0 && inconsistent == 0, "fit: the plan plus the margin never exceeds the budget",
                "%d over, %d plans differ from gpt2_memory_plan", over, inconsistent);
     test_check(not_largest == 0 && falsely_empty == 0, "fit: B is the largest divisor that fits",
@@ -178,8 +192,9 @@ static void test_advice(void) {
     int shorter = t ? atoi(t + 3) : 0;
     int fits = 0, longer_fits = 1;
     if (shorter > 0 && shorter < 32768 && 32768 % shorter == 0) {
-        fits = gpt2_memory_plan(&d12, 1, shorter, 2, 0, 1).total + FIT_MARGIN_BYTES <= budget;
-        longer_fits = gpt2_memory_plan(&d12, 1, 2 * shorter, 2, 0, 1).total + FIT_MARGIN_BYTES <= budget;
+        fits = gpt2_memory_plan(&d12, 1, shorter, 2, 0, 1, GPT2_HEAD_SLICE_TOKENS).total + FIT_MARGIN_BYTES <= budget;
+        longer_fits =
+            gpt2_memory_plan(&d12, 1, 2 * shorter, 2, 0, 1, GPT2_HEAD_SLICE_TOKENS).total + FIT_MARGIN_BYTES <= budget;
     }
     test_check(!ok && fits && !longer_fits, "advice: the longest shorter T that fits", "'%s'", advice);
 
@@ -188,7 +203,7 @@ static void test_advice(void) {
     gpt2_fit_advice(advice, sizeof advice, &d24, 1024, 1, 0, 2, 6 * GiB);
     printf("  d24 T 1024 in 6 GiB: %s\n", advice);
     d12 = preset("d12", 1024);
-    fits = gpt2_memory_plan(&d12, 1, 1024, 2, 0, 1).total + FIT_MARGIN_BYTES <= 6 * GiB;
+    fits = gpt2_memory_plan(&d12, 1, 1024, 2, 0, 1, GPT2_HEAD_SLICE_TOKENS).total + FIT_MARGIN_BYTES <= 6 * GiB;
     test_check(fits && strstr(advice, "GPT-2 d12 at -t 1024") && !strstr(advice, "-t 512"),
                "advice: a smaller GPT-2 that fits at this T", "'%s'", advice);
 
@@ -200,29 +215,39 @@ static void test_advice(void) {
     GPT2Config d36 = preset("d36", 1024);
     gpt2_fit_advice(advice, sizeof advice, &d36, 1024, 8, 0, 2, 14 * GiB);
     printf("  d36 T 1024 on 8 GPUs of 14 GiB: %s\n", advice);
-    fits = gpt2_memory_plan(&d36, 1, 1024, 2, 1, 8).total + FIT_MARGIN_BYTES <= 14 * GiB;
+    fits = gpt2_memory_plan(&d36, 1, 1024, 2, 1, 8, GPT2_HEAD_SLICE_TOKENS).total + FIT_MARGIN_BYTES <= 14 * GiB;
     test_check(fits && !gpt2_fit(&d36, 1024, 64, 1, 8, 0, 0, 2, 14 * GiB, &fit) && strstr(advice, "-z 1"),
                "advice: ZeRO stage 1 on 8 GPUs", "'%s'", advice);
 }
 
-// The head's slices (gpt2_head_slice_sequences): within the logits buffer the plan sizes (the G = 0
-// slice), at least one sequence, and with groups of G made of whole groups or splitting each group
-// evenly, the same for every B that is a multiple of G (the products and gradient sums of a slice
-// have shapes set by G and T only).
+// The head's slices (gpt2_head_slice_sequences), at both widths: within the logits buffer the plan
+// sizes (the G = 0 slice), at least one sequence, and with groups of G made of whole groups or
+// splitting each group evenly, the same for every B that is a multiple of G (the products and
+// gradient sums of a slice have shapes set by G and T only), a group longer than the narrow slice
+// split as the narrow width splits it (the same gradient sums on a card with the memory for the
+// wider slices and on one without).
 static void test_head_slices(void) {
     int Ts[] = {1, 7, 64, 67, 1000, 1024, 4096, 8192, 10000, 16384};
     int wrong = 0, cases = 0;
-    for (int t = 0; t < (int)(sizeof Ts / sizeof Ts[0]); t++) {
-        int T = Ts[t], fit = T < 8192 ? 8192 / T : 1;
-        for (int B = 1; B <= 200; B++) {
-            int s0 = gpt2_head_slice_sequences(B, T, 0);
-            if (s0 != (B < fit ? B : fit)) wrong++;
-            for (int G = 1; G <= B; G++) {
-                if (B % G != 0) continue;
-                int s = gpt2_head_slice_sequences(B, T, G), unbounded = gpt2_head_slice_sequences(G << 20, T, G);
-                cases++;
-                if (s < 1 || s > s0 || (s % G != 0 && G % s != 0) || s != (B < unbounded ? B : unbounded)) {
-                    if (wrong++ < 5) printf("  B %d T %d G %d: slices of %d sequences\n", B, T, G, s);
+    for (int tokens = GPT2_HEAD_SLICE_TOKENS; tokens <= 2 * GPT2_HEAD_SLICE_TOKENS; tokens *= 2) {
+        for (int t = 0; t < (int)(sizeof Ts / sizeof Ts[0]); t++) {
+            int T = Ts[t], fit = T < tokens ? tokens / T : 1;
+            for (int B = 1; B <= 200; B++) {
+                int s0 = gpt2_head_slice_sequences(B, T, 0, tokens);
+                if (s0 != (B < fit ? B : fit)) wrong++;
+                for (int G = 1; G <= B; G++) {
+                    if (B % G != 0) continue;
+                    int s = gpt2_head_slice_sequences(B, T, G, tokens);
+                    int unbounded = gpt2_head_slice_sequences(G << 20, T, G, tokens);
+                    cases++;
+                    // Groups within a narrow slice: whole groups a slice (the parts' products are
+                    // the groups' at any width). Longer ones: the narrow width's parts.
+                    int narrow = gpt2_head_slice_sequences(B, T, G, GPT2_HEAD_SLICE_TOKENS);
+                    int longer = (long long)G * T > GPT2_HEAD_SLICE_TOKENS;
+                    if (s < 1 || s > s0 || (s % G != 0 && G % s != 0) || s != (B < unbounded ? B : unbounded) ||
+                        (longer ? s != narrow : s % G != 0)) {
+                        if (wrong++ < 5) printf("  B %d T %d G %d: slices of %d sequences\n", B, T, G, s);
+                    }
                 }
             }
         }
