@@ -31,7 +31,7 @@ int gpt2_fit(const GPT2Config* cfg, int T, int seqs_per_gpu, int b_multiple, int
 int gpt2_fit_head_slice_tokens(const GPT2Config* cfg, int B, int T, int recompute, int zero_stage, int world,
                                size_t memory) {
     MemoryPlan plan;
-    const int wide = 2 * GPT2_HEAD_SLICE_TOKENS;
+    const int wide = GPT2_HEAD_WIDE_SLICE_TOKENS;
     return plan_fits_sliced(cfg, B, T, recompute, zero_stage, world, wide, memory, &plan) ? wide
                                                                                            : GPT2_HEAD_SLICE_TOKENS;
 }

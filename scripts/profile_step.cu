@@ -346,7 +346,7 @@ static void usage(void) {
 
 int main(int argc, char** argv) {
     int B = 64, T = 1024, L = 12, C = 768, NH = 12, batch_invariant = 0;
-    int head_slice_tokens = 2 * GPT2_HEAD_SLICE_TOKENS;
+    int head_slice_tokens = GPT2_HEAD_WIDE_SLICE_TOKENS;
     const char* token_path = NULL;
     enum { OPT_LAYERS = 1000, OPT_CHANNELS, OPT_HEADS, OPT_REPEATS, OPT_BATCH_INVARIANT, OPT_HEAD_SLICE, OPT_AT_CAP,
            OPT_TOKENS };

@@ -55,7 +55,7 @@ static void test_plan_sizes(void) {
     for (int r = 0; r <= 2; r++) {
         int shapes[][2] = {{1, 64}, {4, 1024}, {3, 67}, {64, 1024}, {2, 16384}};
         for (int s = 0; s < 5; s++) {
-            for (int slice = GPT2_HEAD_SLICE_TOKENS; slice <= 2 * GPT2_HEAD_SLICE_TOKENS; slice *= 2) {
+            for (int slice = GPT2_HEAD_SLICE_TOKENS; slice <= GPT2_HEAD_WIDE_SLICE_TOKENS; slice *= 2) {
                 MemoryPlan q = gpt2_memory_plan(&d12, shapes[s][0], shapes[s][1], r, 0, 1, slice);
                 size_t want = expected_activations(&d12, shapes[s][0], shapes[s][1], r, slice);
                 if (q.activations < want || q.activations > want + 27 * 256) {
@@ -122,7 +122,7 @@ static void test_fit_grid(void) {
                     if (fit.B < previous_B) shrank++;
                     previous_B = fit.B;
                     // The head's slices: the wide ones exactly where their plan fits too.
-                    const int wide = 2 * GPT2_HEAD_SLICE_TOKENS;
+                    const int wide = GPT2_HEAD_WIDE_SLICE_TOKENS;
                     int slice = gpt2_fit_head_slice_tokens(&cfg, fit.B, T, fit.recompute, zero, world, budget);
                     p = gpt2_memory_plan(&cfg, fit.B, T, fit.recompute, zero, world, wide);
                     if (slice != (p.total + FIT_MARGIN_BYTES <= budget ? wide : GPT2_HEAD_SLICE_TOKENS)) slice_wrong++;
@@ -229,7 +229,7 @@ static void test_advice(void) {
 static void test_head_slices(void) {
     int Ts[] = {1, 7, 64, 67, 1000, 1024, 4096, 8192, 10000, 16384};
     int wrong = 0, cases = 0;
-    for (int tokens = GPT2_HEAD_SLICE_TOKENS; tokens <= 2 * GPT2_HEAD_SLICE_TOKENS; tokens *= 2) {
+    for (int tokens = GPT2_HEAD_SLICE_TOKENS; tokens <= GPT2_HEAD_WIDE_SLICE_TOKENS; tokens *= 2) {
         for (int t = 0; t < (int)(sizeof Ts / sizeof Ts[0]); t++) {
             int T = Ts[t], fit = T < tokens ? tokens / T : 1;
             for (int B = 1; B <= 200; B++) {
