@@ -534,9 +534,10 @@ static int fit_micro_batch(const Options* o, const GPT2Config* cfg, int seqs, in
               "%.2f GiB margin leave %.2f GiB; what would fit: %s", hi, least.total / GiB, memory / GiB,
               source, FIT_MARGIN_BYTES / GiB, (memory - (double)FIT_MARGIN_BYTES) / GiB, advice);
     }
-    printf("-b auto: B %d, -r %d for %d sequences per GPU per step: plan %.2f GiB of %.2f GiB %s less a "
-           "%.2f GiB margin\n", fit.B, fit.recompute, seqs, fit.plan.total / GiB, memory / GiB, source,
-           FIT_MARGIN_BYTES / GiB);
+    // The head's slices are chosen after this (gpt2_fit_head_slice_tokens): the built plan says which.
+    printf("-b auto: B %d, -r %d for %d sequences per GPU per step: plan %.2f GiB (with the head's %d-token "
+           "slices) of %.2f GiB %s less a %.2f GiB margin\n", fit.B, fit.recompute, seqs, fit.plan.total / GiB,
+           GPT2_HEAD_SLICE_TOKENS, memory / GiB, source, FIT_MARGIN_BYTES / GiB);
     *recompute = fit.recompute;
     return fit.B;
 }

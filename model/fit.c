@@ -31,9 +31,11 @@ int gpt2_fit(const GPT2Config* cfg, int T, int seqs_per_gpu, int b_multiple, int
 int gpt2_fit_head_slice_tokens(const GPT2Config* cfg, int B, int T, int recompute, int zero_stage, int world,
                                size_t memory) {
     MemoryPlan plan;
-    const int wide = GPT2_HEAD_WIDE_SLICE_TOKENS;
-    return plan_fits_sliced(cfg, B, T, recompute, zero_stage, world, wide, memory, &plan) ? wide
-                                                                                           : GPT2_HEAD_SLICE_TOKENS;
+    int tokens = GPT2_HEAD_WIDEST_SLICE_TOKENS;
+    while (tokens > GPT2_HEAD_SLICE_TOKENS &&
+           !plan_fits_sliced(cfg, B, T, recompute, zero_stage, world, tokens, memory, &plan))
+        tokens /= 2;
+    return tokens;
 }
 
 // Appends "; " and the formatted text to buf (n bytes) when there is room.

@@ -32,10 +32,11 @@ typedef struct {
 int gpt2_fit(const GPT2Config* cfg, int T, int seqs_per_gpu, int b_multiple, int world, int zero_stage,
              int recompute_lo, int recompute_hi, size_t memory, Fit* fit);
 
-// The head's slice tokens for a build of B, T, recompute, zero_stage on `world` ranks:
-// GPT2_HEAD_WIDE_SLICE_TOKENS where that plan fits in `memory` bytes less FIT_MARGIN_BYTES (fewer slices
-// move fewer bytes: model/config.h), else GPT2_HEAD_SLICE_TOKENS, the slices gpt2_fit plans B and
-// the recompute level with. So the wider slices only take memory that nothing else would.
+// The head's slice tokens for a build of B, T, recompute, zero_stage on `world` ranks: the widest of
+// GPT2_HEAD_WIDEST_SLICE_TOKENS, its half, ... down to GPT2_HEAD_SLICE_TOKENS whose plan fits in
+// `memory` bytes less FIT_MARGIN_BYTES (fewer slices move fewer bytes: model/config.h), else
+// GPT2_HEAD_SLICE_TOKENS, the slices gpt2_fit plans B and the recompute level with. So the wider
+// slices only take memory that nothing else would.
 int gpt2_fit_head_slice_tokens(const GPT2Config* cfg, int B, int T, int recompute, int zero_stage, int world,
                                size_t memory);
 

@@ -117,7 +117,7 @@ typedef struct {
 // Prints the memory plan (on rank 0), then allocates everything for batches up to B x T, for this
 // rank of comm_world() (call comm_init first when there are several) with ZeRO stage 0 or 1. The
 // weights are not initialised: call gpt2_init_random or gpt2_set_weights. head_slice_tokens:
-// GPT2_HEAD_SLICE_TOKENS, or GPT2_HEAD_WIDE_SLICE_TOKENS where the memory allows
+// GPT2_HEAD_SLICE_TOKENS, or up to GPT2_HEAD_WIDEST_SLICE_TOKENS where the memory allows
 // (gpt2_fit_head_slice_tokens).
 void gpt2_build(GPT2* model, const GPT2Config* cfg, int B, int T, int recompute, int zero_stage,
                 int head_slice_tokens);

@@ -332,9 +332,9 @@ static void usage(void) {
            "  --repeats N     timed calls per row, the median is shown (default 20)\n"
            "  --batch-invariant G  as train_gpt's option: products and parameter gradient sums\n"
            "                  over groups of G sequences (a divisor of B; default 0: off)\n"
-           "  --head-slice-tokens N  the head's slices, about N tokens of whole sequences (8192, or\n"
-           "                  16384 as train_gpt takes where the memory allows: the default, as on an\n"
-           "                  H100 or H200 at B 64; model/config.h)\n"
+           "  --head-slice-tokens N  the head's slices, about N tokens of whole sequences (8192, 16384\n"
+           "                  or 32768, the widest train_gpt takes where the memory allows: the default,\n"
+           "                  as on an H100 or H200 at B 64; model/config.h)\n"
            "  --at-cap MS     then time every row at the card's sustained clock too: MS milliseconds of\n"
            "                  back-to-back calls each, on a card heated by 10 x MS of forward and\n"
            "                  backward (default 0: not; 500 is enough for an H200), with each row's\n"
@@ -346,7 +346,7 @@ static void usage(void) {
 
 int main(int argc, char** argv) {
     int B = 64, T = 1024, L = 12, C = 768, NH = 12, batch_invariant = 0;
-    int head_slice_tokens = GPT2_HEAD_WIDE_SLICE_TOKENS;
+    int head_slice_tokens = GPT2_HEAD_WIDEST_SLICE_TOKENS;
     const char* token_path = NULL;
     enum { OPT_LAYERS = 1000, OPT_CHANNELS, OPT_HEADS, OPT_REPEATS, OPT_BATCH_INVARIANT, OPT_HEAD_SLICE, OPT_AT_CAP,
            OPT_TOKENS };
