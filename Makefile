@@ -4,6 +4,9 @@
 #   GPU_ARCH="80 86 89 90" SASS to build for train_gpt                 default all four
 #   BUILD=DIR             where objects and binaries go                default .
 #   NCCL=1|0              multi-GPU train_gpt through NCCL             default 1 when nccl.h is found
+#   MARCH=native|x86-64|x86-64-v3|...  gcc's -march for the C code    default native
+#   PERTURB=attn-scale|ln-eps  tests only: the attention scale 1% high, or the layernorm epsilon
+#                         1e-3 instead of 1e-5 (kernels/constants.h), built into BUILD/perturb-NAME
 # Targets: train_gpt_cpu, train_gpt, prepare_data, setup (installs what test needs), test (what CI
 # runs), test-gpu (needs a GPU).
 
@@ -26,13 +29,29 @@ ifeq ($(filter $(PRECISION),BF16 FP32),)
 $(error PRECISION must be BF16 or FP32, not '$(PRECISION)')
 endif
 
+# A wrong constant that a recipe's verdict must refuse (tests/test_recipe_power.sh).
+PERTURB ?=
+PERTURB_DEF_attn-scale = -DATTENTION_SCALE_FACTOR=1.01f
+PERTURB_DEF_ln-eps = -DLAYERNORM_EPS=1e-3f
+ifneq ($(PERTURB),)
+ifeq ($(PERTURB_DEF_$(PERTURB)),)
+$(error PERTURB must be attn-scale or ln-eps, not '$(PERTURB)')
+endif
+# Its objects and programs go to a directory of their own, so they never mix with a true build's.
+override BUILD := $(BUILD)/perturb-$(PERTURB)
+endif
+
 CC ?= gcc
+# The CPU the C code is built for: native uses every instruction of this one (FMA, AVX-512, ...); another
+# CPU sums in another order (scripts/write_envelope.sh builds x86-64 and x86-64-v3 to show it).
+MARCH ?= native
 CUDA_HOME ?= /usr/local/cuda
 NCCL ?= $(if $(wildcard $(CUDA_HOME)/include/nccl.h $(NCCL_HOME)/include/nccl.h),1,0)
 STB_INCLUDE ?= /usr/include/stb
 ATTN_DEF = -DATTN_$(shell echo $(ATTN) | tr a-z A-Z)
 WARN = -Wall -Wextra
-CFLAGS_BASE = -std=gnu11 -O3 -march=native -fopenmp $(WARN) -I. -I$(STB_INCLUDE) -I$(CUDA_HOME)/include -MMD -MP
+CFLAGS_BASE = -std=gnu11 -O3 -march=$(MARCH) -fopenmp $(WARN) -I. -I$(STB_INCLUDE) -I$(CUDA_HOME)/include -MMD -MP \
+    $(PERTURB_DEF_$(PERTURB))
 CFLAGS_CPU = $(CFLAGS_BASE) $(ATTN_DEF)
 LDLIBS_CPU = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcurand -lm -fopenmp
 

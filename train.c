@@ -42,6 +42,7 @@ typedef struct {
     const char* schedule;       // -k: cosine | linear | constant
     float weight_decay;         // -c
     float grad_clip;            // --grad-clip
+    float beta1, beta2;         // --beta1, --beta2: AdamW's moment decays
     float max_loss;             // --max-loss (0: no bound; < 0: twice an untrained model's loss)
     float skip_loss_z, skip_norm_z; // --skip-loss-z, --skip-norm-z (0: off)
     int max_skips;              // --max-skips (0: never stop)
@@ -77,7 +78,7 @@ static Options default_options(void) {
         .model = "d12", .out_dir = "out", .vocab_dir = "data/gpt2",
         .B = 0, .T = 1024, .total_batch = -1, .max_steps = -1,
         .lr = 3e-4f, .warmup = 0, .final_lr_frac = 1.0f, .schedule = "cosine",
-        .weight_decay = 0.0f, .grad_clip = 1.0f,
+        .weight_decay = 0.0f, .grad_clip = 1.0f, .beta1 = 0.9f, .beta2 = 0.95f,
         .max_loss = -1.0f, .skip_loss_z = 0.0f, .skip_norm_z = 0.0f, .max_skips = 8,
         .val_every = 20, .val_batches = 20, .sample_every = 20, .gen_tokens = 64,
         .temperature = 1.0f, .top_k = 0, .top_p = 1.0f,
@@ -114,6 +115,8 @@ static void print_usage(void) {
            "  -q, --final-lr-frac F     final learning rate as a fraction of the peak (default %g)\n"
            "  -c, --weight-decay F      AdamW weight decay of 2-D weights (default %g)\n"
            "      --grad-clip F         global gradient norm clip, 0 = off (default %g)\n"
+           "      --beta1 F, --beta2 F  AdamW's decay of the gradient's mean and of its square\n"
+           "                            (default %g, %g; eps 1e-8)\n"
            "divergence guard (a skipped step changes no weight or optimizer state; the data move on;\n"
            "a step whose loss or gradient norm is NaN or infinite is always skipped)\n"
            "      --max-loss F          skip a step whose loss is above F nats, 0 = no bound (default\n"
@@ -173,7 +176,8 @@ static void print_usage(void) {
            "  -h, --help                this help\n",
            d.train_pattern, d.val_pattern, d.shuffle, d.vocab_dir, d.model, d.seed, d.T,
            (double)d.lr, d.warmup, d.schedule, (double)d.final_lr_frac, (double)d.weight_decay,
-           (double)d.grad_clip, 2.0 * log(GPT2_VOCAB_SIZE), STEP_HISTORY, (double)d.skip_loss_z,
+           (double)d.grad_clip, (double)d.beta1, (double)d.beta2, 2.0 * log(GPT2_VOCAB_SIZE), STEP_HISTORY,
+           (double)d.skip_loss_z,
            (double)d.skip_norm_z, d.max_skips, d.val_every, d.val_batches, d.sample_every, d.gen_tokens,
            (double)d.temperature, d.top_k, (double)d.top_p, d.out_dir, d.checkpoint_every, d.resume, d.keep,
            FIT_MARGIN_BYTES / 1073741824.0, d.batch_invariant, d.zero_stage, d.nccl_timeout);
@@ -190,7 +194,7 @@ static float parse_float(const char* s, const char* option, double lo, double hi
 
 enum { OPT_LAYERS = 1000, OPT_CHANNELS, OPT_HEADS, OPT_MAX_SEQ, OPT_SEED, OPT_VOCAB, OPT_KEEP,
        OPT_TEMPERATURE, OPT_TOP_K, OPT_TOP_P, OPT_PROMPT, OPT_PROMPT_FILE, OPT_SHUFFLE, OPT_GRAD_CLIP,
-       OPT_NCCL_DIR, OPT_NCCL_TIMEOUT, OPT_MAX_LOSS, OPT_SKIP_LOSS_Z, OPT_SKIP_NORM_Z, OPT_MAX_SKIPS,
+       OPT_BETA1, OPT_BETA2, OPT_NCCL_DIR, OPT_NCCL_TIMEOUT, OPT_MAX_LOSS, OPT_SKIP_LOSS_Z, OPT_SKIP_NORM_Z, OPT_MAX_SKIPS,
        OPT_INJECT_NAN_LOSS, OPT_INJECT_NAN_GRAD, OPT_MEMORY_LIMIT, OPT_HELLASWAG, OPT_HELLASWAG_LIMIT,
        OPT_HELLASWAG_DUMP, OPT_BATCH_INVARIANT };
 
@@ -231,6 +235,7 @@ static Options parse_options(int argc, char** argv) {
         {"keep", 1, 0, OPT_KEEP}, {"temperature", 1, 0, OPT_TEMPERATURE}, {"top-k", 1, 0, OPT_TOP_K},
         {"top-p", 1, 0, OPT_TOP_P}, {"prompt", 1, 0, OPT_PROMPT}, {"prompt-file", 1, 0, OPT_PROMPT_FILE},
         {"shuffle", 1, 0, OPT_SHUFFLE}, {"grad-clip", 1, 0, OPT_GRAD_CLIP},
+        {"beta1", 1, 0, OPT_BETA1}, {"beta2", 1, 0, OPT_BETA2},
         {"nccl-dir", 1, 0, OPT_NCCL_DIR}, {"nccl-timeout", 1, 0, OPT_NCCL_TIMEOUT},
         {"max-loss", 1, 0, OPT_MAX_LOSS}, {"skip-loss-z", 1, 0, OPT_SKIP_LOSS_Z},
         {"skip-norm-z", 1, 0, OPT_SKIP_NORM_Z}, {"max-skips", 1, 0, OPT_MAX_SKIPS},
@@ -289,6 +294,8 @@ static Options parse_options(int argc, char** argv) {
         case OPT_PROMPT_FILE: o.prompt_file = optarg; break;
         case OPT_SHUFFLE: o.shuffle = (int)parse_int_option(optarg, name, 0, 1); break;
         case OPT_GRAD_CLIP: o.grad_clip = parse_float(optarg, name, 0.0, 1e9); break;
+        case OPT_BETA1: o.beta1 = parse_float(optarg, name, 0.0, 0.999999); break;
+        case OPT_BETA2: o.beta2 = parse_float(optarg, name, 0.0, 0.999999); break;
         case OPT_MAX_LOSS: o.max_loss = parse_float(optarg, name, 0.0, 1e30); break;
         case OPT_SKIP_LOSS_Z: o.skip_loss_z = parse_float(optarg, name, 0.0, 1e9); break;
         case OPT_SKIP_NORM_Z: o.skip_norm_z = parse_float(optarg, name, 0.0, 1e9); break;
@@ -1001,7 +1008,7 @@ int main(int argc, char** argv) {
 
     signal(SIGINT, on_stop_signal);
     signal(SIGTERM, on_stop_signal);
-    const float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+    const float eps = 1e-8f;
     const float max_loss = o.max_loss < 0.0f ? 2.0f * logf((float)cfg.vocab_size) : o.max_loss;
     // Training FLOPs per token: 6 per parameter (forward + backward) plus causal attention's
     // 6 * L * C * T (half of the 12 L C T of full attention), the usual estimate (PaLM, appendix B).
@@ -1048,7 +1055,7 @@ int main(int argc, char** argv) {
         int skipped = skip_step(&o, max_loss, loss, norm, z_loss, z_norm, why, sizeof why);
         if (!skipped) {
             guard.updates++;
-            gpt2_update(&model, norm, lr, beta1, beta2, eps, o.weight_decay, o.grad_clip, (int)guard.updates,
+            gpt2_update(&model, norm, lr, o.beta1, o.beta2, eps, o.weight_decay, o.grad_clip, (int)guard.updates,
                         o.seed + (unsigned long long)guard.updates - 1);
             guard.last_applied = step + 1;
             history_push(&guard.history, loss, norm);

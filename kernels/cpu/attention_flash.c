@@ -7,6 +7,7 @@
 // diagonal, recomputing P = exp(S - m) / l from Q, K and the saved (m, l), and adds its share of dQ.
 // Only block_q x block_k and block x HS tiles exist; nothing is of size T x T.
 #include "kernels/cpu/attention_cpu.h"
+#include "kernels/constants.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -39,7 +40,7 @@ void attention_flash_forward_cpu(float* out, float* m, float* l, const float* qk
                                  int C, int NH, int block_q, int block_k) {
     check_block_sizes(block_q, block_k);
     const int HS = C / NH;
-    const float scale = 1.0f / sqrtf((float)HS);
+    const float scale = ATTENTION_SCALE(HS);
     const int num_q_blocks = (T + block_q - 1) / block_q;
 #pragma omp parallel
     {
@@ -119,7 +120,7 @@ void attention_flash_backward_cpu(float* dqkv, float* D, const float* dout, cons
                                   int C, int NH, int block_q, int block_k) {
     check_block_sizes(block_q, block_k);
     const int HS = C / NH;
-    const float scale = 1.0f / sqrtf((float)HS);
+    const float scale = ATTENTION_SCALE(HS);
 
     // D_i = rowsum(dO_i * O_i) = sum_j P_ij dP_ij: the softmax-backward term of each row, computed
     // once here instead of from the full rows of P and dP.

@@ -2,6 +2,7 @@
 // backward, which materialises dP (then dS) as well. The structure follows the GPU naive build:
 // scores, softmax, weighted sum; backward dP = dO V^T, softmax backward, then three products.
 #include "kernels/cpu/attention_cpu.h"
+#include "kernels/constants.h"
 
 #include <math.h>
 #include <string.h>
@@ -17,7 +18,7 @@ size_t attention_naive_scratch_bytes(int B, int T, int C, int NH) {
 
 void attention_naive_forward_cpu(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
     const int HS = C / NH;
-    const float scale = 1.0f / sqrtf((float)HS);
+    const float scale = ATTENTION_SCALE(HS);
     // Every (b, h, row) is independent; rows differ in length, so hand them out dynamically.
 #pragma omp parallel for collapse(3) schedule(dynamic, 8)
     for (int b = 0; b < B; b++) {
@@ -54,7 +55,7 @@ void attention_naive_forward_cpu(float* out, float* att, const float* qkv, int B
 void attention_naive_backward_cpu(float* dqkv, float* scratch, const float* dout, const float* qkv,
                                   const float* att, int B, int T, int C, int NH) {
     const int HS = C / NH;
-    const float scale = 1.0f / sqrtf((float)HS);
+    const float scale = ATTENTION_SCALE(HS);
     // One (b, h) per task: dK and dV of a key row collect contributions from every query row of
     // the same head, so splitting a head between threads would race.
 #pragma omp parallel for collapse(2) schedule(dynamic)

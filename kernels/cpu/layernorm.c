@@ -1,4 +1,5 @@
 // LayerNorm over the C channels of each row, and the residual add that feeds it, fp32 on the CPU.
+#include "kernels/constants.h"
 #include "kernels/kernels.h"
 #include "common/util.h"
 
@@ -7,7 +8,7 @@
 void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
                        const floatX* weight, const floatX* bias, int N, int C, int ld_out) {
     check_linear_ld("layernorm_forward", C, ld_out);
-    const float eps = 1e-5f;
+    const float eps = LAYERNORM_EPS;
     #pragma omp parallel for
     for (int i = 0; i < N; i++) {
         const float* x = inp + (size_t)i * C;

@@ -59,6 +59,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/constants.h"
 
 #define DETERMINISTIC_DEFAULT true
 
@@ -369,7 +370,7 @@ template <int HS, class Tiles> struct FlashBf16 {
                               none, lse2, D, T, NH);
             }
             flash_backward_dq_convert_kernel<<<ceil_div(n / 8, 256), 256>>>(dqkv, dq_accum, n, NH * HS,
-                                                                           1.0f / sqrtf((float)HS));
+                                                                           ATTENTION_SCALE(HS));
             launchCheck();
             return;
         }
@@ -386,7 +387,8 @@ enum FlashConfig { CONFIG_SM80, CONFIG_SM86, CONFIG_SM90 };
 
 // sm90 (wgmma) on H100/H200 when this build holds sm_90a code for them (the Makefile builds
 // GPU_ARCH 90 as sm_90a); sm86 on the sm_86/sm_87/sm_89 consumer parts; sm80 elsewhere.
-// FLASH_ATTN_CONFIG=sm80|sm86|sm90 forces one, so tests run every configuration on one GPU.
+// KERNEL_PATH=sm80|sm86 picks that card's tiles; FLASH_ATTN_CONFIG=sm80|sm86|sm90 forces the tiles
+// alone (over KERNEL_PATH), so tests run every configuration on one GPU.
 static FlashConfig flash_config(void) {
     int device, major, minor;
     cudaCheck(cudaGetDevice(&device));
@@ -398,6 +400,10 @@ static FlashConfig flash_config(void) {
         if (strcmp(forced, "sm80") == 0) return CONFIG_SM80;
         if (strcmp(forced, "sm86") == 0) return CONFIG_SM86;
         if (strcmp(forced, "sm90") == 0 && wgmma) return CONFIG_SM90;
+        if (strcmp(forced, "sm90") == 0 && forced_kernel_path()) {
+            fatal("FLASH_ATTN_CONFIG=sm90 with KERNEL_PATH=sm%d: that path has no wgmma tiles",
+                  forced_kernel_path());
+        }
         if (strcmp(forced, "sm90") == 0) {
             fatal("FLASH_ATTN_CONFIG=sm90: the wgmma tiles need an H100/H200 (compute capability 9.0) and a build "
                   "with GPU_ARCH including 90; this GPU is %d.%d", major, minor);
@@ -406,6 +412,7 @@ static FlashConfig flash_config(void) {
               "tiles or sm90 for H100/H200 wgmma tiles)", forced);
     }
     if (wgmma) return CONFIG_SM90;
+    if (forced_kernel_path()) return forced_kernel_path() == 86 ? CONFIG_SM86 : CONFIG_SM80;
     return major == 8 && minor > 0 ? CONFIG_SM86 : CONFIG_SM80;
 }
 

@@ -35,6 +35,7 @@
 #include <math.h>
 
 #include "kernels/cuda/attention_flash_bf16_mma.cuh"
+#include "kernels/constants.h"
 
 // Adds a warp's (16 x NCOLS) accumulator to rows row0 .. (< T), columns col0 .. of a float matrix
 // whose rows are `stride` floats apart, with float atomics (pairs in one instruction on sm_90).
@@ -168,7 +169,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     const floatX* k_group = k_tile + Mma::offset(group_first_row - k0, 0);
     const floatX* v_group = v_tile + Mma::offset(group_first_row - k0, 0);
 
-    const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * LOG2E;
+    const float scale = ATTENTION_SCALE(HS), scale_log2 = scale * LOG2E;
     float dk_acc[1][HS / 8][4] = {}, dv_acc[1][HS / 8][4] = {};
     for (int tile = first_tile; tile < num_tiles; tile++) {
         qdo.wait(tile); // as in the forward: one barrier per tile
@@ -332,7 +333,7 @@ __global__ void __launch_bounds__(WARPS * 32)
             row_d[mt][half] = row < T ? D[i] : 0.0f;
         }
 
-    const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * LOG2E;
+    const float scale = ATTENTION_SCALE(HS), scale_log2 = scale * LOG2E;
     float dq_acc[M_TILES][HS / 8][4] = {};
     for (int tile = 0; tile < num_tiles; tile++) {
         kv.wait(tile); // as in the forward: one barrier per tile

@@ -14,6 +14,7 @@
 #include <math.h>
 
 #include "kernels/cuda/attention_flash_bf16_mma.cuh"
+#include "kernels/constants.h"
 
 #define LN2 0.6931471805599453f
 
@@ -73,7 +74,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     if constexpr (!Mma::SHARED_A) load_a_fragments<Mma, M_TILES>(q_frag, q_tile, warp * 16 * M_TILES);
     const floatX* q_group = q_tile + Mma::offset(group_row, 0);
 
-    const float scale_log2 = LOG2E / sqrtf((float)HS); // scores in log2 units: exp2 is one instruction
+    const float scale_log2 = ATTENTION_SCALE_FACTOR * LOG2E / sqrtf((float)HS); // scores in log2 units: exp2 is one instruction
     float o_acc[M_TILES][HS / 8][4] = {};
     float m_run[M_TILES][2], l_run[M_TILES][2]; // per thread: rows g and g + 8 of each m-tile
 #pragma unroll

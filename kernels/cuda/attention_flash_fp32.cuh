@@ -11,6 +11,7 @@
 #include <math.h>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/constants.h"
 
 #define F32_WARPS 4
 #define F32_ROWS_PER_WARP 4
@@ -50,7 +51,7 @@ __global__ void flash_forward_f32_kernel(float* out, float* m_out, float* l_out,
     const int C = NH * HS, b = place.b, h = place.h, q0 = place.row0;
     const size_t stride = 3 * (size_t)C;
     const float* q_src = qkv + (size_t)b * T * stride + h * HS;
-    const float scale = 1.0f / sqrtf((float)HS);
+    const float scale = ATTENTION_SCALE(HS);
     load_rows_f32<DIMS_PER_LANE>(q_rows, q_src, q0, F32_ROWS, T, HS, stride);
     float m_run[F32_ROWS_PER_WARP], l_run[F32_ROWS_PER_WARP], acc[F32_ROWS_PER_WARP][DIMS_PER_LANE] = {};
     for (int i = 0; i < F32_ROWS_PER_WARP; i++) {
@@ -112,7 +113,7 @@ __global__ void flash_backward_dq_f32_kernel(float* dqkv, const float* dout, con
     const int C = NH * HS, b = place.b, h = place.h, q0 = place.row0;
     const size_t stride = 3 * (size_t)C, head_row0 = ((size_t)b * NH + h) * T;
     const float* q_src = qkv + (size_t)b * T * stride + h * HS;
-    const float scale = 1.0f / sqrtf((float)HS);
+    const float scale = ATTENTION_SCALE(HS);
     load_rows_f32<DIMS_PER_LANE>(q_rows, q_src, q0, F32_ROWS, T, HS, stride);
     load_rows_f32<DIMS_PER_LANE>(do_rows, dout + (size_t)b * T * C + h * HS, q0, F32_ROWS, T, HS, C);
     float dq[F32_ROWS_PER_WARP][DIMS_PER_LANE] = {};
@@ -165,7 +166,7 @@ __global__ void flash_backward_dkv_f32_kernel(float* dqkv, const float* dout, co
     const int C = NH * HS, b = place.b, h = place.h, k0 = place.row0;
     const size_t stride = 3 * (size_t)C, head_row0 = ((size_t)b * NH + h) * T;
     const float* q_src = qkv + (size_t)b * T * stride + h * HS;
-    const float scale = 1.0f / sqrtf((float)HS);
+    const float scale = ATTENTION_SCALE(HS);
     load_rows_f32<DIMS_PER_LANE>(k_rows, q_src + C, k0, F32_ROWS, T, HS, stride);
     load_rows_f32<DIMS_PER_LANE>(v_rows, q_src + 2 * C, k0, F32_ROWS, T, HS, stride);
     float dk[F32_ROWS_PER_WARP][DIMS_PER_LANE] = {}, dv[F32_ROWS_PER_WARP][DIMS_PER_LANE] = {};

@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/constants.h"
 
 size_t attention_saved_bytes(int B, int T, int NH) { return (size_t)B * NH * T * T * sizeof(floatX); }
 size_t attention_scratch_bytes(int B, int T, int C, int NH) {
@@ -93,7 +94,7 @@ void attention_forward(floatX* out, void* saved, const floatX* qkv, int B, int T
                           {(size_t)HS, (size_t)HS, (size_t)HS, (size_t)T * T, (size_t)HS}};
     const floatX** ptr = batch_pointers(&mats, COUNT, B, NH);
     // S^T (T, T) = K^T Q over HS (rows of S are contiguous: row-major S is column-major S^T).
-    batched_gemm(T, T, HS, true, false, 1.0f / sqrtf((float)HS), ptr + K * batch, 3 * C,
+    batched_gemm(T, T, HS, true, false, ATTENTION_SCALE(HS), ptr + K * batch, 3 * C,
                  ptr + Q * batch, 3 * C, ptr + ATT * batch, T, batch);
     softmax_forward_kernel<<<ceil_div((size_t)batch * T, 8), 256>>>(att, batch * T, T);
     launchCheck();
@@ -123,7 +124,7 @@ void attention_backward(floatX* dqkv, float* dbias, void* scratch, const floatX*
     batched_gemm(HS, T, T, false, true, 1.0f, ptr + DOUT * batch, C, ptr + ATT * batch, T,
                  ptr + DV * batch, 3 * C, batch);
     softmax_backward_kernel<<<ceil_div((size_t)batch * T, 8), 256>>>(datt, att, batch * T, T,
-                                                                     1.0f / sqrtf((float)HS));
+                                                                     ATTENTION_SCALE(HS));
     launchCheck();
     // dQ^T (HS, T) = K^T @ dS^T: dq_i = sum_j dS[i][j] k_j.
     batched_gemm(HS, T, T, false, false, 1.0f, ptr + K * batch, 3 * C, ptr + DATT * batch, T,

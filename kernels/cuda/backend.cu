@@ -52,8 +52,11 @@ void backend_init(int device_index) {
 #else
     const char* precision = "FP32";
 #endif
-    snprintf(description, sizeof description, "%.256s (GPU %d, sm_%d%d, %.1f GiB), %s", props.name,
-             device_index, props.major, props.minor, props.totalGlobalMem / 1073741824.0, precision);
+    const int path = forced_kernel_path();
+    char path_note[64] = "";
+    if (path) snprintf(path_note, sizeof path_note, ", the kernels of sm_%d (KERNEL_PATH)", path);
+    snprintf(description, sizeof description, "%.256s (GPU %d, sm_%d%d, %.1f GiB), %s%s", props.name,
+             device_index, props.major, props.minor, props.totalGlobalMem / 1073741824.0, precision, path_note);
 }
 
 const char* backend_describe(void) { return description; }
@@ -153,7 +156,23 @@ CUtensorMap tensor_map_3d(const void* base, CUtensorMapDataType type, size_t ele
     return map;
 }
 
+// KERNEL_PATH=sm80|sm86 (read once): an H100/H200 then runs the kernels of a card without sm_90a
+// code, so it stands in for that card's arithmetic. Returns 80, 86, or 0 when unset.
+int forced_kernel_path(void) {
+    static int path = -1;
+    if (path < 0) {
+        const char* value = getenv("KERNEL_PATH");
+        if (!value || !value[0]) path = 0;
+        else if (strcmp(value, "sm80") == 0) path = 80;
+        else if (strcmp(value, "sm86") == 0) path = 86;
+        else fatal("KERNEL_PATH=%s: use sm86 (the kernels of an RTX 30xx/40xx: cuBLASLt's products, the sm86 "
+                   "attention tiles) or sm80 (those of an A100 or an RTX 50xx: the sm80 tiles)", value);
+    }
+    return path;
+}
+
 bool sm90a_code_runs(const void* kernel) {
+    if (forced_kernel_path()) return false;
     int device, major, minor;
     cudaCheck(cudaGetDevice(&device));
     cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));

@@ -71,9 +71,11 @@ template <int pending> __device__ __forceinline__ void cp_async_wait() {
 // attention kernels and the fc layer's product with its GELU load their tiles through these.
 CUtensorMap tensor_map_3d(const void* base, CUtensorMapDataType type, size_t element_bytes, int depth, int rows,
                           int width, int row_stride, int box_rows);
-// Whether this GPU runs `kernel`'s sm_90a code (wgmma, TMA): an H100/H200 (compute capability 9.0)
-// and a build that holds that code (GPU_ARCH including 90, built as sm_90a).
+// Whether this GPU runs `kernel`'s sm_90a code (wgmma, TMA): an H100/H200 (compute capability 9.0),
+// a build that holds that code (GPU_ARCH including 90, built as sm_90a), and no KERNEL_PATH.
 bool sm90a_code_runs(const void* kernel);
+// The card whose kernels KERNEL_PATH=sm80|sm86 asks for (80 or 86), 0 when it is unset.
+int forced_kernel_path(void);
 
 // Working memory that grows on demand and is never returned (reused by later calls of the same
 // layer). Safe because the work that uses a buffer runs in order on one stream, and cudaFree

@@ -38,7 +38,7 @@ GENCODE = $(foreach arch,$(GPU_ARCH),-gencode arch=compute_$(call cuda_sass,$(ar
 CUDA_WERROR ?= 0
 NVCC_WERROR = $(if $(filter 1,$(CUDA_WERROR)),-Werror all-warnings -Xcompiler -Werror)
 GCC_WERROR = $(if $(filter 1,$(CUDA_WERROR)),-Werror)
-NVCCFLAGS = -std=c++17 -O3 $(GENCODE) -I. -I$(CUDA_HOME)/include $(PRECISION_DEF) \
+NVCCFLAGS = -std=c++17 -O3 $(GENCODE) -I. -I$(CUDA_HOME)/include $(PRECISION_DEF) $(PERTURB_DEF_$(PERTURB)) \
     -Xcompiler -Wall,-Wextra $(NVCC_WERROR) -MMD -MP
 CFLAGS_CUDA_HOST = $(CFLAGS_BASE) $(PRECISION_DEF) $(GCC_WERROR)
 LDLIBS_CUDA = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcurand \

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/constants.h"
 
 #define LN_WARPS 8       // row slots per block of the backward, 32 * LN_WARPS threads
 // Rows per block of the forward, one a warp. A block's slot on the SM frees only when its last row
@@ -78,7 +79,7 @@ __global__ void __launch_bounds__(32 * LN_FWD_WARPS)
     each_vector([&](const float vals[X128], int c) {
         for (int k = 0; k < X128 && c + k < C; k++) squares += (vals[k] - m) * (vals[k] - m);
     });
-    const float s = rsqrtf(warp_sum(squares) / C + 1e-5f);
+    const float s = rsqrtf(warp_sum(squares) / C + LAYERNORM_EPS);
     each_vector([&](const float vals[X128], int c) {
         float w[X128], bi[X128], y[X128];
         load_x128(w, weight, c, C, vector);
