@@ -47,7 +47,7 @@ __device__ inline floatX adamw_element(float g, float& mi, float& vi, float& w, 
 }
 
 // Four elements per thread and iteration with 16-byte loads where every array is 16-byte aligned
-// (ncu on an H100: one 4-byte element per thread left the update at 80% of the memory bandwidth);
+// (ncu: one 4-byte element per thread left the update at about 80% of the memory bandwidth);
 // the elements past the last multiple of 4, or all of them otherwise, one at a time. Either way
 // each element gets the same arithmetic, so the result does not depend on the path.
 __global__ void adamw_kernel(floatX* param, float* master, const float* grad, float* m, float* v,

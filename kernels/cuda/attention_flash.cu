@@ -9,17 +9,15 @@
 // below the diagonal, recomputing P from Q, K and lse) and the dQ kernel (each block owns a block
 // of query rows and loops over the key blocks, recomputing P and dP); in the BF16 build both also
 // sum the columns of each 64-row tile of dqkv they store, and one pass adds those partial sums
-// into the qkv bias gradient (measured on an H200, d12 at B 64: the column-sum pass over dqkv that
-// they replace took 100 us per layer, the sums in the kernels and the pass over the partials
-// about 40; FP32, naive and atomic dQ sum dqkv after it is written). dQ from a kernel of its own
+// into the qkv bias gradient (less than half the time of the column-sum pass over dqkv that they
+// replace, which read dqkv again; FP32, naive and atomic dQ sum dqkv after it is written). dQ from a kernel of its own
 // costs two more tile products (S and dP recomputed: 7 instead of 5 per tile) but no atomics,
 // so every result is bit-identical from run to run, and no extra memory beyond D, lse and the bias
 // partials.
 // BF16 only, FLASH_ATTN_DETERMINISTIC=0: dQ added into an fp32 buffer by the dK/dV kernel instead
 // (float atomics, or TMA adds on H100/H200), in another order on every run: 5 products, but the
-// adds keep the L2 busy; on an H100 it was faster alone at long T until warp_index (2026-11-26),
-// slower at every length since, and no faster in training under the power cap
-// (attention_flash_bf16_backward.cuh, with what was measured and tried).
+// adds keep the L2 busy: alone it is slower than the deterministic kernels at every length, and no
+// faster in training under the power cap (attention_flash_bf16_backward.cuh).
 //
 // BF16 build: tensor cores, bf16 in, fp32 accumulate, through mma.sync m16n8k16 with ldmatrix
 // from shared memory rows padded by 16 bytes, or on H100/H200 (sm_90a) with HS 64 through wgmma
@@ -180,9 +178,9 @@ static void flash_backward_prepare(float* D, float* lse2, const floatX* dout, co
 // grid and run on alone while the SMs empty: a tail of up to one block's length (2-5% of each
 // wgmma kernel in a simulation of 132 SMs at its occupancy). So the last `tail` (b, h) start
 // longest first across all of them (causal_tail below chooses enough of them to keep every block
-// slot busy for a longest block's length): the tail becomes their shortest blocks. Measured on an
-// H100 (d12 heads, 64K tokens, 2026-11-25): the wgmma forward 2-5% faster at T 1024 to 16384,
-// forward + backward 0-4% (within the noise in a second call).
+// slot busy for a longest block's length): the tail becomes their shortest blocks. Measured at d12's
+// heads, 64K tokens: the wgmma forward 2-5% faster at T 1024 to 16384, forward + backward 0-4%
+// (within the noise in a second call).
 // The kernels take their place from causal_block. The BF16 dK/dV and dQ kernels call it again for
 // their epilogue: blockIdx is read through volatile asm so that each call recomputes the place (a
 // few instructions once per block) instead of the compiler holding it in registers across the tile
@@ -245,9 +243,9 @@ static void launch_causal(Kernel kernel, int n, int BH, int threads, size_t smem
 // (2 ROWS + 4 COLS) rows; the atomic-dQ dK/dV kernel adds dS^T (ROWS x (COLS + 8) bf16), 93 KB at 8
 // warps (on wgmma, 4 warps: dS^T (ROWS x COLS) and a 16 x 64 fp32 dQ tile per warp, 74 KB, three
 // blocks per SM at 161 registers; 8 warps summing dQ over 128 keys, half the TMA adds, ran one
-// block per SM at 177 registers and were 3-13% slower on an H100, PERFORMANCE.md). HS 128 halves
+// block per SM at 177 registers and were 3-13% slower). HS 128 halves
 // COLS and uses 4 warps everywhere so every kernel stays under 99 KB and 255 registers per thread.
-// Measured on an H200 (T 1024 to 16384): forward 4 warps x 32 rows beat 8 x 32 and 4 x 16 by 5 to
+// Measured at T 1024 to 16384: forward 4 warps x 32 rows beat 8 x 32 and 4 x 16 by 5 to
 // 15%, and 64 columns beat 128 (which spills, 9 to 16% slower; 2% slower with Q reloaded from
 // shared memory instead; the wgmma forward takes 128 from T 4096, below); dK/dV blocks of 4 warps
 // beat 8 by 2 to 5% (two blocks per SM overlap each other's barriers), but with atomic dQ 8 warps
@@ -269,21 +267,20 @@ struct TilesSm86 { // RTX 3090/4090: 100 KB per SM; 16-row warps keep the forwar
 };
 // H100, H200 with the sm_90a build: wgmma for HS 64 (the atomic dQ's dK/dV blocks too), with the
 // resident A operands read from shared memory (Wgmma::SHARED_A), which takes one m-tile per warp.
-// Measured on an H100 (2026-11-25, T 1024 to 16384, with TMA): dK/dV 4 warps, 168 registers (165
+// Measured at T 1024 to 16384, with TMA: dK/dV 4 warps, 168 registers (165
 // since warp_index; three blocks per SM; with fragments 187 and two blocks, 2-7% slower; 8 warps
 // lost 2-5%); dQ 8 warps x 16 rows, 122 registers, 0-4% faster than 4 x 16 and than 4 x 32 with
 // fragments (252 registers); forward 4 warps x 16 rows, 90 registers, forward 3-8% faster than
 // 8 x 16 at T <= 8192 and level at 16384 (with fragments 8 x 16 had been best, 5-8% ahead of 4 x 32
-// and 4 x 16 on an H200); since one tile's P V is issued with the next tile's S (2026-11-26) 106
+// and 4 x 16); since one tile's P V is issued with the next tile's S, 106
 // registers (108 with the tree max, 106 again with warp_index), four blocks per SM instead of five,
 // and 5-12% faster (held to five blocks it spills and runs at 0.6x; 8 x 16 issuing so, both warp
 // groups through every tile, lost 1-8% at T <= 8192, won 2% at 16384). 3 stages were no faster.
 // Blocks of several warp groups that share the K/V tiles without a block barrier (a producer warp
-// group with setmaxnreg, or a producer thread) lost 2-30% (PERFORMANCE.md). From T 4096 the forward
+// group with setmaxnreg, or a producer thread) lost 2-30% (docs/performance.md). From T 4096 the forward
 // takes key tiles of 128 (LONG_FWD_COLS: half the tile steps, so half the per-tile max shuffles,
 // O rescales, barriers and waits; 154 registers, three blocks per SM): 2-5% faster at T 4096 to
-// 16384 on an H100, but 3-7% slower at 1024, where the diagonal's tile is half masked out for half
-// the blocks (2026-11-26).
+// 16384, but 3-7% slower at 1024, where the diagonal's tile is half masked out for half the blocks.
 struct TilesSm90 : TilesSm80 {
     static constexpr bool WGMMA = true;
     static constexpr int FWD_WARPS = 4, FWD_M_TILES = 1, DQ_WARPS = 8, DQ_M_TILES = 1;

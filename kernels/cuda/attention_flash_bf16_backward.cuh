@@ -9,28 +9,20 @@
 // column sums of each 64-row tile of dqkv they store (the qkv bias gradient's partial sums, which
 // attention_flash.cu adds up), so that nothing reads dqkv again for them.
 //
-// dQ has a kernel of its own, deterministic (why: attention_flash.cu). Tried and measured slower
-// on an H200: one kernel that sums the partial dQ of the key blocks in a fixed order (a counter
-// per query tile, acquire/release, blocks ordered by a ticket so the waits always end): about
-// 0.5 us of synchronisation per block and tile, forward + backward 2.23 ms instead of 2.04 at
-// T = 1024 and 28.0 instead of 26.4 at T = 16384 (64K tokens, d12 heads; the two kernels as they
-// were then, before the dQ kernel's 32-row warps).
+// dQ has a kernel of its own, deterministic (why: attention_flash.cu). Tried and slower: one kernel
+// that sums the partial dQ of the key blocks in a fixed order (a counter per query tile,
+// acquire/release, blocks ordered by a ticket so the waits always end): the synchronisation per
+// block and tile cost more than the second kernel does.
 // FLASH_ATTN_DETERMINISTIC=0 (ATOMIC_DQ): the dK/dV kernel also adds each tile's dQ = dS K into an
 // fp32 buffer (B, T, C), and a last kernel converts it: 5 tile products, 4 bytes per activation of
 // scratch, and dQ's sums in a different order on every run. On mma.sync tiles every warp adds its
 // part with float atomics (an instruction per pair of floats); on wgmma (REDUCE_BY_TMA) the
 // warpgroup multiplies dQ from dS^T in shared memory and each warp adds its 16 rows by TMA
-// (cp.reduce.async.bulk: one instruction per 2 KB, the L2 adding whole lines). Measured on an H100
-// (d12 shapes, 64K tokens, 2026-11-25), forward + backward, TFLOP/s at T = 1024 / 2048 / 4096 /
-// 8192 / 16384: atomics on mma.sync 183.9 / 214.8 / 254.3 / 269.2 / 275.4 (the wgmma default's
-// deterministic dQ: 290.6 / 342.9 / 356.4 / 370.1 / 358.4); by TMA on wgmma 261.7 / 313.5 / 350.6 /
-// 379.7 / 382.2 (deterministic 288.7 / 329.4 / 351.2 / 369.0 / 337.4 in that call). ncu at 16384:
-// the dK/dV kernel with the TMA adds takes 11.4 ms where the deterministic dK/dV and dQ kernels take
-// 7.0 + 5.2, its L2 throughput 78% of peak (44% without the adds), its tensor pipe 44% busy.
-// Trained (d12, T 16384 B 4 and 8192 B 8, H100 at its 700 W power cap) it is no faster than the
-// deterministic kernels: 284-287 ms per step either way at 16384, 194-195 at 8192.
-// (Before TMA, against the mma.sync default (FLASH_ATTN_CONFIG=sm80): 172.3 vs 198.4 at 1024,
-// 231.4 vs 242.4 at 4096.)
+// (cp.reduce.async.bulk: one instruction per 2 KB, the L2 adding whole lines). The trade-off: two
+// tile products fewer, but the adds keep the L2 busy (ncu at long T: the dK/dV kernel with the adds
+// takes about as long as the deterministic dK/dV and dQ kernels together, its L2 throughput nearly
+// twice theirs). Alone it is slower than the deterministic kernels at every length, and in training
+// at the power cap no faster (docs/performance.md).
 #pragma once
 #include <math.h>
 

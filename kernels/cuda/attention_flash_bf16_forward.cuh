@@ -7,7 +7,7 @@
 // P V is written after tile j's softmax, FlashAttention-3's overlap within a warp group, but ptxas
 // moves it up to the softmax's start, before the max: it interleaves O's rescale with the
 // exponentials. Left so: the ways to a true overlap that were tried cost registers or shared
-// memory, so blocks per SM, and were slower; PERFORMANCE.md.) Its products and tile loads are in
+// memory, so blocks per SM, and were slower; docs/performance.md.) Its products and tile loads are in
 // attention_flash_bf16_mma.cuh; its tile shapes and launch in attention_flash.cu; the backward in
 // attention_flash_bf16_backward.cuh.
 #pragma once

@@ -355,8 +355,8 @@ __device__ __forceinline__ void store_rows(floatX* dst, const float acc[M_TILES]
 
 // The warp's slabs into slab_sums[(slab0 + mt) * HS ..] (shared memory). The kernels sum and store
 // the partials before their store_rows: after it, the shuffles and shared-memory loads queued
-// behind the warp's global stores, and the wgmma dK/dV kernel took 5.7-6.6% longer than without
-// sums instead of 1.0-1.5% (ncu, H200, d12 at B 64).
+// behind the warp's global stores, and the sums cost the wgmma dK/dV kernel several times as much
+// time (ncu, d12 at B 64).
 template <int M_TILES, int HS>
 __device__ __forceinline__ void slab_column_sums(float* slab_sums, const float acc[M_TILES][HS / 8][4],
                                                  const float scale[M_TILES][2], int slab0, int row0, int T) {

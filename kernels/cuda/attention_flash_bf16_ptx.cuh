@@ -69,7 +69,7 @@ __device__ __forceinline__ void a_fragment_of(uint32_t a[4], const float (*c)[4]
 // trap if it did.
 // Shared-memory matrix descriptor: start address, 1024 bytes between groups of 8 rows (the
 // "stride byte offset"), 128-byte swizzle. The leading byte offset is not used by these shapes:
-// a bf16 operand 64 wide is exactly one swizzle row (measured on an H200: any value works).
+// a bf16 operand 64 wide is exactly one swizzle row (tried: any value works).
 __device__ __forceinline__ uint64_t wgmma_descriptor(const floatX* tile) {
     return (uint64_t)((smem_address(tile) & 0x3FFFF) >> 4) | (uint64_t)(1024 >> 4) << 32 | 1ull << 62;
 }

@@ -5,20 +5,18 @@
 // writes dlogits over the logits. So the logits are read once and written once, the least there
 // is: at GPT-2's 50304 padded columns a row takes 98 KB of shared memory in BF16, which every GPU
 // from sm_80 on gives a block. A row too long for that is read from device memory again instead.
-// Measured on an H200 (65536 rows of 50257): 6.05 ms with two reads and an expf with a branch
-// per element (bound by instructions, not memory), 4.45 ms with the row cached, 4.29 ms with the
-// sum taken during the read (its exp2s overlap the loads). The memory floor is 2.75 ms; the two
-// exp2 per element take 1.6 ms of the MUFU units at full clock, and 4.29 is about the two added,
-// as if they did not overlap. With 4 loads in flight per thread instead of 1 (same sums, same
-// bits), on an H100: 0.656 -> 0.586 ms per 8192-row slice of 50304 (2.51 -> 2.81 TB/s). A cached
-// row's copies by cp.async, 8 in flight per thread (same bits), in training on an H200: 0.512 ->
-// 0.438 ms per slice (3.2 -> 3.8 TB/s; 16 in flight: 0.448).
+// What bounds it: with two reads of the row and an expf with a branch per element it was bound by
+// instructions, not memory; caching the row and taking the sum during the read (its exp2s overlap
+// the loads) brought it near the sum of two floors, the row's bytes at the memory bandwidth and the
+// two exp2 per element on the MUFU units, as if they did not overlap. Several 16-byte loads in
+// flight per thread (4 into registers, or 8 cp.async copies straight into the cached row; same sums,
+// same bits) took the read from latency-bound toward the bandwidth floor (docs/performance.md).
 #include <math.h>
 
 #include "kernels/cuda/common.cuh"
 
 #define CLASSIFIER_THREADS 512
-#define LOADS_IN_FLIGHT 4 // 16-byte loads per thread before the first is used (2: 4.84 ms per d12 step, 4: 4.69)
+#define LOADS_IN_FLIGHT 4 // 16-byte loads per thread before the first is used (2 was 3% slower)
 #define COPIES_IN_FLIGHT 8 // cp.async copies per thread ahead of the vector used, for cached rows
 
 // The X128 logits src[i .. i + X128) as floats; -inf from V on (padding columns, which so take
@@ -76,8 +74,8 @@ __global__ void __launch_bounds__(CLASSIFIER_THREADS, 2) // two rows an SM: 64 r
     } else {
         // LOADS_IN_FLIGHT vectors are loaded into registers before the first is used, then used in
         // the order of one at a time (the same sums): with one 16-byte load in flight per thread the
-        // read waited on memory latency (ncu on an H100: 71% of DRAM bandwidth, long-scoreboard
-        // stalls first).
+        // read waited on memory latency (ncu: well under the DRAM bandwidth, long-scoreboard stalls
+        // first).
         for (int i0 = threadIdx.x * X128; i0 < V; i0 += LOADS_IN_FLIGHT * stride) {
             PackedX raw[LOADS_IN_FLIGHT];
 #pragma unroll

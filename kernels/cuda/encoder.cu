@@ -2,14 +2,14 @@
 // are bucketed by token on the GPU (CUB's stable radix sort, run-length encoding and scan, all
 // deterministic), then one thread per (token, X128 channels) sums its positions in order and is the
 // only writer of those dwte elements. Nothing waits for the host: bucketing on the host took a download
-// of the tokens, a sort on the CPU while the GPU idled, and an upload, about 0.9 ms of a d12 step.
+// of the tokens, a sort on the CPU while the GPU idled, and an upload, three times the GPU's time.
 #include <cub/cub.cuh>
 
 #include "kernels/cuda/common.cuh"
 
 // One thread per X128 channels of a position (16-byte loads and stores where rows and arrays are
 // 16-byte aligned): one thread per element issued 8 times the instructions and reached a fifth of
-// the memory bandwidth (ncu on an H100, d12 B 64: 0.27 ms for 170 MB).
+// the memory bandwidth (ncu, d12 B 64).
 __global__ void encoder_forward_kernel(floatX* out, const int* inp, const floatX* wte,
                                        const floatX* wpe, int B, int T, int C, bool vector) {
     const int vecs_per_row = (C + X128 - 1) / X128;
@@ -39,8 +39,8 @@ void encoder_forward(floatX* out, const int* inp, const floatX* wte, const float
 // after sequence, so the sum does not depend on how many sequences a batch holds.
 // In text a few tokens are very frequent: newline is 4,913 of tinyshakespeare's first 65,536 tokens,
 // the next 3,898 (uniform random ids repeat one at most 8 times). One block summing such a chain lasts
-// as long as the chain: 1.8 ms of a d12 B 64 step on an H100 with one position loaded after another,
-// 0.78 ms with the positions staged 32 at a time (below), while the other SMs idle. So a bucket of
+// as long as the chain, whole milliseconds of a d12 B 64 step even with the positions staged 32 at a
+// time (below), while the other SMs idle. So a bucket of
 // long_rows positions or more is summed by B blocks in parallel, one per sequence, into a scratch of
 // sequence sums, and a last kernel adds those sums into dwte in sequence order: the same additions.
 #define ENCODER_WTE_THREADS 128

@@ -2,7 +2,7 @@
 // dlogits, and the head's backward. Elsewhere (sm80/86/89, FP32, operands the kernel does not take)
 // as the CPU computes it: matmul_forward, fused_classifier, matmul_backward. On H100/H200 (sm_90a,
 // BF16) the logits are never stored, which saves the classifier's pass over them (13.2 GB a GPT-2
-// 124M step of 64K tokens; PERFORMANCE.md, Next, item 6):
+// 124M step of 64K tokens):
 //   - each row's target logit b_r = inp_r . weight_target, a dot product in fp32 (head_shift_kernel);
 //   - our wgmma product (matmul_wgmma.cuh) with the epilogue below: it stages each fp32 sum less its
 //     row's b_r in fp16 (4 times bf16's precision, and the range that exp needs), and stores
@@ -17,10 +17,10 @@
 // A row whose largest logit lies more than about 60 nats above its target's (S > HEAD_RANGE, or
 // exponentials that overflowed) would leave the range of the scales; the row pass then computes that
 // row's logits again in fp32, shifted by their max: slow, but a run that is not diverging has no
-// such rows (none in the trained runs of r188-r191).
+// such rows.
 // Against float64, this form's losses and gradients are 3 to 10 times closer than those made from the
-// other path's bf16 logits and dlogits (a simulation: PERFORMANCE.md, Next, item 6), and a GPT-2
-// 124M step on an H200 is 1.5% shorter (r189).
+// other path's bf16 logits and dlogits (a simulation), and the step is shorter by the pass it saves
+// (docs/performance.md).
 #include <cuda_fp16.h>
 
 #include "kernels/cuda/common.cuh"

@@ -16,8 +16,9 @@ enum Epilogue { PLAIN, GELU_BACKWARD };
 // Every product runs on the default stream but the weight gradients of matmul_backward_weights,
 // which run on a second stream beside the calls that follow them. A layernorm backward, bound by
 // memory, then shares the GPU with a product instead of running alone with the tensor cores idle:
-// with fc's and qkv's weight gradients so, GPT-2 124M's step is 0.2-1.0 ms shorter (of 105-107 ms
-// on three H200s at their power cap, PERFORMANCE.md).
+// with fc's and qkv's weight gradients so, GPT-2 124M's step is a little shorter at the power cap
+// (a fraction of a percent to 1%). Beside their own dinp instead, two products sharing the SMs took
+// longer than one after the other.
 // A stream's products have their own cuBLASLt workspace and weight-gradient partials, and all that
 // goes with a product (its tuning's timing and hashes, weight_gradients' checks) runs on its stream.
 struct MatmulStream {
@@ -48,9 +49,9 @@ static MatmulStream& side_stream(void) {
 
 // ---- the choice of cuBLASLt's algorithm -----------------------------------------------------
 // cuBLASLt's heuristic ranks its algorithms by a model, and its first choice is often not the
-// fastest: for the products of GPT-2 124M at 64K tokens on an H100, one of its next 7 candidates
-// was up to 28% faster (the lm head's forward; dinp of qkv and attproj 10-20%), and the trained
-// step is 2.3 ms shorter with the fastest (PERFORMANCE.md). So each product shape is tuned on its
+// fastest: for the products of GPT-2 124M at 64K tokens, one of its next 7 candidates was up to 28%
+// faster (the lm head's forward; dinp of qkv and attproj 10-20%), and the trained step about 2%
+// shorter with the fastest (docs/performance.md). So each product shape is tuned on its
 // first call: the heuristic's candidates are timed on that call's data, and the fastest is kept
 // for the rest of the run (rerunning a product is harmless: its output overlaps none of its
 // inputs, kernels.h). Only candidates that compute the very bits of the heuristic's first choice
@@ -271,8 +272,8 @@ static void matmul_cublaslt(MatmulStream& on, void* d, const floatX* a, const fl
 // A product that makes each row of its output from the same row of its input (the forward's, dinp)
 // must, where its rows come in groups (kernels.h: group_rows, sum_rows), give each row the bits of
 // a product over its group alone. A cuBLASLt call per group does, but costs: with --batch-invariant
-// 8 the d12 step's products of 8K rows took 4-60% longer than one of 64K (profile_step, H200,
-// PERFORMANCE.md). One call over all rows gives the same bits where its algorithm sums each output
+// 8 the d12 step's products of 8K rows took 4-60% longer than one of 64K (profile_step). One call
+// over all rows gives the same bits where its algorithm sums each output
 // over k as the group's does. A kernel's order of summation is fixed by its code and the shape, not
 // by the data, so that holds for every call of the two shapes or for none: the first call of each
 // grouped shape runs the product both ways and compares hashes of the whole output, and the later
@@ -374,8 +375,8 @@ __global__ void add_weight_gradient_parts_kernel(float* dweight, float* dbias, c
 // columns then) dbias += dout's column sums from the same products. A group's product is, without
 // the bias columns, added to dweight by cuBLASLt's epilogue (the first written with GRAD_WRITE);
 // with them (ld_inp rows instead of C) written, then added by add_weight_gradient_parts_kernel, row C
-// into dbias (at fc's shape in GPT-2 124M, B 64: 0.42 + 0.01 ms against 0.40 + 0.16 for the
-// product and a pass over dout, H100; being written, it is tuned).
+// into dbias (at fc's shape in GPT-2 124M, B 64, the bias row and the tiny add cost less than a
+// fifth of a column-sum pass over dout; being written, it is tuned).
 // With many groups (--batch-invariant) a call per group leaves much of the GPU idle: qkv's weight
 // gradient at 8K rows a group is 54 tiles of 128 x 256 for 132 SMs. So where several groups'
 // products fit in WGRAD_PARTS_BYTES, they are made by one strided batched call into partials, which

@@ -3,7 +3,7 @@
 // an epilogue of the caller's stores (matmul_gelu.cu: fc's pre and gelu(pre); head.cu: the
 // head's probabilities). Each output's sum runs over k in the same order whatever its row, tile or
 // N, so the results are batch-invariant (kernels.h) and bit-identical from run to run; they equal
-// cuBLASLt's own product at GPT-2's fc and head shapes (PERFORMANCE.md, r185-r187).
+// cuBLASLt's own product at GPT-2's fc and head shapes (compared bit for bit).
 //
 // The kernel (wgmma_product_kernel) is persistent, one block per SM, each block taking tiles of BM
 // x BN outputs in turn (tile, tile + gridDim.x, ..., placed by tile_place). Its warps:
@@ -20,11 +20,11 @@
 //     tile is freed.
 // So the epilogue's work and the stores run beside the next tile's product, on warps of their own:
 // where the multiplying warps did them between their products (2 warps per scheduler), they could
-// not hide the GELU's latency and it added 0.2 ms to the 0.5 of the product (GPT-2 124M's fc, H200);
+// not hide the GELU's latency and it added some 40% to the product's time (GPT-2 124M's fc);
 // where the epilogue's warps stored the outputs themselves (16 bytes a thread) it took longer still.
 // The producer is a warp of its own so that a multiplying group never waits for the other to
 // release a stage before its own next products (where the first multiplying thread loaded the
-// stages, the kernel took 0.593 ms a call against 0.544: PERFORMANCE.md).
+// stages, the kernel took about 9% longer).
 // With 12 warps, 3 on each of the SM's 4 schedulers, whose register file (16,384) then allows 168
 // registers a thread: enough for the 128 accumulators of a wgmma m64n256.
 //
@@ -115,8 +115,8 @@ __device__ __forceinline__ void store_panel(const uint4 (&v)[CHUNKS_PER_THREAD],
 // Where tile `tile` of a block's turn lies. With ROW_GROUP 0, row block tile / col_blocks and its
 // columns in turn: consecutive tiles share their rows of inp, and the blocks running at once read
 // all of a weight the L2 holds (fc's, 4.7 MB). A weight larger than the L2 (the head's, 77 MB) would
-// be read again from memory for every row block (1.41 ms a call at the cap instead of 1.05,
-// PERFORMANCE.md): there the tiles go ROW_GROUP row blocks at a time, a column of them after the
+// be read again from memory for every row block (a third longer a call at the power cap): there
+// the tiles go ROW_GROUP row blocks at a time, a column of them after the
 // other, so that the blocks running at once share a few columns of the weight.
 struct TilePlace {
     int row_block, col_block;
@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     const floatX* bias = nullptr;
     if constexpr (Epilogue::HAS_BIAS) bias = params.bias;
     // Stage 0's wgmma descriptors, made once: built from each stage's address after its wait, they
-    // put 14 instructions between the wait and the k-block's first wgmma (ncu, PERFORMANCE.md). A
+    // put 14 instructions between the wait and the k-block's first wgmma (ncu). A
     // descriptor holds the address in units of 16 bytes, below 256 KB, so stage s's is stage 0's
     // plus s STAGE_BYTES / 16, and 16 columns (32 bytes) on is + 2.
     const uint64_t a_descriptor = wgmma_descriptor(stage_a(0) + group * 64 * BK);
