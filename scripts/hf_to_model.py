@@ -198,7 +198,7 @@ def main():
     cfg = read_config(config_path)
     tensors = convert(load_weights(weights_path), cfg, weights_path)
     write_model(args.out, cfg["max_t"], cfg["V"], cfg["L"], cfg["NH"], cfg["C"], tensors, bf16=args.bf16)
-    count = sum(math.prod(s) for _, s, _, _, _ in shapes(cfg["max_t"], cfg["V"], padded_vocab(cfg["V"]), cfg["L"], cfg["C"]))
+    count = sum(math.prod(value.shape) for value in tensors.values())
     print(f"wrote {args.out}: L {cfg['L']}, C {cfg['C']}, NH {cfg['NH']}, max T {cfg['max_t']}, V {cfg['V']} "
           f"(padded {padded_vocab(cfg['V'])}), {count} parameters, {'bf16' if args.bf16 else 'fp32'}")
 

@@ -96,7 +96,8 @@ def main():
     parser = argparse.ArgumentParser(description="Our model file to a Hugging Face GPT-2 directory.")
     parser.add_argument("model", help="model file (fp32 or bf16)")
     parser.add_argument("-o", "--out", required=True, help="directory to write (made if missing)")
-    parser.add_argument("--vocab", default="data/gpt2", help="directory of encoder.json and vocab.bpe (default data/gpt2)")
+    parser.add_argument("--vocab", default="data/gpt2",
+                        help="directory of encoder.json and vocab.bpe (default data/gpt2)")
     args = parser.parse_args()
     cfg, tensors, _ = read_model(args.model)
     vocab_files = [(os.path.join(args.vocab, src), dst) for src, dst in
