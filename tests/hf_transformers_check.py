@@ -13,12 +13,15 @@
         newline)
     hf_transformers_check.py random DIR L C NH T
         a GPT2LMHeadModel of GPT2Config(n_layer L, n_embd C, n_head NH, n_positions T) with transformers'
-        own random init (seed 0), saved with save_pretrained (model.safetensors, config.json)
+        own random init (seed 0), saved with save_pretrained (model.safetensors, config.json), and its
+        state_dict saved by torch.save as DIR-bin/pytorch_model.bin
     hf_transformers_check.py loss DIR TOKENS B T LOSS
         transformers' mean cross-entropy of train_gpt's first batch (B sequences of T tokens from the
         start of the token file, targets shifted by one) within 1e-5 relative of LOSS
 Exits 1 with a line starting FAIL when a check fails.
 """
+import os
+import shutil
 import sys
 
 import numpy as np
@@ -83,7 +86,8 @@ def generate(path, prompt, n, ours_file):
     top2 = scores.topk(2, dim=-1).values
     margin = (top2[:, 0] - top2[:, 1]).min().item()
     if ours != theirs:
-        sys.exit(f"FAIL greedy generation: ours {ours!r}, transformers' {theirs!r} (smallest top-2 margin {margin:.3g})")
+        sys.exit(f"FAIL greedy generation: ours {ours!r}, transformers' {theirs!r} "
+                 f"(smallest top-2 margin {margin:.3g})")
     print(f"PASS greedy generation of {len(new)} tokens equal token for token: {theirs.strip()!r} "
           f"(smallest top-2 logit margin {margin:.3g})")
 
@@ -92,8 +96,14 @@ def random_model(path, L, C, NH, T):
     torch.manual_seed(0)
     config = GPT2Config(n_layer=L, n_embd=C, n_head=NH, n_positions=T, resid_pdrop=0.0, embd_pdrop=0.0,
                         attn_pdrop=0.0)
-    GPT2LMHeadModel(config).save_pretrained(path)
-    print(f"made {path}: GPT2LMHeadModel(L {L}, C {C}, NH {NH}, T {T}) with transformers' init")
+    model = GPT2LMHeadModel(config)
+    model.save_pretrained(path)
+    # The same weights as PyTorch's pickle, as older checkpoints have them (with the tied lm_head.weight).
+    os.makedirs(f"{path}-bin", exist_ok=True)
+    shutil.copyfile(f"{path}/config.json", f"{path}-bin/config.json")
+    torch.save(model.state_dict(), f"{path}-bin/pytorch_model.bin")
+    print(f"made {path} and {path}-bin (pytorch_model.bin): GPT2LMHeadModel(L {L}, C {C}, NH {NH}, T {T}) "
+          "with transformers' init")
 
 
 def loss(path, token_file, B, T, ours):

@@ -6,8 +6,9 @@
 #     its fp32 logits equal ours (tests/dump_logits.c of the same build) within 1e-4 (FP32) or 5e-2
 #     (BF16) of each position's largest logit; import(export(m)) is m bit for bit;
 #  2. greedy generation of 32 tokens by train_gpt --prompt (FP32) equals transformers' generate;
-#  3. a GPT-2 made and initialised by transformers (GPT2Config L 2, C 64, NH 4, T 64) imports, trains
-#     one step, and its first loss equals transformers' loss of the same batch within 1e-5 (FP32).
+#  3. a GPT-2 made and initialised by transformers (GPT2Config L 2, C 64, NH 4, T 64) imports (from
+#     model.safetensors, and to the same bits from a pytorch_model.bin), trains one step, and its first
+#     loss equals transformers' loss of the same batch within 1e-5 (FP32).
 # Usage: BUILD=dir GPU_ARCH=90 tests/test_hf_gpu.sh   (needs a GPU; scripts/get_data.sh fetches the data)
 # TRAINER=cpu runs the same with train_gpt_cpu and tests/dump_logits_cpu of BUILD (the FP32 checks only),
 # where there is no GPU; MODEL (default d12) and STEPS (default 30) make it shorter there.
@@ -34,7 +35,8 @@ else
     builds=()
     for p in FP32 BF16; do
         dir=$BUILD/hf-$p
-        make --no-print-directory -s BUILD="$dir" PRECISION=$p GPU_ARCH="$ARCH" "$dir/train_gpt" "$dir/tests/dump_logits"
+        make --no-print-directory -s BUILD="$dir" PRECISION=$p GPU_ARCH="$ARCH" \
+            "$dir/train_gpt" "$dir/tests/dump_logits"
         builds+=("$p $dir/train_gpt $dir/tests/dump_logits $([ $p = FP32 ] && echo 1e-4 || echo 5e-2)")
     done
 fi
@@ -64,9 +66,13 @@ for build in "${builds[@]}"; do
     # 3. a transformers-made GPT-2 in
     check random "$tmp/random-hf" 2 64 4 64
     python3 scripts/hf_to_model.py "$tmp/random-hf" -o "$tmp/random.bin" > /dev/null
+    python3 scripts/hf_to_model.py "$tmp/random-hf-bin" -o "$tmp/random-bin.bin" > /dev/null
+    if cmp -s "$tmp/random.bin" "$tmp/random-bin.bin"; then echo "PASS pytorch_model.bin imports as model.safetensors"
+    else fail "pytorch_model.bin imports to other bits than model.safetensors"; fi
     "$trainer" -e "$tmp/random.bin" -x 1 "${train_args[@]}" -o "$tmp/random" > "$tmp/random.log" 2>&1 ||
         fail "$p: training the imported model: $(tail -3 "$tmp/random.log")"
-    first=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i } $1 == 1 { print $c["train_loss"] }' "$tmp/random/log.csv")
+    first=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i } $1 == 1 { print $c["train_loss"] }' \
+        "$tmp/random/log.csv")
     check loss "$tmp/random-hf" "$DATA/tiny_shakespeare_train.bin" 8 64 "$first"
 done
 
