@@ -11,7 +11,8 @@
 #     loss equals transformers' loss of the same batch within 1e-5 (FP32).
 # Usage: BUILD=dir GPU_ARCH=90 tests/test_hf_gpu.sh   (needs a GPU; scripts/get_data.sh fetches the data)
 # TRAINER=cpu runs the same with train_gpt_cpu and tests/dump_logits_cpu of BUILD (the FP32 checks only),
-# where there is no GPU; MODEL (default d12) and STEPS (default 30) make it shorter there.
+# where there is no GPU; MODEL (default d12) and STEPS (default 30) make it shorter there, PRECISIONS (default
+# "FP32 BF16") picks the GPU builds; the checks 2 and 3 run with FP32.
 set -euo pipefail
 "$(dirname "$0")/../scripts/get_data.sh" # before any cd: a relative GPT_DATA_DIR is the caller's
 cd "$(dirname "$0")/.."
@@ -33,7 +34,7 @@ if [ "${TRAINER:-gpu}" = cpu ]; then
     builds=("FP32 $BUILD/train_gpt_cpu $BUILD/tests/dump_logits_cpu 1e-4")
 else
     builds=()
-    for p in FP32 BF16; do
+    for p in ${PRECISIONS:-FP32 BF16}; do
         dir=$BUILD/hf-$p
         make --no-print-directory -s BUILD="$dir" PRECISION=$p GPU_ARCH="$ARCH" \
             "$dir/train_gpt" "$dir/tests/dump_logits"
