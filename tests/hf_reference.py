@@ -16,6 +16,8 @@ tests/test_hf.sh. Independent of scripts/hf_gpt2.py: it knows Hugging Face's lay
     hf_reference.py edit SRC DST ACTION...
         a copy of a checkpoint, changed: drop=NAME, add=NAME (a copy of wte), shape=NAME (one row less),
         config=FIELD=JSON, unprefix (GPT2Model's names, without transformer., and attn.bias masks)
+    hf_reference.py variants SRC DIR ACTION...
+        copies of a checkpoint changed by one ACTION each, as DIR/1, DIR/2, ... (one process for many)
 Exits 1 with a line starting FAIL when a check fails.
 """
 import json
@@ -170,6 +172,9 @@ def main():
         same(*args)
     elif cmd == "edit":
         edit(args[0], args[1], args[2:])
+    elif cmd == "variants":
+        for i, action in enumerate(args[2:], 1):
+            edit(args[0], os.path.join(args[1], str(i)), [action])
     else:
         sys.exit(f"unknown command {cmd}")
 

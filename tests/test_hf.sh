@@ -91,26 +91,28 @@ refuse() {
     [ ! -e "$tmp/bad.bin" ] || fail "hf_to_model.py $1 wrote a model file"
     echo "PASS refused: $(cat "$tmp/out")"
 }
-bad() { # bad ACTION PATTERN: the checkpoint changed by ACTION is refused
-    rm -rf "$tmp/bad"
-    ref edit "$tmp/hf" "$tmp/bad" "$1"
-    refuse "$tmp/bad" "$2"
-}
-bad drop=transformer.h.1.mlp.c_fc.bias "tensor transformer.h.1.mlp.c_fc.bias is missing"
-bad shape=transformer.h.0.attn.c_attn.weight "tensor transformer.h.0.attn.c_attn.weight has shape (63, 192)"
-bad add=transformer.h.0.attn.extra "unexpected tensor transformer.h.0.attn.extra"
-bad add=lm_head.weight.x "unexpected tensor lm_head.weight.x"
-bad config=n_embd=32 "tensor transformer.wte.weight has shape (50257, 64), config.json's .* n_embd 32"
-bad config=n_layer=1 "unexpected tensor transformer.h.1"
-bad config=n_layer=3 "tensor transformer.h.2.ln_1.weight is missing"
-bad config=n_positions=64 "tensor transformer.wpe.weight has shape (32, 64)"
-bad 'config=model_type="llama"' "field model_type is 'llama'"
-bad 'config=architectures=["LlamaForCausalLM"]' "field architectures"
-bad 'config=activation_function="relu"' "field activation_function"
-bad config=layer_norm_epsilon=1e-6 "field layer_norm_epsilon"
-bad config=n_head=5 "field n_head 5 does not divide n_embd 64"
-bad config=tie_word_embeddings=false "field tie_word_embeddings"
-bad config=vocab_size=70000 "field vocab_size is 70000"
+# Checkpoints changed by one ACTION each (tests/hf_reference.py edit), and what the refusal must name.
+cases=(
+    "drop=transformer.h.1.mlp.c_fc.bias|tensor transformer.h.1.mlp.c_fc.bias is missing"
+    "shape=transformer.h.0.attn.c_attn.weight|tensor transformer.h.0.attn.c_attn.weight has shape (63, 192)"
+    "add=transformer.h.0.attn.extra|unexpected tensor transformer.h.0.attn.extra"
+    "add=lm_head.weight.x|unexpected tensor lm_head.weight.x"
+    "config=n_embd=32|tensor transformer.wte.weight has shape (50257, 64), config.json's .* n_embd 32"
+    "config=n_layer=1|unexpected tensor transformer.h.1"
+    "config=n_layer=3|tensor transformer.h.2.ln_1.weight is missing"
+    "config=n_positions=64|tensor transformer.wpe.weight has shape (32, 64)"
+    'config=model_type="llama"|field model_type is '"'llama'"
+    'config=architectures=["LlamaForCausalLM"]|field architectures'
+    'config=activation_function="relu"|field activation_function'
+    "config=layer_norm_epsilon=1e-6|field layer_norm_epsilon"
+    "config=n_head=5|field n_head 5 does not divide n_embd 64"
+    "config=tie_word_embeddings=false|field tie_word_embeddings"
+    "config=vocab_size=70000|field vocab_size is 70000"
+)
+ref variants "$tmp/hf" "$tmp/variants" "${cases[@]%%|*}"
+for i in "${!cases[@]}"; do
+    refuse "$tmp/variants/$((i + 1))" "${cases[i]#*|}"
+done
 rm -rf "$tmp/bad" && cp -r "$tmp/hf" "$tmp/bad" && rm "$tmp/bad/config.json"
 refuse "$tmp/bad" "config.json"
 echo '{"model_type": "gpt2",' > "$tmp/bad/config.json"
