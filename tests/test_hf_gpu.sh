@@ -30,13 +30,13 @@ check() { python3 tests/hf_transformers_check.py "$@" || failed=1; }
 
 # The builds: name, trainer, logits dumper, logits tolerance.
 if [ "${TRAINER:-gpu}" = cpu ]; then
-    make --no-print-directory -s BUILD="$BUILD" "$BUILD/train_gpt_cpu" "$BUILD/tests/dump_logits_cpu"
+    make -j"$(nproc)" --no-print-directory -s BUILD="$BUILD" "$BUILD/train_gpt_cpu" "$BUILD/tests/dump_logits_cpu"
     builds=("FP32 $BUILD/train_gpt_cpu $BUILD/tests/dump_logits_cpu 1e-4")
 else
     builds=()
     for p in ${PRECISIONS:-FP32 BF16}; do
         dir=$BUILD/hf-$p
-        make --no-print-directory -s BUILD="$dir" PRECISION=$p GPU_ARCH="$ARCH" \
+        make -j"$(nproc)" --no-print-directory -s BUILD="$dir" PRECISION=$p GPU_ARCH="$ARCH" \
             "$dir/train_gpt" "$dir/tests/dump_logits"
         builds+=("$p $dir/train_gpt $dir/tests/dump_logits $([ $p = FP32 ] && echo 1e-4 || echo 5e-2)")
     done
