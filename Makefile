@@ -109,10 +109,12 @@ test_dist_SRC = common/dist.c common/rendezvous.c checkpoints/atomic_file.c
 test_memory_fit_SRC = $(MODEL_SRC) $(CPU_KERNEL_SRC)
 
 # Whole-model test programs linked like train_gpt_cpu: one forward + backward dumped for
-# tests/test_gpu_grads.sh, and greedy generation against the argmax of the logits.
+# tests/test_gpu_grads.sh, greedy generation against the argmax of the logits, and the logits of a
+# model file for tests/test_hf.sh.
 $(TEST_BIN)/dump_grads_cpu: $(call cpu_obj,tests/dump_grads.c)
 $(TEST_BIN)/test_generate_cpu: $(call cpu_obj,tests/test_generate.c)
-$(TEST_BIN)/dump_grads_cpu $(TEST_BIN)/test_generate_cpu: $(call cpu_obj,$(MODEL_SRC) $(CPU_KERNEL_SRC) $(LIB_SRC) tests/testutil.c) $(CONFIG_STAMP)
+$(TEST_BIN)/dump_logits_cpu: $(call cpu_obj,tests/dump_logits.c)
+$(TEST_BIN)/dump_grads_cpu $(TEST_BIN)/test_generate_cpu $(TEST_BIN)/dump_logits_cpu: $(call cpu_obj,$(MODEL_SRC) $(CPU_KERNEL_SRC) $(LIB_SRC) tests/testutil.c) $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(filter %.o,$^) $(LDLIBS_CPU) -o $@
 
@@ -145,7 +147,7 @@ $(BUILD)/fuzz/%: tests/%.c $$($$*_SRC) $(COMMON_SRC) $(wildcard */*.h)
 FUZZ_SECONDS ?= 60
 test:
 	@BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) tests/run_cpu_tests.sh
-test-programs: all $(addprefix $(TEST_BIN)/,$(CPU_TESTS)) $(TEST_BIN)/test_generate_cpu $(BUILD)/san/train_gpt_cpu $(addprefix $(BUILD)/fuzz/,$(FUZZERS))
+test-programs: all $(addprefix $(TEST_BIN)/,$(CPU_TESTS)) $(TEST_BIN)/test_generate_cpu $(TEST_BIN)/dump_logits_cpu $(BUILD)/san/train_gpt_cpu $(addprefix $(BUILD)/fuzz/,$(FUZZERS))
 
 setup:
 	scripts/setup.sh

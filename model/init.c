@@ -22,6 +22,13 @@ void gpt2_initial_weights(float* w, const GPT2Config* cfg, unsigned long long se
             float std = (i == P_ATTPROJW || i == P_FCPROJW) ? residual_std : 0.02f;
             init_normal(w, n, 0.0f, std, seed, offset);
             offset += (n + 3) / 4 * 4;
+            // wte's rows past V (the padding, which no token reaches and no gradient changes) are
+            // zero, as in llm.c's and Hugging Face's models. Their random numbers are still drawn, so
+            // every other weight keeps its place in the Philox sequence and its value.
+            if (i == P_WTE) {
+                size_t real = (size_t)cfg->vocab_size * cfg->channels;
+                dev_memset_zero(w + real, (n - real) * sizeof(float));
+            }
         } else if (is_ln_weight) {
             dev_upload(w, ones, n * sizeof(float));
         } else {

@@ -95,16 +95,23 @@ int main(void) { cublasHandle_t h; cublasLtHandle_t lt; return cublasCreate(&h) 
 fi
 
 # scripts/plot_loss.py draws the loss curves of tests/test_train_cpu.sh; tests/hellaswag_reference.py
-# (tests/test_hellaswag.sh) is a GPT-2 forward in NumPy.
+# (tests/test_hellaswag.sh) is a GPT-2 forward in NumPy; scripts/hf_to_model.py and model_to_hf.py
+# (tests/test_hf.sh) read and write Hugging Face's model.safetensors with safetensors.
+pip_flags="" # Debian's python3 takes a pip package only with --break-system-packages (PEP 668)
 if ! command -v python3 > /dev/null; then
     lack python3 "not found" apt python3
 else
-    for module in numpy matplotlib; do
+    for module in numpy matplotlib safetensors; do
         python3 -c "import $module" 2> /dev/null && continue
-        if [ "$(python3 -c 'import sys; print(sys.prefix)')" = /usr ]; then
-            lack $module "python3 cannot import it" apt python3-$module
-        else # a Python of its own (pyenv, venv, conda): Debian's package would not reach it
+        if [ "$(python3 -c 'import sys; print(sys.prefix)')" != /usr ]; then
+            # a Python of its own (pyenv, venv, conda): Debian's package would not reach it
             lack $module "$(command -v python3) cannot import it" pip $module
+        elif [ $module = safetensors ]; then # Debian 12 has no package of it
+            python3 -m pip --version > /dev/null 2>&1 || lack pip "python3 -m pip fails" apt python3-pip
+            lack $module "python3 cannot import it and Debian has no package of it" pip $module
+            pip_flags=" --break-system-packages"
+        else
+            lack $module "python3 cannot import it" apt python3-$module
         fi
     done
 fi
@@ -138,7 +145,7 @@ sudo="sudo "
 [ "$(id -u)" -ne 0 ] || sudo=""
 cmd=""
 [ ${#apt[@]} -eq 0 ] || cmd="${sudo}apt-get update && ${sudo}apt-get install -y ${apt[*]}"
-[ ${#pip[@]} -eq 0 ] || cmd="${cmd:+$cmd && }python3 -m pip install ${pip[*]}"
+[ ${#pip[@]} -eq 0 ] || cmd="${cmd:+$cmd && }python3 -m pip install$pip_flags ${pip[*]}"
 [ -n "$cmd" ] || exit 1 # only NVIDIA's pieces are missing: nothing here can install them
 if [ -n "$sudo" ]; then
     echo "setup.sh: to install them, run: $cmd" >&2

@@ -9,6 +9,7 @@
 #   $(BUILD)/profile_step              per-kernel time split of one training step (scripts/profile_step.sh)
 #   $(BUILD)/tests/dump_grads          the whole model's loss and gradients of one batch
 #   $(BUILD)/tests/test_generate       greedy generation against the argmax of the logits
+#   $(BUILD)/tests/dump_logits         the logits of a model file for some tokens (tests/test_hf_gpu.sh)
 #   test-cuda-compile                  compiles every variant for sm 80 86 89 90, warnings fatal
 #   test-gpu                           the GPU tests (needs a GPU; the divergence guard's also on 2 GPUs
 #                                      when there are 2)
@@ -77,10 +78,12 @@ $(BUILD)/train_gpt: $(call cuda_obj,train.c $(MODEL_SRC) $(LIB_SRC) $(CUDA_KERNE
 	$(CC) $(filter %.o,$^) $(LDLIBS_NCCL) $(LDLIBS_CUDA) -o $@
 
 # Whole-model test programs linked like train_gpt: the loss and gradients of one batch for
-# tests/test_gpu_grads.sh, and greedy generation against the argmax of the logits.
+# tests/test_gpu_grads.sh, greedy generation against the argmax of the logits, and the logits of a
+# model file for tests/test_hf_gpu.sh.
 $(TEST_BIN)/dump_grads: $(call cuda_obj,tests/dump_grads.c)
 $(TEST_BIN)/test_generate: $(call cuda_obj,tests/test_generate.c)
-$(TEST_BIN)/dump_grads $(TEST_BIN)/test_generate: $(call cuda_obj,$(MODEL_SRC) $(LIB_SRC) $(CUDA_KERNEL_SRC) $(COMM_SRC) tests/testutil.c) $(CONFIG_STAMP)
+$(TEST_BIN)/dump_logits: $(call cuda_obj,tests/dump_logits.c)
+$(TEST_BIN)/dump_grads $(TEST_BIN)/test_generate $(TEST_BIN)/dump_logits: $(call cuda_obj,$(MODEL_SRC) $(LIB_SRC) $(CUDA_KERNEL_SRC) $(COMM_SRC) tests/testutil.c) $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(filter %.o,$^) $(LDLIBS_NCCL) $(LDLIBS_CUDA) -o $@
 
@@ -120,7 +123,7 @@ test-cuda-compile: $(CUDA_CHECK_TARGETS)
 $(CUDA_CHECK_TARGETS): cuda-compile-%:
 	@dir=$(BUILD)/cuda-compile/$*; \
 	for a in flash naive; do \
-	    tests="$$dir/tests/test_kernels_gpu $$dir/tests/dump_grads $$dir/tests/test_generate"; \
+	    tests="$$dir/tests/test_kernels_gpu $$dir/tests/dump_grads $$dir/tests/test_generate $$dir/tests/dump_logits"; \
 	    [ $$a = flash ] && tests="$$tests $$dir/tests/test_attention_gpu"; \
 	    $(MAKE) -f $(TOP_MAKEFILE) --no-print-directory BUILD=$$dir ATTN=$$a PRECISION=$* GPU_ARCH="$(CUDA_CHECK_ARCH)" \
 	        CUDA_WERROR=1 $$dir/train_gpt $$dir/profile_step $$tests || exit 1; \
