@@ -17,12 +17,11 @@
 #include "common/rendezvous.h"
 #include "common/util.h"
 #include "data/dataloader.h"
-#include "data/hellaswag.h"
 #include "data/tokenizer.h"
+#include "eval/evaluate.h"
 #include "model/fit.h"
 #include "model/generate.h"
 #include "model/gpt2.h"
-#include "model/hellaswag_eval.h"
 
 // ---- options -----------------------------------------------------------------------------
 
@@ -393,109 +392,6 @@ static void print_sample(GPT2* model, const Options* o, const Tokenizer* tok, ui
     *rng = s.rng;
     free(tokens);
     sampler_free(&s);
-}
-
-// ---- evaluation --------------------------------------------------------------------------
-
-// The mean loss over `seqs` sequences of every rank's part of the validation file. The loader reads
-// one sequence at a time and they run B at a time, so the tokens do not depend on the micro-batch.
-static float validation_loss(GPT2* model, DataLoader* val, int seqs, int B) {
-    size_t T = (size_t)val->T;
-    int* inputs = xmalloc((size_t)B * T * sizeof(int), "validation batch");
-    int* targets = xmalloc((size_t)B * T * sizeof(int), "validation batch");
-    dataloader_reset(val);
-    double sum = 0.0;
-    for (int done = 0; done < seqs;) {
-        int rows = seqs - done < B ? seqs - done : B;
-        for (int r = 0; r < rows; r++) {
-            dataloader_next_batch(val);
-            memcpy(inputs + r * T, val->inputs, T * sizeof(int));
-            memcpy(targets + r * T, val->targets, T * sizeof(int));
-        }
-        gpt2_forward(model, inputs, targets, rows, (int)T, 0.0f);
-        size_t count;
-        const float* losses = gpt2_losses(model, &count);
-        sum += gpt2_loss_sum(losses, count);
-        done += rows;
-    }
-    free(inputs);
-    free(targets);
-    comm_allreduce_host(&sum, 1, COMM_SUM);
-    return (float)(sum / ((double)seqs * T * comm_world()));
-}
-
-// --hellaswag: the examples evaluated and where their scores go.
-typedef struct {
-    HellaSwagFile file;
-    int n;          // the first n examples are evaluated
-    double* scores; // every ending's score, 4 per example (this rank's examples filled)
-    FILE* dump;     // --hellaswag-dump, or NULL
-    char dump_path[4200];
-} HellaSwag;
-
-// Reads --hellaswag (every rank the whole file) and refuses an example evaluated whose context and
-// ending do not fit -t: llm.c's EvalLoader refuses such an example too (an assert) rather than cut
-// it, since a cut context or ending would give another score.
-static void hellaswag_open(HellaSwag* hs, const Options* o, int vocab_size, int rank, int world) {
-    hellaswag_read(o->hellaswag, vocab_size, &hs->file);
-    hs->n = o->hellaswag_limit > 0 && o->hellaswag_limit < hs->file.count ? o->hellaswag_limit : hs->file.count;
-    for (int i = 0; i < hs->n; i++) {
-        const HellaSwagExample* ex = &hs->file.examples[i];
-        int j = 0; // the longest ending
-        for (int k = 1; k < HELLASWAG_ENDINGS; k++) if (ex->ending_len[k] > ex->ending_len[j]) j = k;
-        if (hellaswag_row_positions(ex, j) > o->T) {
-            char limit[64] = "";
-            if (i > 0) snprintf(limit, sizeof limit, ", or --hellaswag-limit %d (the examples before it)", i);
-            fatal("%s: example %d needs %d positions (its context of %d tokens and ending %d of %d, but the "
-                  "ending's last token), more than -t %d; llm.c refuses such an example too: give a longer -t%s",
-                  o->hellaswag, i, hellaswag_row_positions(ex, j), ex->context_len, j, ex->ending_len[j], o->T, limit);
-        }
-    }
-    hs->scores = xcalloc((size_t)hs->n * HELLASWAG_ENDINGS, sizeof(double), "HellaSwag scores");
-    hs->dump = NULL;
-    if (o->hellaswag_dump) {
-        if (world > 1) snprintf(hs->dump_path, sizeof hs->dump_path, "%s.rank%d", o->hellaswag_dump, rank);
-        else snprintf(hs->dump_path, sizeof hs->dump_path, "%s", o->hellaswag_dump);
-        hs->dump = fopen(hs->dump_path, "w");
-        if (!hs->dump) fatal("cannot write %s (--hellaswag-dump): %s", hs->dump_path, strerror(errno));
-        fprintf(hs->dump, "step,example,label,prediction,loss0,loss1,loss2,loss3\n");
-    }
-    printf("hellaswag: %d of the %d examples of %s\n", hs->n, hs->file.count, o->hellaswag);
-}
-
-static void hellaswag_close(HellaSwag* hs) {
-    if (hs->dump && fclose(hs->dump) != 0) fatal("cannot write %s: %s", hs->dump_path, strerror(errno));
-    free(hs->scores);
-    hellaswag_free(&hs->file);
-}
-
-// The evaluations of a step: the validation loss (val not NULL) and the HellaSwag accuracy (hs not
-// NULL), printed on one line and returned as log.csv's fields.
-static void evaluate(GPT2* model, DataLoader* val, int val_seqs, int B, HellaSwag* hs, long long step,
-                     char* val_field, char* hs_field, size_t field_size) {
-    char line[256];
-    int at = snprintf(line, sizeof line, "step %lld:", step);
-    if (val) {
-        float vl = validation_loss(model, val, val_seqs, B);
-        at += snprintf(line + at, sizeof line - (size_t)at, " val loss %.6f", vl);
-        snprintf(val_field, field_size, "%.9g", vl);
-    }
-    if (hs) {
-        int correct = hellaswag_evaluate(model, hs->file.examples, hs->n, hs->scores);
-        double accuracy = (double)correct / hs->n;
-        at += snprintf(line + at, sizeof line - (size_t)at, "%s hellaswag %.4f (%d/%d)", val ? " |" : "", accuracy,
-                       correct, hs->n);
-        snprintf(hs_field, field_size, "%.6f", accuracy);
-        int first, end;
-        hellaswag_rank_examples(hs->n, comm_rank(), comm_world(), &first, &end);
-        for (int i = first; hs->dump && i < end; i++) {
-            const double* s = &hs->scores[(size_t)i * HELLASWAG_ENDINGS];
-            fprintf(hs->dump, "%lld,%d,%d,%d,%.9g,%.9g,%.9g,%.9g\n", step, i, hs->file.examples[i].label,
-                    hellaswag_prediction(s), s[0], s[1], s[2], s[3]);
-        }
-        if (hs->dump && fflush(hs->dump) != 0) fatal("cannot write %s: %s", hs->dump_path, strerror(errno));
-    }
-    if (val || hs) printf("%s\n", line);
 }
 
 // ---- fitting the run to the memory ----------------------------------------------------------
@@ -899,9 +795,10 @@ int main(int argc, char** argv) {
     long long val_seqs = (long long)o.val_batches * seqs;
     if (do_val && val_seqs > dataloader_batches_per_epoch(&val)) val_seqs = dataloader_batches_per_epoch(&val);
     if (o.hellaswag_dump && !o.hellaswag) fatal("--hellaswag-dump needs --hellaswag FILE");
-    HellaSwag hellaswag;
-    if (o.hellaswag) hellaswag_open(&hellaswag, &o, cfg.vocab_size, rank, world);
-    HellaSwag* hs = o.hellaswag ? &hellaswag : NULL;
+    HellaSwagRun hellaswag;
+    if (o.hellaswag)
+        hellaswag_run_open(&hellaswag, o.hellaswag, o.hellaswag_limit, o.hellaswag_dump, o.T, cfg.vocab_size, rank, world);
+    HellaSwagRun* hs = o.hellaswag ? &hellaswag : NULL;
     int max_steps = o.max_steps;
     if (max_steps < 0) max_steps = (int)dataloader_batches_per_epoch(&train);
     ensure_dir(o.out_dir);
@@ -1100,7 +997,7 @@ int main(int argc, char** argv) {
     if (sig) printf("stopped by signal %d after step %lld; resume with -y 1\n", sig, step);
     if (tok) tokenizer_free(tok);
     if (do_val) dataloader_free(&val);
-    if (hs) hellaswag_close(hs);
+    if (hs) hellaswag_run_close(hs);
     dataloader_free(&train);
     gpt2_free(&model);
     comm_free();

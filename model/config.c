@@ -1,4 +1,4 @@
-#include "config.h"
+#include "model/config.h"
 
 #include <math.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-#include "fit.h"
+#include "model/fit.h"
 
 #include <stdio.h>
 #include <string.h>

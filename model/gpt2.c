@@ -1,12 +1,12 @@
-#include "gpt2.h"
+#include "model/gpt2.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/util.h"
-#include "init.h"
+#include "common/util.h"
+#include "model/init.h"
 
 // ---- allocation --------------------------------------------------------------------------
 

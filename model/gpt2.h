@@ -5,8 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../kernels/kernels.h"
-#include "config.h"
+#include "kernels/kernels.h"
+#include "model/config.h"
 
 #ifdef __cplusplus
 extern "C" {

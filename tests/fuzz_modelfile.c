@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../checkpoints/checkpoint.h"
+#include "checkpoints/checkpoint.h"
 
 static void check_model_header(const int32_t header[256], int64_t file_bytes) {
     GPT2Config cfg;

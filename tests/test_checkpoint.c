@@ -17,9 +17,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../checkpoints/checkpoint.h"
-#include "../common/util.h"
-#include "testutil.h"
+#include "checkpoints/checkpoint.h"
+#include "common/util.h"
+#include "tests/testutil.h"
 
 // ---- helpers -----------------------------------------------------------------------------
 

@@ -10,10 +10,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../common/util.h"
-#include "../data/dataloader.h"
-#include "../data/tokenfile.h"
-#include "testutil.h"
+#include "common/util.h"
+#include "data/dataloader.h"
+#include "data/tokenfile.h"
+#include "tests/testutil.h"
 
 // ---- helpers -----------------------------------------------------------------------------
 

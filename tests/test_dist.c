@@ -21,10 +21,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../common/dist.h"
-#include "../common/rendezvous.h"
-#include "../common/util.h"
-#include "testutil.h"
+#include "common/dist.h"
+#include "common/rendezvous.h"
+#include "common/util.h"
+#include "tests/testutil.h"
 
 #define ID_BYTES 128 // sizeof(ncclUniqueId)
 

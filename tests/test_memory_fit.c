@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../model/fit.h"
-#include "testutil.h"
+#include "model/fit.h"
+#include "tests/testutil.h"
 
 static const size_t GiB = (size_t)1 << 30;
 

@@ -1,5 +1,5 @@
 #define _GNU_SOURCE // nftw
-#include "testutil.h"
+#include "tests/testutil.h"
 
 #include <ftw.h>
 #include <math.h>
@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../common/util.h"
+#include "common/util.h"
 
 static int passed, failed;
 

@@ -1,6 +1,7 @@
 // The generic attention of kernels/kernels.h, bound at build time (ATTN=flash|naive, which the
 // Makefile passes as -DATTN_FLASH or -DATTN_NAIVE) to one of the CPU variants. On the CPU floatX is
 // float, so the pointers pass straight through.
+#include "kernels/checks.h"
 #include "kernels/kernels.h"
 
 #include "common/util.h"

@@ -1,4 +1,5 @@
 // LayerNorm over the C channels of each row, and the residual add that feeds it, fp32 on the CPU.
+#include "kernels/checks.h"
 #include "kernels/kernels.h"
 #include "common/util.h"
 

@@ -6,6 +6,7 @@
 // 2 TILE_I vector FMAs and the accumulators stay in vector registers over the whole k loop (with
 // AVX2's 16, a few of them spill to the L1 cache). Every output element is one sum over k in
 // increasing order, computed by one thread, so the results do not depend on the number of threads.
+#include "kernels/checks.h"
 #include "kernels/kernels.h"
 #include "common/util.h"
 

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "common/util.h"
+#include "kernels/checks.h"
 #include "kernels/kernels.h"
 
 // Every CUDA, cuBLAS and cuRAND call goes through one of these: a failure names the call, the file

@@ -1,5 +1,5 @@
 # CUDA builds: included by the Makefile (`include kernels/cuda/cuda.mk`), which defines ATTN,
-# PRECISION, GPU_ARCH, BUILD, OBJ, CFLAGS_BASE, ATTN_DEF, LIB_SRC, MODEL_SRC, COMMON_SRC, CUDA_HOME.
+# PRECISION, GPU_ARCH, BUILD, OBJ, CFLAGS_BASE, ATTN_DEF, LIB_SRC, MODEL_SRC, TRAIN_SRC, COMMON_SRC, CUDA_HOME.
 # Objects of each PRECISION x GPU_ARCH go to their own directory, so variants never mix; those of
 # the sources that depend on ATTN (CUDA_ATTN_SRC) to one per ATTN as well, the others are shared by
 # both attention variants.
@@ -73,7 +73,7 @@ $(CUDA_OBJ)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_CUDA_HOST) -c $< -o $@
 
-$(BUILD)/train_gpt: $(call cuda_obj,train.c $(MODEL_SRC) $(LIB_SRC) $(CUDA_KERNEL_SRC) $(COMM_SRC)) $(CONFIG_STAMP)
+$(BUILD)/train_gpt: $(call cuda_obj,$(TRAIN_SRC) $(MODEL_SRC) $(LIB_SRC) $(CUDA_KERNEL_SRC) $(COMM_SRC)) $(CONFIG_STAMP)
 	$(CC) $(filter %.o,$^) $(LDLIBS_NCCL) $(LDLIBS_CUDA) -o $@
 
 # Whole-model test programs linked like train_gpt: the loss and gradients of one batch for
@@ -105,7 +105,7 @@ $(TEST_BIN)/test_attention_gpu: $(call cuda_obj,tests/test_attention_gpu.cu test
 # Times every kernel call of one training step; the model's shapes come from its options (its token
 # ids from a token file with --tokens). libdl for NVML's energy counter, opened at run time, and
 # pthreads for the thread that polls it.
-$(BUILD)/profile_step: $(call cuda_obj,scripts/profile_step.cu $(COMMON_SRC) model/init.c data/tokenfile.c checkpoints/atomic_file.c \
+$(BUILD)/profile_step: $(call cuda_obj,scripts/profile_step.cu $(COMMON_SRC) model/init.c data/tokenfile.c common/atomic_file.c \
     $(CUDA_KERNEL_SRC)) $(CONFIG_STAMP)
 	$(CC) $(filter %.o,$^) $(LDLIBS_CUDA) -ldl -lpthread -o $@
 

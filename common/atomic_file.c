@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../common/util.h"
-#include "checkpoint.h"
+#include "common/util.h"
+#include "common/atomic_file.h"
 
 // Removes the temporary file and exits; the previous file at the final path is left untouched.
 static void __attribute__((noreturn)) abandon(AtomicFile* af, const char* what, int error) {
