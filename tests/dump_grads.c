@@ -144,7 +144,9 @@ static int dump(const Options* o) {
 
     backend_init(0);
     GPT2 model;
-    gpt2_build(&model, &cfg, o->B, o->T, 0, 0, GPT2_HEAD_SLICE_TOKENS); // no recompute, no ZeRO: one process
+    // no recompute, no ZeRO, no --batch-invariant groups: one process
+    GPT2BuildSpec spec = {.config = cfg, .B = o->B, .T = o->T, .world = 1, .head_slice_tokens = GPT2_HEAD_SLICE_TOKENS};
+    gpt2_build(&model, &spec);
     gpt2_init_random(&model, o->seed);
     gpt2_zero_grad(&model);
     gpt2_forward(&model, loader.inputs, loader.targets, o->B, o->T, 1.0f / (float)(o->B * o->T));

@@ -165,7 +165,7 @@ static double layernorm_loss(void* ctx) {
     return dot(l->out, l->w, (size_t)l->N * l->C);
 }
 
-static void test_layernorm(int N, int C, int sum_rows, TestRng* rng) {
+static void test_layernorm(int N, int C, int group_rows, TestRng* rng) {
     size_t n = (size_t)N * C;
     float* inp = random_floats(n, 2.0f, rng);
     for (size_t i = 0; i < n; i++) inp[i] += 0.5f; // a mean away from 0
@@ -202,7 +202,7 @@ static void test_layernorm(int N, int C, int sum_rows, TestRng* rng) {
     float* dweight = copy_floats(dweight_prefill, C);
     float* dbias = copy_floats(dbias_prefill, C);
     float* dinp_sums = copy_floats(dinp_sums_prefill, C);
-    layernorm_backward(dinp, dweight, dbias, dinp_sums, w, inp, weight, mean, rstd, N, C, sum_rows, GRAD_ADD);
+    layernorm_backward(dinp, dweight, dbias, dinp_sums, w, inp, weight, mean, rstd, N, C, group_rows, GRAD_ADD);
     double* want_dinp = plus(dinp_prefill, finite_differences(l.inp, n, layernorm_loss, &l), n);
     double* want_dweight = plus(dweight_prefill, finite_differences(l.weight, C, layernorm_loss, &l), C);
     double* want_dbias = plus(dbias_prefill, finite_differences(l.bias, C, layernorm_loss, &l), C);
@@ -221,9 +221,9 @@ static void test_layernorm(int N, int C, int sum_rows, TestRng* rng) {
     memset(into_zeros, 0, n * sizeof(float));
     float *written_sums = copy_floats(dinp_sums_prefill, C), *into_zeros_sums = copy_floats(dinp_sums_prefill, C);
     layernorm_backward(written, copy_floats(dweight_prefill, C), copy_floats(dbias_prefill, C), written_sums, w, inp,
-                       weight, mean, rstd, N, C, sum_rows, GRAD_WRITE);
+                       weight, mean, rstd, N, C, group_rows, GRAD_WRITE);
     layernorm_backward(into_zeros, copy_floats(dweight_prefill, C), copy_floats(dbias_prefill, C), into_zeros_sums, w,
-                       inp, weight, mean, rstd, N, C, sum_rows, GRAD_ADD);
+                       inp, weight, mean, rstd, N, C, group_rows, GRAD_ADD);
     int same = memcmp(written, into_zeros, n * sizeof(float)) == 0 &&
                memcmp(written_sums, into_zeros_sums, C * sizeof(float)) == 0;
     test_check(same, label("layernorm_backward GRAD_WRITE N=%d C=%d: over poison, the bits of GRAD_ADD into zeros", N, C),
@@ -254,7 +254,7 @@ static double matmul_loss(void* ctx) {
     return dot(m->out, m->w, (size_t)m->N * m->OC);
 }
 
-static void test_matmul(int N, int C, int OC, int with_bias, int sum_rows, TestRng* rng) {
+static void test_matmul(int N, int C, int OC, int with_bias, int group_rows, TestRng* rng) {
     size_t n_inp = (size_t)N * C, n_weight = (size_t)OC * C, n_out = (size_t)N * OC;
     float* inp = random_floats(n_inp, 1.0f, rng);
     float* weight = random_floats(n_weight, 1.0f, rng);
@@ -265,7 +265,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, int sum_rows, TestR
     MatmulCase m = {N, C, OC, to_doubles(inp, n_inp), to_doubles(weight, n_weight),
                     with_bias ? to_doubles(bias, OC) : NULL, doubles(n_out), w};
     matmul_reference(&m);
-    const char* sizes = label("N=%d C=%d OC=%d sum_rows=%d%s", N, C, OC, sum_rows, with_bias ? "" : " no bias");
+    const char* sizes = label("N=%d C=%d OC=%d group_rows=%d%s", N, C, OC, group_rows, with_bias ? "" : " no bias");
     char name[256];
     snprintf(name, sizeof(name), "matmul_forward %s", sizes);
     test_close(name, out, m.out, n_out, 1e-5, 1e-5);
@@ -282,7 +282,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, int sum_rows, TestR
     float* dweight = copy_floats(dweight_prefill, n_weight);
     float* dbias_prefill = with_bias ? random_floats(OC, 1.0f, rng) : NULL;
     float* dbias = with_bias ? copy_floats(dbias_prefill, OC) : NULL;
-    matmul_backward(dinp, dweight, dbias, w, inp, weight, N, C, OC, C, sum_rows, GRAD_ADD);
+    matmul_backward(dinp, dweight, dbias, w, inp, weight, N, C, OC, C, group_rows, GRAD_ADD);
     double* want_dinp = finite_differences(m.inp, n_inp, matmul_loss, &m);
     double* dweight_alone = finite_differences(m.weight, n_weight, matmul_loss, &m);
     double* want_dweight = plus(dweight_prefill, dweight_alone, n_weight);
@@ -292,7 +292,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, int sum_rows, TestR
     test_close(name, dweight, want_dweight, n_weight, 1e-5, 1e-5);
     // GRAD_WRITE: over poison, so that an element read or left unwritten fails.
     float* written_dweight = poisoned_floats(n_weight);
-    matmul_backward(NULL, written_dweight, NULL, w, inp, weight, N, C, OC, C, sum_rows, GRAD_WRITE);
+    matmul_backward(NULL, written_dweight, NULL, w, inp, weight, N, C, OC, C, group_rows, GRAD_WRITE);
     snprintf(name, sizeof(name), "matmul_backward dweight = (GRAD_WRITE) %s", sizes);
     test_close(name, written_dweight, dweight_alone, n_weight, 1e-5, 1e-5);
     if (with_bias) {
@@ -311,7 +311,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, int sum_rows, TestR
     float* padded_dweight = copy_floats(dweight_prefill, n_weight);
     float* padded_dbias = with_bias ? copy_floats(dbias_prefill, OC) : NULL;
     matmul_forward(padded_out, padded_inp, weight, bias, NULL, N, C, OC, ld, N);
-    matmul_backward(padded_dinp, padded_dweight, padded_dbias, w, padded_inp, weight, N, C, OC, ld, sum_rows, GRAD_ADD);
+    matmul_backward(padded_dinp, padded_dweight, padded_dbias, w, padded_inp, weight, N, C, OC, ld, group_rows, GRAD_ADD);
     int same = memcmp(padded_out, out, n_out * sizeof(float)) == 0 && memcmp(padded_dinp, dinp, n_inp * sizeof(float)) == 0 &&
                memcmp(padded_dweight, dweight, n_weight * sizeof(float)) == 0 &&
                (!with_bias || memcmp(padded_dbias, dbias, OC * sizeof(float)) == 0);
@@ -357,9 +357,9 @@ static void test_thread_determinism(TestRng* rng) {
     free_all();
 }
 
-// With sum_rows = T, one call over B sequences must give the bits of B calls over one sequence
+// With group_rows = T, one call over B sequences must give the bits of B calls over one sequence
 // each (what --batch-invariant relies on), for every kernel that sums parameter gradients; a
-// sum_rows that does not divide N is refused.
+// group_rows that does not divide N is refused.
 static void test_batch_invariance(TestRng* rng) {
     const int B = 3, T = 37, C = 24, OC = 72, V = 7, N = B * T;
     float* inp = random_floats((size_t)N * C, 1.0f, rng);
@@ -423,7 +423,7 @@ static void test_batch_invariance(TestRng* rng) {
             matmul_backward(NULL, written, NULL, dout + (size_t)b * rows * OC, inp + (size_t)b * rows * C, weight,
                             rows, C, OC, C, T, b == 0 ? GRAD_WRITE : GRAD_ADD);
         int same = memcmp(written, added, (size_t)OC * C * sizeof(float)) == 0;
-        test_check(same, label("matmul_backward GRAD_WRITE in %d call(s), sum_rows %d: GRAD_ADD's bits into zeros",
+        test_check(same, label("matmul_backward GRAD_WRITE in %d call(s), group_rows %d: GRAD_ADD's bits into zeros",
                                calls, T),
                    "%s", same ? "equal" : "bits differ");
     }

@@ -229,7 +229,7 @@ static void test_encoder(int B, int T, int C, int vocab, int frequent) {
     dev_free(d_dwpe), dev_free(d_dout), dev_free(d_dwte_again), dev_free(d_dwpe_again);
 }
 
-static void test_layernorm(int N, int C, int sum_rows) {
+static void test_layernorm(int N, int C, int group_rows) {
     char name[160];
     size_t n = (size_t)N * C;
     float *inp = random_array(n, -2, 3), *w = random_array(C, 0.5, 1.5), *b = random_array(C, -1, 1);
@@ -263,29 +263,29 @@ static void test_layernorm(int N, int C, int sum_rows) {
     float *d_dw_again = upload_f(dw, C), *d_db_again = upload_f(db, C), *d_ds_again = upload_f(ds, C);
     float* d_ds_matmul = upload_f(ds, C);
     floatX* d_dout = upload_x(dout, n);
-    layernorm_backward(d_dinp, d_dw, d_db, d_ds, d_dout, d_inp, d_w, d_mean, d_rstd, N, C, sum_rows, GRAD_ADD);
+    layernorm_backward(d_dinp, d_dw, d_db, d_ds, d_dout, d_inp, d_w, d_mean, d_rstd, N, C, group_rows, GRAD_ADD);
     // again from the same start: the same bits (no atomics)
     layernorm_backward(d_dinp_again, d_dw_again, d_db_again, d_ds_again, d_dout, d_inp, d_w, d_mean, d_rstd, N, C,
-                       sum_rows, GRAD_ADD);
-    cpu_layernorm_backward(dinp, dw, db, NULL, dout, inp, w, mean, rstd, N, C, sum_rows, GRAD_ADD);
+                       group_rows, GRAD_ADD);
+    cpu_layernorm_backward(dinp, dw, db, NULL, dout, inp, w, mean, rstd, N, C, group_rows, GRAD_ADD);
     snprintf(name, sizeof name, "layernorm_backward dinp N=%d C=%d", N, C);
     check_x(name, d_dinp, dinp, n, 1);
-    snprintf(name, sizeof name, "layernorm_backward dweight N=%d C=%d sum_rows=%d", N, C, sum_rows);
+    snprintf(name, sizeof name, "layernorm_backward dweight N=%d C=%d group_rows=%d", N, C, group_rows);
     check_f(name, d_dw, dw, C, GRAD_TOLERANCE);
-    snprintf(name, sizeof name, "layernorm_backward dbias N=%d C=%d sum_rows=%d", N, C, sum_rows);
+    snprintf(name, sizeof name, "layernorm_backward dbias N=%d C=%d group_rows=%d", N, C, group_rows);
     check_f(name, d_db, db, C, GRAD_TOLERANCE);
     add_stored_column_sums(ds, d_dinp, n, C); // the sums are of dinp as the GPU stored it
-    snprintf(name, sizeof name, "layernorm_backward dinp_sums N=%d C=%d sum_rows=%d", N, C, sum_rows);
+    snprintf(name, sizeof name, "layernorm_backward dinp_sums N=%d C=%d group_rows=%d", N, C, group_rows);
     check_f(name, d_ds, ds, C, GRAD_TOLERANCE);
-    snprintf(name, sizeof name, "layernorm_backward N=%d C=%d sum_rows=%d: rerun bit for bit", N, C, sum_rows);
+    snprintf(name, sizeof name, "layernorm_backward N=%d C=%d group_rows=%d: rerun bit for bit", N, C, group_rows);
     int same = same_bytes(d_dinp, d_dinp_again, n * sizeof(floatX)) &&
                same_bytes(d_dw, d_dw_again, C * sizeof(float)) && same_bytes(d_db, d_db_again, C * sizeof(float)) &&
                same_bytes(d_ds, d_ds_again, C * sizeof(float));
     test_check(same, name, "%s", same ? "dinp, dweight, dbias, dinp_sums equal" : "bits differ");
     // The model drops the projection's own dbias pass for these sums: they must be its bits.
-    matmul_backward(NULL, NULL, d_ds_matmul, d_dinp, NULL, NULL, N, C, C, C, sum_rows, GRAD_ADD);
-    snprintf(name, sizeof name, "layernorm_backward N=%d C=%d sum_rows=%d: dinp_sums = matmul_backward's dbias, bit for bit",
-             N, C, sum_rows);
+    matmul_backward(NULL, NULL, d_ds_matmul, d_dinp, NULL, NULL, N, C, C, C, group_rows, GRAD_ADD);
+    snprintf(name, sizeof name, "layernorm_backward N=%d C=%d group_rows=%d: dinp_sums = matmul_backward's dbias, bit for bit",
+             N, C, group_rows);
     same = same_bytes(d_ds, d_ds_matmul, C * sizeof(float));
     test_check(same, name, "%s", same ? "equal" : "bits differ");
     // GRAD_WRITE: dinp written over poison, with the bits (and the dinp_sums) of GRAD_ADD into zeros.
@@ -295,9 +295,9 @@ static void test_layernorm(int N, int C, int sum_rows) {
     float *d_written_sums = upload_f(ds, C), *d_into_zeros_sums = upload_f(ds, C);
     for (int write : {1, 0}) // the parameter sums are not compared: they go into d_dw and d_db once more
         layernorm_backward(write ? d_written : d_into_zeros, d_dw, d_db, write ? d_written_sums : d_into_zeros_sums,
-                           d_dout, d_inp, d_w, d_mean, d_rstd, N, C, sum_rows, write ? GRAD_WRITE : GRAD_ADD);
-    snprintf(name, sizeof name, "layernorm_backward GRAD_WRITE N=%d C=%d sum_rows=%d: over poison, the bits of GRAD_ADD into zeros",
-             N, C, sum_rows);
+                           d_dout, d_inp, d_w, d_mean, d_rstd, N, C, group_rows, write ? GRAD_WRITE : GRAD_ADD);
+    snprintf(name, sizeof name, "layernorm_backward GRAD_WRITE N=%d C=%d group_rows=%d: over poison, the bits of GRAD_ADD into zeros",
+             N, C, group_rows);
     same = same_bytes(d_written, d_into_zeros, n * sizeof(floatX)) &&
            same_bytes(d_written_sums, d_into_zeros_sums, C * sizeof(float));
     test_check(same, name, "%s", same ? "dinp and dinp_sums equal" : "bits differ");
@@ -347,7 +347,7 @@ static void test_layernorm_offset(int N, int C, size_t offset) {
 
 // The GPU's input rows ld apart: C, or C + LINEAR_BIAS_COLUMNS with the bias columns (from which
 // the backward takes dbias); the CPU's packed.
-static void test_matmul(int N, int C, int OC, int with_bias, int sum_rows, int ld) {
+static void test_matmul(int N, int C, int OC, int with_bias, int group_rows, int ld) {
     char name[160];
     float *inp = random_array((size_t)N * C, -1, 1), *w = random_array((size_t)OC * C, -1, 1);
     float* bias = random_array(OC, -1, 1);
@@ -361,7 +361,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, int sum_rows, int l
     floatX* d_bias = upload_x(bias, OC);
     floatX* d_out = (floatX*)poisoned((size_t)N * OC * sizeof(floatX));
     float* out = host_floats((size_t)N * OC);
-    matmul_forward(d_out, d_inp, d_w, with_bias ? d_bias : NULL, NULL, N, C, OC, ld, sum_rows);
+    matmul_forward(d_out, d_inp, d_w, with_bias ? d_bias : NULL, NULL, N, C, OC, ld, group_rows);
     cpu_matmul_forward(out, inp, w, with_bias ? bias : NULL, NULL, N, C, OC, C, N);
     snprintf(name, sizeof name, "matmul_forward N=%d C=%d OC=%d bias=%d ld=%d", N, C, OC, with_bias, ld);
     check_x(name, d_out, out, (size_t)N * OC, 1);
@@ -370,7 +370,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, int sum_rows, int l
     float* residual = random_array((size_t)N * OC, -8, 8);
     floatX* d_residual = upload_x(residual, (size_t)N * OC);
     floatX* d_sum = (floatX*)poisoned((size_t)N * OC * sizeof(floatX));
-    matmul_forward(d_sum, d_inp, d_w, with_bias ? d_bias : NULL, d_residual, N, C, OC, ld, sum_rows);
+    matmul_forward(d_sum, d_inp, d_w, with_bias ? d_bias : NULL, d_residual, N, C, OC, ld, group_rows);
     cpu_matmul_forward(out, inp, w, with_bias ? bias : NULL, residual, N, C, OC, C, N);
     snprintf(name, sizeof name, "matmul_forward + residual N=%d C=%d OC=%d bias=%d ld=%d", N, C, OC, with_bias, ld);
     check_x(name, d_sum, out, (size_t)N * OC, 1);
@@ -382,14 +382,14 @@ static void test_matmul(int N, int C, int OC, int with_bias, int sum_rows, int l
     floatX* d_dout = upload_x(dout, (size_t)N * OC);
     float *d_dw = upload_f(dw, (size_t)OC * C), *d_db = upload_f(db, OC);
     floatX* d_dinp = (floatX*)poisoned((size_t)N * C * sizeof(floatX));
-    matmul_backward(d_dinp, d_dw, with_bias ? d_db : NULL, d_dout, d_inp, d_w, N, C, OC, ld, sum_rows, GRAD_ADD);
-    cpu_matmul_backward(dinp, dw, with_bias ? db : NULL, dout, inp, w, N, C, OC, C, sum_rows, GRAD_ADD);
+    matmul_backward(d_dinp, d_dw, with_bias ? d_db : NULL, d_dout, d_inp, d_w, N, C, OC, ld, group_rows, GRAD_ADD);
+    cpu_matmul_backward(dinp, dw, with_bias ? db : NULL, dout, inp, w, N, C, OC, C, group_rows, GRAD_ADD);
     snprintf(name, sizeof name, "matmul_backward dinp N=%d C=%d OC=%d ld=%d", N, C, OC, ld);
     check_x(name, d_dinp, dinp, (size_t)N * C, 1);
-    snprintf(name, sizeof name, "matmul_backward dweight N=%d C=%d OC=%d sum_rows=%d ld=%d", N, C, OC, sum_rows, ld);
+    snprintf(name, sizeof name, "matmul_backward dweight N=%d C=%d OC=%d group_rows=%d ld=%d", N, C, OC, group_rows, ld);
     check_f(name, d_dw, dw, (size_t)OC * C, GRAD_TOLERANCE);
-    snprintf(name, sizeof name, "matmul_backward dbias N=%d C=%d OC=%d bias=%d sum_rows=%d ld=%d", N, C, OC,
-             with_bias, sum_rows, ld);
+    snprintf(name, sizeof name, "matmul_backward dbias N=%d C=%d OC=%d bias=%d group_rows=%d ld=%d", N, C, OC,
+             with_bias, group_rows, ld);
     check_f(name, d_db, db, OC, GRAD_TOLERANCE); // unchanged random values when there is no bias
     free(inp), free(w), free(bias), free(out), free(dout), free(dw), free(db), free(dinp);
     dev_free(d_inp), dev_free(d_w), dev_free(d_bias), dev_free(d_out), dev_free(d_dout), dev_free(d_dw);
@@ -449,7 +449,7 @@ static void test_matmul_forward_gelu(int N, int C, int OC, int with_bias, int ld
 // nothing: were the copies not ordered after the second stream's products, they would take the
 // gradients before those were made. With ld > C the input has the bias columns, and dbias comes from
 // the product.
-static void test_matmul_backward_rerun(int N, int C, int OC, int sum_rows, int ld) {
+static void test_matmul_backward_rerun(int N, int C, int OC, int group_rows, int ld) {
     float* inp = random_linear_input(N, C, ld);
     float* w = random_array((size_t)OC * C, -1, 1);
     float *dout = random_array((size_t)N * OC, -1, 1), *dw = random_array((size_t)OC * C, -1, 1);
@@ -463,12 +463,12 @@ static void test_matmul_backward_rerun(int N, int C, int OC, int sum_rows, int l
     for (int run = 0; run < RUNS; run++) {
         if (run < 2) {
             d_dw[run] = upload_f(dw, (size_t)OC * C), d_db[run] = upload_f(db, OC);
-            matmul_backward(d_dinp, d_dw[run], d_db[run], d_dout, d_inp, d_w, N, C, OC, ld, sum_rows, GRAD_ADD);
+            matmul_backward(d_dinp, d_dw[run], d_db[run], d_dout, d_inp, d_w, N, C, OC, ld, group_rows, GRAD_ADD);
         } else { // the copies' destinations poisoned, so that one left unwritten fails
             d_dw[run] = (float*)poisoned((size_t)OC * C * sizeof(float));
             d_db[run] = (float*)poisoned(OC * sizeof(float));
             float *made_dw = upload_f(dw, (size_t)OC * C), *made_db = upload_f(db, OC);
-            matmul_backward_weights(made_dw, made_db, d_dout, d_inp, N, C, OC, ld, sum_rows, GRAD_ADD);
+            matmul_backward_weights(made_dw, made_db, d_dout, d_inp, N, C, OC, ld, group_rows, GRAD_ADD);
             matmul_backward_wait();
             dev_copy(d_dw[run], made_dw, (size_t)OC * C * sizeof(float));
             dev_copy(d_db[run], made_db, OC * sizeof(float));
@@ -486,8 +486,8 @@ static void test_matmul_backward_rerun(int N, int C, int OC, int sum_rows, int l
             float* other = host_floats(sizes[k]);
             dev_download(other, grads[k][run], sizes[k] * sizeof(float));
             char name[160];
-            snprintf(name, sizeof name, "%s %s N=%d C=%d OC=%d sum_rows=%d ld=%d: matmul_backward's bits", runs[run],
-                     names[k], N, C, OC, sum_rows, ld);
+            snprintf(name, sizeof name, "%s %s N=%d C=%d OC=%d group_rows=%d ld=%d: matmul_backward's bits", runs[run],
+                     names[k], N, C, OC, group_rows, ld);
             int same = memcmp(first, other, sizes[k] * sizeof(float)) == 0;
             test_check(same, name, "%s", same ? "equal" : "bits differ");
             free(other);
@@ -504,7 +504,7 @@ static void test_matmul_backward_rerun(int N, int C, int OC, int sum_rows, int l
 // (the second stream) and, where the input has no bias columns, matmul_backward_gelu; dbias is added to
 // in all of them. Shapes of their own, so that the first call of each (which checks the batched
 // products of several groups against a call per group) also runs with GRAD_WRITE.
-static void test_weight_gradient_write(int N, int C, int OC, int sum_rows, int ld) {
+static void test_weight_gradient_write(int N, int C, int OC, int group_rows, int ld) {
     float* inp = random_linear_input(N, C, ld);
     float* w = random_array((size_t)OC * C, -1, 1);
     float *dout = random_array((size_t)N * OC, -1, 1), *db = random_array(OC, -1, 1);
@@ -523,17 +523,17 @@ static void test_weight_gradient_write(int N, int C, int OC, int sum_rows, int l
         for (int run = 0; run < 2; run++) {
             const int mode = run == 0 ? GRAD_WRITE : GRAD_ADD;
             if (call == 0)
-                matmul_backward(d_dinp, d_dw[run], d_db[run], d_dout, d_inp, d_w, N, C, OC, ld, sum_rows, mode);
+                matmul_backward(d_dinp, d_dw[run], d_db[run], d_dout, d_inp, d_w, N, C, OC, ld, group_rows, mode);
             if (call == 1) {
-                matmul_backward_weights(d_dw[run], d_db[run], d_dout, d_inp, N, C, OC, ld, sum_rows, mode);
+                matmul_backward_weights(d_dw[run], d_db[run], d_dout, d_inp, N, C, OC, ld, group_rows, mode);
                 matmul_backward_wait();
             }
             if (call == 2)
-                matmul_backward_gelu(d_dinp, d_dw[run], d_db[run], d_dout, d_inp, d_w, d_pre, N, C, OC, sum_rows, mode);
+                matmul_backward_gelu(d_dinp, d_dw[run], d_db[run], d_dout, d_inp, d_w, d_pre, N, C, OC, group_rows, mode);
         }
         char name[200];
-        snprintf(name, sizeof name, "%s GRAD_WRITE N=%d C=%d OC=%d sum_rows=%d ld=%d: the bits of GRAD_ADD into zeros",
-                 calls[call], N, C, OC, sum_rows, ld);
+        snprintf(name, sizeof name, "%s GRAD_WRITE N=%d C=%d OC=%d group_rows=%d ld=%d: the bits of GRAD_ADD into zeros",
+                 calls[call], N, C, OC, group_rows, ld);
         const int same = same_bytes(d_dw[0], d_dw[1], (size_t)OC * C * sizeof(float)) &&
                          same_bytes(d_db[0], d_db[1], OC * sizeof(float));
         test_check(same, name, "%s", same ? "dweight and dbias equal" : "bits differ");
@@ -571,7 +571,7 @@ static void test_matmul_backward_gelu(int N, int C, int OC) {
     dev_free(d_dinp);
 }
 
-// With group_rows = sum_rows = T, the products that make each row of their output from a row of
+// With group_rows = group_rows = T, the products that make each row of their output from a row of
 // their input (the forward's, dinp) over B sequences in one call must give the bits of B calls over
 // one sequence each. matmul.cu decides on a shape's first call whether one cuBLASLt call may serve
 // all its groups, so that call runs on other inputs first and the calls compared are later ones.
@@ -620,7 +620,7 @@ static void test_row_group_invariance(int B, int T, int C, int OC) {
     dev_free(d_w);
 }
 
-// With sum_rows = T, one call over B sequences must give the bits of B calls over one sequence
+// With group_rows = T, one call over B sequences must give the bits of B calls over one sequence
 // each (--batch-invariant), for every kernel that sums parameter gradients. T = 300 gives each
 // group two column-sum chunks, the second one short. matmul.cu decides on a shape's first call
 // whether one batched cuBLASLt call may make several groups' weight gradients, so one call over the
