@@ -78,8 +78,8 @@ $(BUILD)/prepare_data: $(call cpu_obj,data/prepare_data.c $(LIB_SRC))
 # ---- tests -------------------------------------------------------------------------------
 # Each test links only the parts it tests, so parts can be built and tested on their own.
 TEST_BIN = $(BUILD)/tests
-CPU_TESTS = test_kernels_cpu test_attention_cpu test_tokenizer test_jsonl test_data test_checkpoint test_dist test_memory_fit
-TEST_BASE = tests/testutil.c $(COMMON_SRC)
+CPU_TESTS = test_kernels_cpu test_attention_cpu test_tokenizer test_jsonl test_data test_checkpoint test_dist test_memory_fit test_gpt2
+TEST_BASE = tests/lib/testutil.c $(COMMON_SRC)
 LAYER_SRC = $(filter-out kernels/cpu/attention%,$(CPU_KERNEL_SRC))
 ATTN_SRC = $(filter kernels/cpu/attention%,$(CPU_KERNEL_SRC))
 test_kernels_cpu_SRC = $(LAYER_SRC)
@@ -90,17 +90,18 @@ test_data_SRC = data/tokenfile.c data/dataloader.c common/atomic_file.c
 test_checkpoint_SRC = data/tokenfile.c data/dataloader.c common/atomic_file.c $(CKPT_SRC)
 test_dist_SRC = common/dist.c common/rendezvous.c common/atomic_file.c
 test_memory_fit_SRC = $(MODEL_SRC) $(CPU_KERNEL_SRC)
+test_gpt2_SRC = $(MODEL_SRC) $(CPU_KERNEL_SRC)
 
 # Whole-model test programs linked like train_gpt_cpu: one forward + backward dumped for
-# tests/test_gpu_grads.sh, and greedy generation against the argmax of the logits.
-$(TEST_BIN)/dump_grads_cpu: $(call cpu_obj,tests/dump_grads.c)
-$(TEST_BIN)/test_generate_cpu: $(call cpu_obj,tests/test_generate.c)
-$(TEST_BIN)/dump_grads_cpu $(TEST_BIN)/test_generate_cpu: $(call cpu_obj,$(MODEL_SRC) $(CPU_KERNEL_SRC) $(LIB_SRC) tests/testutil.c) $(CONFIG_STAMP)
+# tests/gpu/test_gpu_grads.sh, and greedy generation against the argmax of the logits.
+$(TEST_BIN)/dump_grads_cpu: $(call cpu_obj,tests/lib/dump_grads.c)
+$(TEST_BIN)/test_generate_cpu: $(call cpu_obj,tests/unit/test_generate.c)
+$(TEST_BIN)/dump_grads_cpu $(TEST_BIN)/test_generate_cpu: $(call cpu_obj,$(MODEL_SRC) $(CPU_KERNEL_SRC) $(LIB_SRC) tests/lib/testutil.c) $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(filter %.o,$^) $(LDLIBS_CPU) -o $@
 
 .SECONDEXPANSION:
-$(TEST_BIN)/%: $$(call cpu_obj,tests/%.c $$(TEST_BASE) $$($$*_SRC))
+$(TEST_BIN)/%: $$(call cpu_obj,tests/unit/%.c $$(TEST_BASE) $$($$*_SRC))
 	@mkdir -p $(dir $@)
 	$(CC) $(filter %.o,$^) $(LDLIBS_CPU) -o $@
 
@@ -118,7 +119,7 @@ fuzz_tokenfile_SRC = data/tokenfile.c common/atomic_file.c
 fuzz_modelfile_SRC = data/tokenfile.c data/dataloader.c common/atomic_file.c $(CKPT_SRC)
 fuzz_tokenizer_SRC = data/tokenizer.c data/jsonl.c
 fuzz_jsonl_SRC = data/jsonl.c
-$(BUILD)/fuzz/%: tests/%.c $$($$*_SRC) $(COMMON_SRC) $(wildcard */*.h)
+$(BUILD)/fuzz/%: tests/fuzz/%.c $$($$*_SRC) $(COMMON_SRC) $(wildcard */*.h)
 	@mkdir -p $(BUILD)/fuzz
 	clang -std=gnu11 $(WARN) -I. -I$(STB_INCLUDE) -fsanitize=fuzzer,address,undefined -g -O1 \
 	    $< $($*_SRC) $(COMMON_SRC) -lm -o $@

@@ -1,5 +1,5 @@
 // The CPU reference kernels under other names, so a test can link them beside the CUDA kernels of
-// the same names (tests/test_kernels_gpu.cu). The CPU files are compiled for such a test with
+// the same names (tests/gpu/test_kernels_gpu.cu). The CPU files are compiled for such a test with
 // `-include kernels/cpu_reference_names.h` (and no PRECISION flag, so floatX is float): the
 // #defines below rename every function of kernels/kernels.h to cpu_<name>, and the compiler checks
 // kernels.h's prototypes, so renamed, against the declarations here. The test defines

@@ -26,7 +26,7 @@ cuda_space := $(cuda_empty) $(cuda_empty)
 # and encoder.cu alone take some 2.5 minutes for the four architectures of test-cuda-compile), so a
 # source that comes to depend on ATTN must be listed here.
 CUDA_ATTN_SRC = kernels/cuda/backend.cu kernels/cuda/attention_flash.cu kernels/cuda/attention_naive.cu \
-    tests/test_attention_gpu.cu
+    tests/gpu/test_attention_gpu.cu
 cuda_variant = $(PRECISION)-sm$(subst $(cuda_space),_,$(strip $(GPU_ARCH)))
 CUDA_OBJ = $(OBJ)/cuda-$(cuda_variant)
 CUDA_ATTN_OBJ = $(OBJ)/cuda-$(ATTN)-$(cuda_variant)
@@ -77,10 +77,10 @@ $(BUILD)/train_gpt: $(call cuda_obj,$(TRAIN_SRC) $(MODEL_SRC) $(LIB_SRC) $(CUDA_
 	$(CC) $(filter %.o,$^) $(LDLIBS_NCCL) $(LDLIBS_CUDA) -o $@
 
 # Whole-model test programs linked like train_gpt: the loss and gradients of one batch for
-# tests/test_gpu_grads.sh, and greedy generation against the argmax of the logits.
-$(TEST_BIN)/dump_grads: $(call cuda_obj,tests/dump_grads.c)
-$(TEST_BIN)/test_generate: $(call cuda_obj,tests/test_generate.c)
-$(TEST_BIN)/dump_grads $(TEST_BIN)/test_generate: $(call cuda_obj,$(MODEL_SRC) $(LIB_SRC) $(CUDA_KERNEL_SRC) $(COMM_SRC) tests/testutil.c) $(CONFIG_STAMP)
+# tests/gpu/test_gpu_grads.sh, and greedy generation against the argmax of the logits.
+$(TEST_BIN)/dump_grads: $(call cuda_obj,tests/lib/dump_grads.c)
+$(TEST_BIN)/test_generate: $(call cuda_obj,tests/unit/test_generate.c)
+$(TEST_BIN)/dump_grads $(TEST_BIN)/test_generate: $(call cuda_obj,$(MODEL_SRC) $(LIB_SRC) $(CUDA_KERNEL_SRC) $(COMM_SRC) tests/lib/testutil.c) $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(filter %.o,$^) $(LDLIBS_NCCL) $(LDLIBS_CUDA) -o $@
 
@@ -90,14 +90,14 @@ $(CPU_REF_OBJ)/%.o: %.c kernels/cpu_reference_names.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_CPU) -include kernels/cpu_reference_names.h -c $< -o $@
 
-$(TEST_BIN)/test_kernels_gpu: $(call cuda_obj,tests/test_kernels_gpu.cu tests/testutil.c $(COMMON_SRC) $(CUDA_KERNEL_SRC)) \
+$(TEST_BIN)/test_kernels_gpu: $(call cuda_obj,tests/gpu/test_kernels_gpu.cu tests/lib/testutil.c $(COMMON_SRC) $(CUDA_KERNEL_SRC)) \
                               $(patsubst %.c,$(CPU_REF_OBJ)/%.o,$(filter-out kernels/cpu/comm.c,$(CPU_KERNEL_SRC)))
 	@mkdir -p $(dir $@)
 	$(CC) $^ $(LDLIBS_CUDA) -o $@
 
 # The flash kernels against the CPU flash reference (its own names, attention_flash_*_cpu); backend.cu
 # for the column sums of the qkv bias gradient.
-$(TEST_BIN)/test_attention_gpu: $(call cuda_obj,tests/test_attention_gpu.cu tests/testutil.c $(COMMON_SRC) kernels/cuda/attention_flash.cu kernels/cuda/backend.cu) \
+$(TEST_BIN)/test_attention_gpu: $(call cuda_obj,tests/gpu/test_attention_gpu.cu tests/lib/testutil.c $(COMMON_SRC) kernels/cuda/attention_flash.cu kernels/cuda/backend.cu) \
                                 $(CPU_REF_OBJ)/kernels/cpu/attention_flash.o
 	@mkdir -p $(dir $@)
 	$(CC) $^ $(LDLIBS_CUDA) -o $@
@@ -137,18 +137,18 @@ test-gpu:
 	    $$dir/tests/test_kernels_gpu || exit 1; \
 	    $$dir/tests/test_attention_gpu || exit 1; \
 	done
-	BUILD=$(BUILD) tests/test_gpu_model.sh
-	BUILD=$(BUILD) tests/test_gpu_grads.sh
-	BUILD=$(BUILD) tests/test_cross_resume.sh
-	BUILD=$(BUILD) tests/test_long_context.sh
-	BUILD=$(BUILD) tests/test_gpu_divergence.sh
-	BUILD=$(BUILD) tests/test_recipe_gpu.sh
+	BUILD=$(BUILD) tests/gpu/test_gpu_model.sh
+	BUILD=$(BUILD) tests/gpu/test_gpu_grads.sh
+	BUILD=$(BUILD) tests/gpu/test_cross_resume.sh
+	BUILD=$(BUILD) tests/gpu/test_long_context.sh
+	BUILD=$(BUILD) tests/gpu/test_gpu_divergence.sh
+	BUILD=$(BUILD) tests/gpu/test_recipe_gpu.sh
 
 # On a machine with 2 or more GPUs: data parallelism through NCCL against one GPU.
 test-multi-gpu:
-	BUILD=$(BUILD)/multi tests/test_multi_gpu.sh
+	BUILD=$(BUILD)/multi tests/gpu/test_multi_gpu.sh
 
 # On a machine with 2 GPUs: each GPU a node of its own, the ranks meeting over TCP and NCCL on its
 # socket transport (the binaries of test-multi-gpu).
 test-two-nodes:
-	BUILD=$(BUILD)/multi tests/test_two_nodes.sh
+	BUILD=$(BUILD)/multi tests/gpu/test_two_nodes.sh
