@@ -61,9 +61,11 @@ CONFIG_STAMP = $(OBJ)/config-$(ATTN)-$(PRECISION)-nccl$(NCCL).stamp
 COMMON_SRC = common/util.c common/config_file.c model/config.c
 DATA_SRC = data/tokenfile.c data/dataloader.c data/tokenizer.c data/jsonl.c data/hellaswag.c
 CKPT_SRC = $(wildcard checkpoints/*.c)
-MODEL_SRC = model/gpt2.c model/init.c model/generate.c model/fit.c model/hellaswag_eval.c
+MODEL_SRC = model/gpt2.c model/init.c model/generate.c model/fit.c
+# The trainer: the program and the evaluations it runs.
+TRAIN_SRC = train.c eval/evaluate.c eval/hellaswag.c
 CPU_KERNEL_SRC = $(wildcard kernels/cpu/*.c)
-LIB_SRC = $(COMMON_SRC) common/dist.c common/rendezvous.c $(DATA_SRC) $(CKPT_SRC)
+LIB_SRC = $(COMMON_SRC) common/atomic_file.c common/dist.c common/rendezvous.c $(DATA_SRC) $(CKPT_SRC)
 
 # CPU objects live in a directory per attention variant so variants never overwrite each other.
 CPU_OBJ = $(OBJ)/cpu-$(ATTN)
@@ -86,7 +88,7 @@ $(CPU_OBJ)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_CPU) -c $< -o $@
 
-$(BUILD)/train_gpt_cpu: $(call cpu_obj,train.c $(MODEL_SRC) $(CPU_KERNEL_SRC) $(LIB_SRC)) $(CONFIG_STAMP)
+$(BUILD)/train_gpt_cpu: $(call cpu_obj,$(TRAIN_SRC) $(MODEL_SRC) $(CPU_KERNEL_SRC) $(LIB_SRC)) $(CONFIG_STAMP)
 	$(CC) $(filter %.o,$^) $(LDLIBS_CPU) -o $@
 
 $(BUILD)/prepare_data: $(call cpu_obj,data/prepare_data.c $(LIB_SRC))
@@ -95,31 +97,32 @@ $(BUILD)/prepare_data: $(call cpu_obj,data/prepare_data.c $(LIB_SRC))
 # ---- tests -------------------------------------------------------------------------------
 # Each test links only the parts it tests, so parts can be built and tested on their own.
 TEST_BIN = $(BUILD)/tests
-CPU_TESTS = test_kernels_cpu test_attention_cpu test_tokenizer test_jsonl test_data test_checkpoint test_dist test_memory_fit
-TEST_BASE = tests/testutil.c $(COMMON_SRC)
+CPU_TESTS = test_kernels_cpu test_attention_cpu test_tokenizer test_jsonl test_data test_checkpoint test_dist test_memory_fit test_gpt2
+TEST_BASE = tests/lib/testutil.c $(COMMON_SRC)
 LAYER_SRC = $(filter-out kernels/cpu/attention%,$(CPU_KERNEL_SRC))
 ATTN_SRC = $(filter kernels/cpu/attention%,$(CPU_KERNEL_SRC))
 test_kernels_cpu_SRC = $(LAYER_SRC)
 test_attention_cpu_SRC = $(ATTN_SRC) kernels/cpu/matmul.c # the qkv bias gradient: matmul_backward's column sums
 test_tokenizer_SRC = data/tokenizer.c data/jsonl.c
 test_jsonl_SRC = data/jsonl.c
-test_data_SRC = data/tokenfile.c data/dataloader.c checkpoints/atomic_file.c
-test_checkpoint_SRC = data/tokenfile.c data/dataloader.c $(CKPT_SRC)
-test_dist_SRC = common/dist.c common/rendezvous.c checkpoints/atomic_file.c
+test_data_SRC = data/tokenfile.c data/dataloader.c common/atomic_file.c
+test_checkpoint_SRC = data/tokenfile.c data/dataloader.c common/atomic_file.c $(CKPT_SRC)
+test_dist_SRC = common/dist.c common/rendezvous.c common/atomic_file.c
 test_memory_fit_SRC = $(MODEL_SRC) $(CPU_KERNEL_SRC)
+test_gpt2_SRC = $(MODEL_SRC) $(CPU_KERNEL_SRC)
 
 # Whole-model test programs linked like train_gpt_cpu: one forward + backward dumped for
-# tests/test_gpu_grads.sh, greedy generation against the argmax of the logits, and the logits of a
-# model file for tests/test_hf.sh.
-$(TEST_BIN)/dump_grads_cpu: $(call cpu_obj,tests/dump_grads.c)
-$(TEST_BIN)/test_generate_cpu: $(call cpu_obj,tests/test_generate.c)
-$(TEST_BIN)/dump_logits_cpu: $(call cpu_obj,tests/dump_logits.c)
-$(TEST_BIN)/dump_grads_cpu $(TEST_BIN)/test_generate_cpu $(TEST_BIN)/dump_logits_cpu: $(call cpu_obj,$(MODEL_SRC) $(CPU_KERNEL_SRC) $(LIB_SRC) tests/testutil.c) $(CONFIG_STAMP)
+# tests/gpu/test_gpu_grads.sh, greedy generation against the argmax of the logits, and the logits of a
+# model file for tests/e2e/test_hf.sh.
+$(TEST_BIN)/dump_grads_cpu: $(call cpu_obj,tests/lib/dump_grads.c)
+$(TEST_BIN)/test_generate_cpu: $(call cpu_obj,tests/unit/test_generate.c)
+$(TEST_BIN)/dump_logits_cpu: $(call cpu_obj,tests/lib/dump_logits.c)
+$(TEST_BIN)/dump_grads_cpu $(TEST_BIN)/test_generate_cpu $(TEST_BIN)/dump_logits_cpu: $(call cpu_obj,$(MODEL_SRC) $(CPU_KERNEL_SRC) $(LIB_SRC) tests/lib/testutil.c) $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(filter %.o,$^) $(LDLIBS_CPU) -o $@
 
 .SECONDEXPANSION:
-$(TEST_BIN)/%: $$(call cpu_obj,tests/%.c $$(TEST_BASE) $$($$*_SRC))
+$(TEST_BIN)/%: $$(call cpu_obj,tests/unit/%.c $$(TEST_BASE) $$($$*_SRC))
 	@mkdir -p $(dir $@)
 	$(CC) $(filter %.o,$^) $(LDLIBS_CPU) -o $@
 
@@ -128,16 +131,16 @@ SAN_FLAGS = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-om
 $(BUILD)/san/train_gpt_cpu $(BUILD)/san/prepare_data: $(wildcard *.c */*.c */*/*.c *.h */*.h */*/*.h)
 	@mkdir -p $(BUILD)/san
 	clang -std=gnu11 $(WARN) -I. -I$(STB_INCLUDE) -I$(CUDA_HOME)/include $(ATTN_DEF) $(SAN_FLAGS) -fopenmp \
-	    train.c $(MODEL_SRC) $(CPU_KERNEL_SRC) $(LIB_SRC) $(LDLIBS_CPU) -o $(BUILD)/san/train_gpt_cpu
+	    $(TRAIN_SRC) $(MODEL_SRC) $(CPU_KERNEL_SRC) $(LIB_SRC) $(LDLIBS_CPU) -o $(BUILD)/san/train_gpt_cpu
 	clang -std=gnu11 $(WARN) -I. -I$(STB_INCLUDE) $(SAN_FLAGS) -fopenmp \
 	    data/prepare_data.c $(LIB_SRC) $(LDLIBS_CPU) -o $(BUILD)/san/prepare_data
 
 FUZZERS = fuzz_tokenfile fuzz_modelfile fuzz_tokenizer fuzz_jsonl
-fuzz_tokenfile_SRC = data/tokenfile.c checkpoints/atomic_file.c
-fuzz_modelfile_SRC = data/tokenfile.c data/dataloader.c $(CKPT_SRC)
+fuzz_tokenfile_SRC = data/tokenfile.c common/atomic_file.c
+fuzz_modelfile_SRC = data/tokenfile.c data/dataloader.c common/atomic_file.c $(CKPT_SRC)
 fuzz_tokenizer_SRC = data/tokenizer.c data/jsonl.c
 fuzz_jsonl_SRC = data/jsonl.c
-$(BUILD)/fuzz/%: tests/%.c $$($$*_SRC) $(COMMON_SRC) $(wildcard */*.h)
+$(BUILD)/fuzz/%: tests/fuzz/%.c $$($$*_SRC) $(COMMON_SRC) $(wildcard */*.h)
 	@mkdir -p $(BUILD)/fuzz
 	clang -std=gnu11 $(WARN) -I. -I$(STB_INCLUDE) -fsanitize=fuzzer,address,undefined -g -O1 \
 	    $< $($*_SRC) $(COMMON_SRC) -lm -o $@

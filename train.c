@@ -17,12 +17,11 @@
 #include "common/rendezvous.h"
 #include "common/util.h"
 #include "data/dataloader.h"
-#include "data/hellaswag.h"
 #include "data/tokenizer.h"
+#include "eval/evaluate.h"
 #include "model/fit.h"
 #include "model/generate.h"
 #include "model/gpt2.h"
-#include "model/hellaswag_eval.h"
 
 // ---- options -----------------------------------------------------------------------------
 
@@ -62,7 +61,7 @@ typedef struct {
     int resume;                 // -y
     int keep;                   // --keep
     int recompute;              // -r (-1: the lowest that fits with -b auto, else 0)
-    int batch_invariant;        // --batch-invariant: sequences per gradient sum (0: off)
+    int group_sequences;        // --batch-invariant: sequences per gradient sum (0: off)
     int zero_stage;             // -z
     const char* nccl_dir;       // --nccl-dir (NULL: the output directory)
     double nccl_timeout;        // --nccl-timeout, seconds
@@ -180,7 +179,7 @@ static void print_usage(void) {
            (double)d.skip_loss_z,
            (double)d.skip_norm_z, d.max_skips, d.val_every, d.val_batches, d.sample_every, d.gen_tokens,
            (double)d.temperature, d.top_k, (double)d.top_p, d.out_dir, d.checkpoint_every, d.resume, d.keep,
-           FIT_MARGIN_BYTES / 1073741824.0, d.batch_invariant, d.zero_stage, d.nccl_timeout);
+           FIT_MARGIN_BYTES / 1073741824.0, d.group_sequences, d.zero_stage, d.nccl_timeout);
 }
 
 static float parse_float(const char* s, const char* option, double lo, double hi) {
@@ -305,7 +304,7 @@ static Options parse_options(int argc, char** argv) {
         case OPT_NCCL_DIR: o.nccl_dir = optarg; break;
         case OPT_NCCL_TIMEOUT: o.nccl_timeout = parse_float(optarg, name, 1.0, 1e6); break;
         case OPT_MEMORY_LIMIT: o.memory_limit = parse_float(optarg, name, 0.01, 1e6); break;
-        case OPT_BATCH_INVARIANT: o.batch_invariant = (int)parse_int_option(optarg, name, 0, 1 << 20); break;
+        case OPT_BATCH_INVARIANT: o.group_sequences = (int)parse_int_option(optarg, name, 0, 1 << 20); break;
         case OPT_HELLASWAG: o.hellaswag = optarg; break;
         case OPT_HELLASWAG_LIMIT: o.hellaswag_limit = (int)parse_int_option(optarg, name, 0, HELLASWAG_MAX_EXAMPLES); break;
         case OPT_HELLASWAG_DUMP: o.hellaswag_dump = optarg; break;
@@ -402,109 +401,6 @@ static void print_sample(GPT2* model, const Options* o, const Tokenizer* tok, ui
     sampler_free(&s);
 }
 
-// ---- evaluation --------------------------------------------------------------------------
-
-// The mean loss over `seqs` sequences of every rank's part of the validation file. The loader reads
-// one sequence at a time and they run B at a time, so the tokens do not depend on the micro-batch.
-static float validation_loss(GPT2* model, DataLoader* val, int seqs, int B) {
-    size_t T = (size_t)val->T;
-    int* inputs = xmalloc((size_t)B * T * sizeof(int), "validation batch");
-    int* targets = xmalloc((size_t)B * T * sizeof(int), "validation batch");
-    dataloader_reset(val);
-    double sum = 0.0;
-    for (int done = 0; done < seqs;) {
-        int rows = seqs - done < B ? seqs - done : B;
-        for (int r = 0; r < rows; r++) {
-            dataloader_next_batch(val);
-            memcpy(inputs + r * T, val->inputs, T * sizeof(int));
-            memcpy(targets + r * T, val->targets, T * sizeof(int));
-        }
-        gpt2_forward(model, inputs, targets, rows, (int)T, 0.0f);
-        size_t count;
-        const float* losses = gpt2_losses(model, &count);
-        sum += gpt2_loss_sum(losses, count);
-        done += rows;
-    }
-    free(inputs);
-    free(targets);
-    comm_allreduce_host(&sum, 1, COMM_SUM);
-    return (float)(sum / ((double)seqs * T * comm_world()));
-}
-
-// --hellaswag: the examples evaluated and where their scores go.
-typedef struct {
-    HellaSwagFile file;
-    int n;          // the first n examples are evaluated
-    double* scores; // every ending's score, 4 per example (this rank's examples filled)
-    FILE* dump;     // --hellaswag-dump, or NULL
-    char dump_path[4200];
-} HellaSwag;
-
-// Reads --hellaswag (every rank the whole file) and refuses an example evaluated whose context and
-// ending do not fit -t: llm.c's EvalLoader refuses such an example too (an assert) rather than cut
-// it, since a cut context or ending would give another score.
-static void hellaswag_open(HellaSwag* hs, const Options* o, int vocab_size, int rank, int world) {
-    hellaswag_read(o->hellaswag, vocab_size, &hs->file);
-    hs->n = o->hellaswag_limit > 0 && o->hellaswag_limit < hs->file.count ? o->hellaswag_limit : hs->file.count;
-    for (int i = 0; i < hs->n; i++) {
-        const HellaSwagExample* ex = &hs->file.examples[i];
-        int j = 0; // the longest ending
-        for (int k = 1; k < HELLASWAG_ENDINGS; k++) if (ex->ending_len[k] > ex->ending_len[j]) j = k;
-        if (hellaswag_row_positions(ex, j) > o->T) {
-            char limit[64] = "";
-            if (i > 0) snprintf(limit, sizeof limit, ", or --hellaswag-limit %d (the examples before it)", i);
-            fatal("%s: example %d needs %d positions (its context of %d tokens and ending %d of %d, but the "
-                  "ending's last token), more than -t %d; llm.c refuses such an example too: give a longer -t%s",
-                  o->hellaswag, i, hellaswag_row_positions(ex, j), ex->context_len, j, ex->ending_len[j], o->T, limit);
-        }
-    }
-    hs->scores = xcalloc((size_t)hs->n * HELLASWAG_ENDINGS, sizeof(double), "HellaSwag scores");
-    hs->dump = NULL;
-    if (o->hellaswag_dump) {
-        if (world > 1) snprintf(hs->dump_path, sizeof hs->dump_path, "%s.rank%d", o->hellaswag_dump, rank);
-        else snprintf(hs->dump_path, sizeof hs->dump_path, "%s", o->hellaswag_dump);
-        hs->dump = fopen(hs->dump_path, "w");
-        if (!hs->dump) fatal("cannot write %s (--hellaswag-dump): %s", hs->dump_path, strerror(errno));
-        fprintf(hs->dump, "step,example,label,prediction,loss0,loss1,loss2,loss3\n");
-    }
-    printf("hellaswag: %d of the %d examples of %s\n", hs->n, hs->file.count, o->hellaswag);
-}
-
-static void hellaswag_close(HellaSwag* hs) {
-    if (hs->dump && fclose(hs->dump) != 0) fatal("cannot write %s: %s", hs->dump_path, strerror(errno));
-    free(hs->scores);
-    hellaswag_free(&hs->file);
-}
-
-// The evaluations of a step: the validation loss (val not NULL) and the HellaSwag accuracy (hs not
-// NULL), printed on one line and returned as log.csv's fields.
-static void evaluate(GPT2* model, DataLoader* val, int val_seqs, int B, HellaSwag* hs, long long step,
-                     char* val_field, char* hs_field, size_t field_size) {
-    char line[256];
-    int at = snprintf(line, sizeof line, "step %lld:", step);
-    if (val) {
-        float vl = validation_loss(model, val, val_seqs, B);
-        at += snprintf(line + at, sizeof line - (size_t)at, " val loss %.6f", vl);
-        snprintf(val_field, field_size, "%.9g", vl);
-    }
-    if (hs) {
-        int correct = hellaswag_evaluate(model, hs->file.examples, hs->n, hs->scores);
-        double accuracy = (double)correct / hs->n;
-        at += snprintf(line + at, sizeof line - (size_t)at, "%s hellaswag %.4f (%d/%d)", val ? " |" : "", accuracy,
-                       correct, hs->n);
-        snprintf(hs_field, field_size, "%.6f", accuracy);
-        int first, end;
-        hellaswag_rank_examples(hs->n, comm_rank(), comm_world(), &first, &end);
-        for (int i = first; hs->dump && i < end; i++) {
-            const double* s = &hs->scores[(size_t)i * HELLASWAG_ENDINGS];
-            fprintf(hs->dump, "%lld,%d,%d,%d,%.9g,%.9g,%.9g,%.9g\n", step, i, hs->file.examples[i].label,
-                    hellaswag_prediction(s), s[0], s[1], s[2], s[3]);
-        }
-        if (hs->dump && fflush(hs->dump) != 0) fatal("cannot write %s: %s", hs->dump_path, strerror(errno));
-    }
-    if (val || hs) printf("%s\n", line);
-}
-
 // ---- fitting the run to the memory ----------------------------------------------------------
 
 // The memory a run plans with: the free memory or --memory-limit, the least over the ranks so that
@@ -521,32 +417,36 @@ static double planning_memory(const Options* o, size_t free_bytes, const char** 
     return memory;
 }
 
-// -b auto: the micro-batch (and, unless -r is given, the recompute level) from the memory plan and
-// the planning memory. Exits saying what would fit when nothing does.
-static int fit_micro_batch(const Options* o, const GPT2Config* cfg, int seqs, int world, double memory,
-                           const char* source, int* recompute) {
+// -b auto: the micro-batch (and, unless -r is given, the recompute level) of spec from the memory
+// plan and the planning memory. Exits saying what would fit when nothing does.
+static void fit_micro_batch(GPT2BuildSpec* spec, int seqs, double memory, const char* source) {
     const double GiB = 1073741824.0;
-    int lo = *recompute < 0 ? 0 : *recompute, hi = *recompute < 0 ? 2 : *recompute;
+    int lo = spec->recompute < 0 ? 0 : spec->recompute, hi = spec->recompute < 0 ? 2 : spec->recompute;
+    int group = spec->group_sequences;
     Fit fit;
-    int group = o->batch_invariant ? o->batch_invariant : 1;
-    if (!gpt2_fit(cfg, o->T, seqs, group, world, o->zero_stage, lo, hi, (size_t)memory, &fit)) {
-        if (group > 1 && gpt2_fit(cfg, o->T, seqs, 1, world, o->zero_stage, lo, hi, (size_t)memory, &fit))
+    if (!gpt2_fit(spec, seqs, lo, hi, (size_t)memory, &fit)) {
+        GPT2BuildSpec ungrouped = *spec;
+        ungrouped.group_sequences = 0;
+        if (group > 1 && gpt2_fit(&ungrouped, seqs, lo, hi, (size_t)memory, &fit))
             fatal("-b auto: no multiple of --batch-invariant %d fits (B %d, -r %d would): a smaller group "
-                  "(--batch-invariant 1, slower) allows it, or 0 (no same bits across -b)", group, fit.B,
-                  fit.recompute);
+                  "(--batch-invariant 1, slower) allows it, or 0 (no same bits across -b)", group, fit.spec.B,
+                  fit.spec.recompute);
         char advice[1024];
-        gpt2_fit_advice(advice, sizeof advice, cfg, o->T, world, o->zero_stage, hi, (size_t)memory);
-        MemoryPlan least = gpt2_memory_plan(cfg, 1, o->T, hi, o->zero_stage, world, GPT2_HEAD_SLICE_TOKENS);
+        gpt2_fit_advice(advice, sizeof advice, spec, hi, (size_t)memory);
+        GPT2BuildSpec least = *spec;
+        least.B = 1;
+        least.recompute = hi;
+        least.head_slice_tokens = GPT2_HEAD_SLICE_TOKENS;
         fatal("-b auto: the run does not fit: even B 1 with -r %d plans %.2f GiB, and %.2f GiB %s less a "
-              "%.2f GiB margin leave %.2f GiB; what would fit: %s", hi, least.total / GiB, memory / GiB,
-              source, FIT_MARGIN_BYTES / GiB, (memory - (double)FIT_MARGIN_BYTES) / GiB, advice);
+              "%.2f GiB margin leave %.2f GiB; what would fit: %s", hi, gpt2_memory_plan(&least).total / GiB,
+              memory / GiB, source, FIT_MARGIN_BYTES / GiB, (memory - (double)FIT_MARGIN_BYTES) / GiB, advice);
     }
     // The head's slices are chosen after this (gpt2_fit_head_slice_tokens): the built plan says which.
     printf("-b auto: B %d, -r %d for %d sequences per GPU per step: plan %.2f GiB (with the head's %d-token "
-           "slices) of %.2f GiB %s less a %.2f GiB margin\n", fit.B, fit.recompute, seqs, fit.plan.total / GiB,
-           GPT2_HEAD_SLICE_TOKENS, memory / GiB, source, FIT_MARGIN_BYTES / GiB);
-    *recompute = fit.recompute;
-    return fit.B;
+           "slices) of %.2f GiB %s less a %.2f GiB margin\n", fit.spec.B, fit.spec.recompute, seqs,
+           fit.plan.total / GiB, GPT2_HEAD_SLICE_TOKENS, memory / GiB, source, FIT_MARGIN_BYTES / GiB);
+    spec->B = fit.spec.B;
+    spec->recompute = fit.spec.recompute;
 }
 
 // What the run holds on the GPU now against its plan: the free memory before the build less the free
@@ -867,249 +767,373 @@ static int generate_from_prompt(const Options* o, const DistEnv* env) {
     return 0;
 }
 
+// ---- the phases of a training run ----------------------------------------------------------
+
+// What a training run holds, set up phase by phase in main.
+typedef struct {
+    const Options* o;
+    int rank, world;
+    GPT2Config cfg;
+    float* file_weights;    // the model file's weights until the model holds them, or NULL
+    long long total_batch;  // tokens per optimizer step, all GPUs together
+    int seqs;               // sequences per GPU per step
+    int B, accum;           // the micro-batch, and micro-batches per step
+    int max_steps;
+    DataLoader train, val;
+    int do_val;             // -v > 0: the validation loader is open
+    long long val_seqs;     // validation sequences per GPU
+    HellaSwagRun hellaswag;
+    HellaSwagRun* hs;       // &hellaswag with --hellaswag, else NULL
+    GPT2 model;
+    size_t free_before;     // the device's free memory before the build
+    long long start_step, step;
+    Guard guard;
+    uint64_t rng;           // the sampler's
+    FILE* log;              // log.csv on rank 0, else NULL
+    char log_path[4096];
+    Tokenizer* tok;         // for the samples, or NULL (token ids)
+    float max_loss;         // --max-loss, resolved
+    double peak_flops, flops_per_token; // for the MFU
+    double train_seconds;   // the timed steps' time: all but a run's first step
+    int timed_steps;
+    int stop;               // the largest signal any rank has received; all ranks stop after the same step
+} Run;
+
+// The sequences of a step: a step reads `seqs` sequences of T tokens on each GPU. The loader hands
+// them out whole and the micro-batches are B of its rows, so the data of a step (and the shuffle, and
+// where an epoch ends) depend on -d alone, never on B: with -b auto every card sees the same batches.
+static void plan_step_batch(Run* r) {
+    const Options* o = r->o;
+    if (o->T > r->cfg.max_seq_len)
+        fatal("sequence length -t %d is above the model's maximum of %d (--max-seq)", o->T, r->cfg.max_seq_len);
+    long long tokens_per_seq_row = (long long)o->T * r->world; // one sequence on every GPU
+    long long total_batch = o->total_batch >= 0 ? o->total_batch : (o->B ? o->B : 4) * tokens_per_seq_row;
+    if (total_batch == 0 || total_batch % tokens_per_seq_row != 0 || total_batch / tokens_per_seq_row > (1 << 20))
+        fatal("total batch -d %lld is not a multiple of T*GPUs = %d*%d (from 1 to 1048576 times)", total_batch, o->T,
+              r->world);
+    int seqs = (int)(total_batch / tokens_per_seq_row);
+    if (o->B && seqs % o->B != 0)
+        fatal("total batch -d %lld is not a multiple of B*T*GPUs = %d*%d*%d = %lld", total_batch, o->B, o->T,
+              r->world, (long long)o->B * tokens_per_seq_row);
+    if (o->group_sequences && seqs % o->group_sequences != 0)
+        fatal("--batch-invariant %d does not divide the %d sequences per GPU of a step (-d %lld)", o->group_sequences,
+              seqs, total_batch);
+    if (o->B && o->group_sequences && o->B % o->group_sequences != 0)
+        fatal("-b %d is not a multiple of --batch-invariant %d", o->B, o->group_sequences);
+    r->total_batch = total_batch;
+    r->seqs = seqs;
+}
+
+// The training and validation loaders, the HellaSwag examples, the steps (-x, or one epoch) and the
+// output directory.
+static void open_data(Run* r) {
+    const Options* o = r->o;
+    dataloader_init(&r->train, o->train_pattern, r->seqs, o->T, r->rank, r->world, o->shuffle, o->seed,
+                    r->cfg.vocab_size);
+    r->do_val = o->val_every > 0;
+    if (r->do_val) dataloader_init(&r->val, o->val_pattern, 1, o->T, r->rank, r->world, 0, 0, r->cfg.vocab_size);
+    r->val_seqs = (long long)o->val_batches * r->seqs;
+    if (r->do_val && r->val_seqs > dataloader_batches_per_epoch(&r->val))
+        r->val_seqs = dataloader_batches_per_epoch(&r->val);
+    if (o->hellaswag_dump && !o->hellaswag) fatal("--hellaswag-dump needs --hellaswag FILE");
+    if (o->hellaswag) {
+        hellaswag_run_open(&r->hellaswag, o->hellaswag, o->hellaswag_limit, o->hellaswag_dump, o->T,
+                           r->cfg.vocab_size, r->rank, r->world);
+        r->hs = &r->hellaswag;
+    }
+    r->max_steps = o->max_steps >= 0 ? o->max_steps : (int)dataloader_batches_per_epoch(&r->train);
+    ensure_dir(o->out_dir);
+}
+
+// The device and the ranks, then the model: its micro-batch (-b, or -b auto from the memory plan),
+// the build, and its weights from the model file or the seed.
+static void build_model(Run* r, const DistEnv* env) {
+    const Options* o = r->o;
+    backend_init(env->local_rank);
+    Rendezvous rdv = {0};
+    if (r->world > 1) { // printed before the wait, so that a wrong choice shows at once
+        rdv = rendezvous_choose(o->nccl_dir, o->out_dir);
+        char how[512];
+        printf("rendezvous: %s\n", rendezvous_describe(&rdv, how, sizeof how));
+    }
+    comm_init(r->rank, r->world, &rdv, o->nccl_timeout);
+    size_t total_memory;
+    backend_memory(&r->free_before, &total_memory);
+    const char* memory_source;
+    double memory = planning_memory(o, r->free_before, &memory_source);
+    GPT2BuildSpec spec = {.config = r->cfg, .B = o->B, .T = o->T, .recompute = o->recompute,
+                          .zero_stage = o->zero_stage, .world = r->world, .group_sequences = o->group_sequences};
+    if (spec.B == 0) fit_micro_batch(&spec, r->seqs, memory, memory_source);
+    else if (spec.recompute < 0) spec.recompute = 0;
+    spec.head_slice_tokens = gpt2_fit_head_slice_tokens(&spec, (size_t)memory);
+    r->B = spec.B;
+    r->accum = r->seqs / spec.B;
+    gpt2_build(&r->model, &spec);
+    const GPT2Config* cfg = &r->cfg;
+    printf("%s | %s attention\n", backend_describe(), attention_name());
+    if (r->world > 1)
+        printf("%d ranks (%s, %s), ZeRO stage %d\n", r->world, env->source, comm_name(), o->zero_stage);
+    printf("model: L %d, C %d, NH %d, max T %d, V %d (padded %d), %zu parameters%s%s\n",
+           cfg->num_layers, cfg->channels, cfg->num_heads, cfg->max_seq_len, cfg->vocab_size,
+           cfg->padded_vocab_size, r->model.num_parameters, r->file_weights ? " from " : "",
+           r->file_weights ? o->model : "");
+    printf("batch: B %d x T %d x %d GPU(s) x %d accumulation = %lld tokens per step, %d steps%s\n",
+           r->B, o->T, r->world, r->accum, r->total_batch, r->max_steps,
+           o->group_sequences ? ", gradients summed per group of sequences (--batch-invariant)" : "");
+    if (r->file_weights) {
+        gpt2_set_weights(&r->model, r->file_weights);
+        free(r->file_weights);
+        r->file_weights = NULL;
+    } else {
+        gpt2_init_random(&r->model, o->seed);
+    }
+}
+
+// Exits unless the training state st (read from path) was saved by a run of this model, rank and
+// world and keeps the optimizer state of the parameters this rank keeps.
+static void check_resumable(const Run* r, const TrainState* st, const char* path) {
+    const GPT2* model = &r->model;
+    if (memcmp(&st->config, &r->cfg, sizeof r->cfg) != 0)
+        fatal("training state %s is of another model (L %d, C %d, NH %d, max T %d) than the options ask for",
+              path, st->config.num_layers, st->config.channels, st->config.num_heads, st->config.max_seq_len);
+    if (st->world != r->world || st->rank != r->rank)
+        fatal("training state %s was saved by rank %d of %d GPUs; resume with the same number of GPUs (now %d)",
+              path, st->rank, st->world, r->world);
+    if (st->nparams != model->num_parameters || st->opt_offset != model->opt_offset ||
+        st->opt_count != model->opt_count)
+        fatal("training state %s holds optimizer state of parameters [%zu, %zu) of %zu; this rank keeps "
+              "[%zu, %zu) of %zu (saved with another -z?)", path, st->opt_offset, st->opt_offset + st->opt_count,
+              st->nparams, model->opt_offset, model->opt_offset + model->opt_count, model->num_parameters);
+}
+
+// -y 1: the weights, optimizer, guard, data position and sampler of the newest step that every rank
+// has saved (a kill during a save can leave some ranks a step ahead); from scratch when there is none.
+static void resume_from_checkpoint(Run* r) {
+    const Options* o = r->o;
+    r->rng = sampler_seed(o->seed);
+    if (!o->resume) return;
+    double latest[2] = {(double)checkpoint_latest_step(o->out_dir, r->rank), 0};
+    latest[1] = -latest[0];
+    comm_allreduce_host(latest, 2, COMM_MIN);
+    long long step = (long long)latest[0], newest = (long long)-latest[1];
+    if (newest < 0) {
+        printf("no checkpoint in %s: starting from scratch\n", o->out_dir);
+        return;
+    }
+    if (step < 0)
+        fatal("rank %d: %s holds training states of some ranks but not of others; resume with "
+              "the number of GPUs that saved them", r->rank, o->out_dir);
+    char path[4096];
+    checkpoint_state_path(path, sizeof path, o->out_dir, step, r->rank);
+    double have = access(path, R_OK) == 0;
+    comm_allreduce_host(&have, 1, COMM_MIN);
+    if (!have) fatal("rank %d: not every rank has a training state of step %lld in %s", r->rank, step, o->out_dir);
+    TrainState st;
+    train_state_read(path, &st);
+    check_resumable(r, &st, path);
+    // the weights as the last update (t = st.updates, seed as in the loop) left them
+    gpt2_set_optimizer_state(&r->model, st.master, st.m, st.v, (int)st.updates,
+                             o->seed + (unsigned long long)st.updates - 1);
+    r->guard = (Guard){st.updates, st.last_applied, st.history};
+    dataloader_set_state(&r->train, &st.loader);
+    r->rng = st.sample_rng;
+    r->start_step = st.step;
+    train_state_free(&st);
+    printf("resumed from %s at step %lld\n", path, r->start_step);
+}
+
+// log.csv (rank 0), the vocabulary for the samples, the signal handlers, and what the step lines
+// compute with; then the evaluations before the first step of a fresh run.
+static void start_training(Run* r) {
+    const Options* o = r->o;
+    r->log = r->rank == 0 ? open_log(o->out_dir, o->resume ? r->start_step : -1) : NULL;
+    snprintf(r->log_path, sizeof r->log_path, "%s/log.csv", o->out_dir);
+    if (r->rank == 0 && o->sample_every > 0) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/encoder.json", o->vocab_dir);
+        if (access(path, R_OK) == 0) r->tok = tokenizer_load(o->vocab_dir);
+        else printf("warning: no vocabulary in %s (--vocab): samples are printed as token ids\n", o->vocab_dir);
+    }
+    signal(SIGINT, on_stop_signal);
+    signal(SIGTERM, on_stop_signal);
+    r->max_loss = o->max_loss < 0.0f ? 2.0f * logf((float)r->cfg.vocab_size) : o->max_loss;
+    // Training FLOPs per token: 6 per parameter (forward + backward) plus causal attention's
+    // 6 * L * C * T (half of the 12 L C T of full attention), the usual estimate (PaLM, appendix B).
+    r->peak_flops = backend_peak_flops();
+    r->flops_per_token =
+        6.0 * (double)r->model.num_parameters + 6.0 * r->cfg.num_layers * r->cfg.channels * (double)o->T;
+    r->step = r->start_step;
+    if (r->start_step == 0 && (r->do_val || r->hs)) {
+        char val_field[32] = "", hs_field[32] = "";
+        evaluate(&r->model, r->do_val ? &r->val : NULL, (int)r->val_seqs, r->B, r->hs, 0, val_field, hs_field,
+                 sizeof val_field);
+        if (r->log) fprintf(r->log, "0,,%s,,,,,,%s\n", val_field, hs_field), fflush(r->log);
+    }
+}
+
+// The step's forward and backward over its micro-batches, then the gradients reduced over the ranks:
+// returns the global gradient norm, and the step's mean loss over all ranks in *loss.
+static float compute_gradients(Run* r, float* loss) {
+    const Options* o = r->o;
+    gpt2_zero_grad(&r->model);
+    dataloader_next_batch(&r->train); // this rank's part of the step, micro-batches of B rows
+    for (int micro = 0; micro < r->accum; micro++) {
+        size_t row = (size_t)micro * r->B * o->T;
+        gpt2_forward(&r->model, r->train.inputs + row, r->train.targets + row, r->B, o->T,
+                     1.0f / (float)r->total_batch);
+        gpt2_backward(&r->model);
+    }
+    // The losses, and their mean over all the step's positions, while the GPU runs the last
+    // backward (gpt2_losses waits for the forward's downloads only), so that the GPU is not left
+    // idle while the host sums them. The gradient reduction below waits for the rest.
+    size_t count;
+    const float* losses = gpt2_losses(&r->model, &count);
+    double mean_loss = gpt2_loss_sum(losses, count) / (double)count;
+    // Fault injection for the tests, on the last rank: the others learn of it only through the
+    // decision that all ranks take together.
+    long long step = r->step + 1;
+    if (r->rank == r->world - 1 && o->inject_nan_grad && step_listed(o->inject_nan_grad, "--inject-nan-grad", step))
+        gpt2_inject_nan_gradient(&r->model);
+    if (r->rank == r->world - 1 && o->inject_nan_loss && step_listed(o->inject_nan_loss, "--inject-nan-loss", step))
+        mean_loss = NAN;
+    float norm = gpt2_reduce_gradients(&r->model, &mean_loss);
+    *loss = (float)mean_loss;
+    return norm;
+}
+
+// What the divergence guard decided for a step, and the z-scores it decided with.
+typedef struct {
+    int window;           // the applied steps the z-scores compare with
+    double z_loss, z_norm;
+    int skipped;
+    char why[128];        // why it was skipped
+} GuardDecision;
+
+// The divergence guard: applies the step's update (AdamW) unless the loss or the norm says to skip it.
+static GuardDecision update_unless_diverging(Run* r, float loss, float norm, float lr) {
+    const Options* o = r->o;
+    Guard* g = &r->guard;
+    GuardDecision d = {.window = g->history.count};
+    d.z_loss = z_score(g->history.loss, d.window, loss);
+    d.z_norm = z_score(g->history.norm, d.window, norm);
+    d.skipped = skip_step(o, r->max_loss, loss, norm, d.z_loss, d.z_norm, d.why, sizeof d.why);
+    if (!d.skipped) {
+        const float eps = 1e-8f;
+        g->updates++;
+        gpt2_update(&r->model, norm, lr, o->beta1, o->beta2, eps, o->weight_decay, o->grad_clip, (int)g->updates,
+                    o->seed + (unsigned long long)g->updates - 1);
+        g->last_applied = r->step + 1;
+        history_push(&g->history, loss, norm);
+    }
+    return d;
+}
+
+// The step's line: loss, norm, learning rate, time, throughput, MFU, ETA, the z-scores, a skip.
+static void print_step(Run* r, float loss, float norm, float lr, double seconds, const GuardDecision* d) {
+    const Options* o = r->o;
+    if (r->step > r->start_step + 1 || r->max_steps - r->start_step == 1) {
+        r->train_seconds += seconds;
+        r->timed_steps++;
+    }
+    double mean_step = r->timed_steps ? r->train_seconds / r->timed_steps : seconds;
+    char eta[32];
+    format_eta(eta, sizeof eta, mean_step * (double)(r->max_steps - r->step));
+    char mfu[32] = "";
+    if (r->peak_flops > 0.0)
+        snprintf(mfu, sizeof mfu, " | MFU %.1f%%",
+                 100.0 * r->flops_per_token * r->total_batch / r->world / seconds / r->peak_flops);
+    char zs[64] = "";
+    if (o->skip_loss_z > 0.0f || o->skip_norm_z > 0.0f) {
+        if (d->window < STEP_HISTORY) snprintf(zs, sizeof zs, " | z window %d/%d", d->window, STEP_HISTORY);
+        else snprintf(zs, sizeof zs, " | z loss %.2f norm %.2f", d->z_loss, d->z_norm);
+    }
+    printf("step %5lld/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s%s | eta %s%s%s%s\n",
+           r->step, r->max_steps, loss, norm, lr, 1e3 * seconds, r->total_batch / seconds, mfu, eta, zs,
+           d->skipped ? " | SKIPPED: " : "", d->skipped ? d->why : "");
+}
+
+// The evaluations due after the step (every -v steps and after the last), then its row of log.csv.
+static void evaluate_and_log(Run* r, float loss, float norm, float lr, double seconds, int skipped) {
+    const Options* o = r->o;
+    char val_field[32] = "", hs_field[32] = "";
+    if (r->step == r->max_steps || (o->val_every > 0 && r->step % o->val_every == 0))
+        evaluate(&r->model, r->do_val ? &r->val : NULL, (int)r->val_seqs, r->B, r->hs, r->step, val_field,
+                 hs_field, sizeof val_field);
+    if (r->log) {
+        fprintf(r->log, "%lld,%.9g,%s,%.7g,%.7g,%.3f,%.1f,%d,%s\n", r->step, loss, val_field, lr, norm,
+                1e3 * seconds, r->total_batch / seconds, skipped, hs_field);
+        if (fflush(r->log) != 0) fatal("cannot write %s: %s", r->log_path, strerror(errno));
+    }
+}
+
+// Whether any rank has been asked to stop (SIGINT, SIGTERM): all ranks then stop after this step.
+static int stop_requested(void) {
+    double signal_seen = stop_signal;
+    comm_allreduce_host(&signal_seen, 1, COMM_MAX);
+    return (int)signal_seen;
+}
+
+// One optimizer step: gradients, the guard's update, the step's line, evaluations and log, then the
+// divergence stop, the sample and the checkpoint that are due.
+static void train_step(Run* r) {
+    const Options* o = r->o;
+    double t0 = wall_seconds();
+    float lr = learning_rate(o, (int)r->step, r->max_steps);
+    float loss, norm = compute_gradients(r, &loss);
+    GuardDecision d = update_unless_diverging(r, loss, norm, lr);
+    // No wait for the update: the host prints, logs and queues the next step (its gradients'
+    // zeroing, tokens and forward) while the GPU runs AdamW. The step's time is the loop's: the host
+    // waits for the GPU within every step (its losses, its gradient norm), so in a steady run the
+    // loop keeps its pace.
+    double seconds = wall_seconds() - t0;
+    r->step++;
+    r->stop = stop_requested();
+    print_step(r, loss, norm, lr, seconds, &d);
+    evaluate_and_log(r, loss, norm, lr, seconds, d.skipped);
+    if (o->max_skips > 0 && r->step - r->guard.last_applied >= o->max_skips)
+        stop_diverged(o, &r->guard, r->step, r->rank);
+    if (r->rank == 0 && o->sample_every > 0 && o->gen_tokens > 0 &&
+        (r->step % o->sample_every == 0 || r->step == r->max_steps))
+        print_sample(&r->model, o, r->tok, &r->rng);
+    if (r->step == r->max_steps || r->stop || (o->checkpoint_every > 0 && r->step % o->checkpoint_every == 0))
+        save_checkpoint(&r->model, &r->train, r->step, r->rng, &r->guard, o, r->rank, r->world);
+}
+
+// After the loop: the checkpoint of a run that had no step to take, the memory report, and
+// everything closed. Returns the exit status: 128 + the signal that stopped the run, else 0.
+static int finish_training(Run* r) {
+    const Options* o = r->o;
+    if (r->max_steps == r->start_step)
+        save_checkpoint(&r->model, &r->train, r->step, r->rng, &r->guard, o, r->rank, r->world);
+    report_memory_use(&r->model, r->free_before);
+    if (r->log) fclose(r->log);
+    if (r->stop) printf("stopped by signal %d after step %lld; resume with -y 1\n", r->stop, r->step);
+    if (r->tok) tokenizer_free(r->tok);
+    if (r->do_val) dataloader_free(&r->val);
+    if (r->hs) hellaswag_run_close(r->hs);
+    dataloader_free(&r->train);
+    gpt2_free(&r->model);
+    comm_free();
+    return r->stop ? 128 + r->stop : 0;
+}
+
 // ---- main --------------------------------------------------------------------------------
 
 int main(int argc, char** argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     Options o = parse_options(argc, argv);
     DistEnv env = dist_env_detect();
-    int rank = env.rank, world = env.world;
     if (o.prompt || o.prompt_file) return generate_from_prompt(&o, &env);
     // Only rank 0 prints; errors go to stderr from every rank.
-    if (rank != 0 && !freopen("/dev/null", "w", stdout)) fatal("rank %d: cannot silence stdout", rank);
+    if (env.rank != 0 && !freopen("/dev/null", "w", stdout)) fatal("rank %d: cannot silence stdout", env.rank);
 
-    GPT2Config cfg;
-    float* file_weights = resolve_model(&o, &cfg);
-    if (o.T > cfg.max_seq_len)
-        fatal("sequence length -t %d is above the model's maximum of %d (--max-seq)", o.T, cfg.max_seq_len);
-    // A step reads `seqs` sequences of T tokens on each GPU: the loader hands them out whole and the
-    // micro-batches are B of its rows, so the data of a step (and the shuffle, and where an epoch
-    // ends) depend on -d alone, never on B: with -b auto every card sees the same batches.
-    long long tokens_per_seq_row = (long long)o.T * world; // one sequence on every GPU
-    long long total_batch = o.total_batch >= 0 ? o.total_batch : (o.B ? o.B : 4) * tokens_per_seq_row;
-    if (total_batch == 0 || total_batch % tokens_per_seq_row != 0 || total_batch / tokens_per_seq_row > (1 << 20))
-        fatal("total batch -d %lld is not a multiple of T*GPUs = %d*%d (from 1 to 1048576 times)", total_batch, o.T, world);
-    int seqs = (int)(total_batch / tokens_per_seq_row);
-    if (o.B && seqs % o.B != 0)
-        fatal("total batch -d %lld is not a multiple of B*T*GPUs = %d*%d*%d = %lld", total_batch, o.B, o.T,
-              world, (long long)o.B * tokens_per_seq_row);
-    if (o.batch_invariant && seqs % o.batch_invariant != 0)
-        fatal("--batch-invariant %d does not divide the %d sequences per GPU of a step (-d %lld)", o.batch_invariant,
-              seqs, total_batch);
-    if (o.B && o.batch_invariant && o.B % o.batch_invariant != 0)
-        fatal("-b %d is not a multiple of --batch-invariant %d", o.B, o.batch_invariant);
-
-    DataLoader train, val;
-    dataloader_init(&train, o.train_pattern, seqs, o.T, rank, world, o.shuffle, o.seed, cfg.vocab_size);
-    int do_val = o.val_every > 0;
-    if (do_val) dataloader_init(&val, o.val_pattern, 1, o.T, rank, world, 0, 0, cfg.vocab_size);
-    long long val_seqs = (long long)o.val_batches * seqs;
-    if (do_val && val_seqs > dataloader_batches_per_epoch(&val)) val_seqs = dataloader_batches_per_epoch(&val);
-    if (o.hellaswag_dump && !o.hellaswag) fatal("--hellaswag-dump needs --hellaswag FILE");
-    HellaSwag hellaswag;
-    if (o.hellaswag) hellaswag_open(&hellaswag, &o, cfg.vocab_size, rank, world);
-    HellaSwag* hs = o.hellaswag ? &hellaswag : NULL;
-    int max_steps = o.max_steps;
-    if (max_steps < 0) max_steps = (int)dataloader_batches_per_epoch(&train);
-    ensure_dir(o.out_dir);
-
-    backend_init(env.local_rank);
-    Rendezvous rdv = {0};
-    if (world > 1) { // printed before the wait, so that a wrong choice shows at once
-        rdv = rendezvous_choose(o.nccl_dir, o.out_dir);
-        char how[512];
-        printf("rendezvous: %s\n", rendezvous_describe(&rdv, how, sizeof how));
-    }
-    comm_init(rank, world, &rdv, o.nccl_timeout);
-    size_t free_before, total_memory;
-    backend_memory(&free_before, &total_memory);
-    const char* memory_source;
-    double memory = planning_memory(&o, free_before, &memory_source);
-    int B = o.B, recompute = o.recompute;
-    if (B == 0) B = fit_micro_batch(&o, &cfg, seqs, world, memory, memory_source, &recompute);
-    else if (recompute < 0) recompute = 0;
-    int accum = seqs / B;
-    GPT2 model;
-    gpt2_build(&model, &cfg, B, o.T, recompute, o.zero_stage,
-               gpt2_fit_head_slice_tokens(&cfg, B, o.T, recompute, o.zero_stage, world, (size_t)memory));
-    model.sum_sequences = o.batch_invariant;
-    printf("%s | %s attention\n", backend_describe(), attention_name());
-    if (world > 1)
-        printf("%d ranks (%s, %s), ZeRO stage %d\n", world, env.source, comm_name(), o.zero_stage);
-    printf("model: L %d, C %d, NH %d, max T %d, V %d (padded %d), %zu parameters%s%s\n",
-           cfg.num_layers, cfg.channels, cfg.num_heads, cfg.max_seq_len, cfg.vocab_size,
-           cfg.padded_vocab_size, model.num_parameters, file_weights ? " from " : "",
-           file_weights ? o.model : "");
-    printf("batch: B %d x T %d x %d GPU(s) x %d accumulation = %lld tokens per step, %d steps%s\n",
-           B, o.T, world, accum, total_batch, max_steps,
-           o.batch_invariant ? ", gradients summed per group of sequences (--batch-invariant)" : "");
-    if (file_weights) {
-        gpt2_set_weights(&model, file_weights);
-        free(file_weights);
-    } else {
-        gpt2_init_random(&model, o.seed);
-    }
-
-    uint64_t rng = sampler_seed(o.seed);
-    long long start_step = 0;
-    Guard guard = {0};
-    if (o.resume) {
-        // The newest step that every rank has saved (a kill during a save can leave some ranks a
-        // step ahead).
-        double latest[2] = {(double)checkpoint_latest_step(o.out_dir, rank), 0};
-        latest[1] = -latest[0];
-        comm_allreduce_host(latest, 2, COMM_MIN);
-        long long step = (long long)latest[0], newest = (long long)-latest[1];
-        if (newest < 0) {
-            printf("no checkpoint in %s: starting from scratch\n", o.out_dir);
-        } else {
-            if (step < 0)
-                fatal("rank %d: %s holds training states of some ranks but not of others; resume with "
-                      "the number of GPUs that saved them", rank, o.out_dir);
-            char path[4096];
-            checkpoint_state_path(path, sizeof path, o.out_dir, step, rank);
-            double have = access(path, R_OK) == 0;
-            comm_allreduce_host(&have, 1, COMM_MIN);
-            if (!have) fatal("rank %d: not every rank has a training state of step %lld in %s", rank, step, o.out_dir);
-            TrainState st;
-            train_state_read(path, &st);
-            if (memcmp(&st.config, &cfg, sizeof cfg) != 0)
-                fatal("training state %s is of another model (L %d, C %d, NH %d, max T %d) than the options ask for",
-                      path, st.config.num_layers, st.config.channels, st.config.num_heads, st.config.max_seq_len);
-            if (st.world != world || st.rank != rank)
-                fatal("training state %s was saved by rank %d of %d GPUs; resume with the same number of GPUs (now %d)",
-                      path, st.rank, st.world, world);
-            if (st.nparams != model.num_parameters || st.opt_offset != model.opt_offset || st.opt_count != model.opt_count)
-                fatal("training state %s holds optimizer state of parameters [%zu, %zu) of %zu; this rank keeps "
-                      "[%zu, %zu) of %zu (saved with another -z?)", path, st.opt_offset, st.opt_offset + st.opt_count,
-                      st.nparams, model.opt_offset, model.opt_offset + model.opt_count, model.num_parameters);
-            // the weights as the last update (t = st.updates, seed as in the loop) left them
-            gpt2_set_optimizer_state(&model, st.master, st.m, st.v, (int)st.updates,
-                                     o.seed + (unsigned long long)st.updates - 1);
-            guard = (Guard){st.updates, st.last_applied, st.history};
-            dataloader_set_state(&train, &st.loader);
-            rng = st.sample_rng;
-            start_step = st.step;
-            train_state_free(&st);
-            printf("resumed from %s at step %lld\n", path, start_step);
-        }
-    }
-    FILE* log = rank == 0 ? open_log(o.out_dir, o.resume ? start_step : -1) : NULL;
-    char log_path[4096];
-    snprintf(log_path, sizeof log_path, "%s/log.csv", o.out_dir);
-
-    Tokenizer* tok = NULL;
-    if (rank == 0 && o.sample_every > 0) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/encoder.json", o.vocab_dir);
-        if (access(path, R_OK) == 0) tok = tokenizer_load(o.vocab_dir);
-        else printf("warning: no vocabulary in %s (--vocab): samples are printed as token ids\n", o.vocab_dir);
-    }
-
-    signal(SIGINT, on_stop_signal);
-    signal(SIGTERM, on_stop_signal);
-    const float eps = 1e-8f;
-    const float max_loss = o.max_loss < 0.0f ? 2.0f * logf((float)cfg.vocab_size) : o.max_loss;
-    // Training FLOPs per token: 6 per parameter (forward + backward) plus causal attention's
-    // 6 * L * C * T (half of the 12 L C T of full attention), the usual estimate (PaLM, appendix B).
-    double peak_flops = backend_peak_flops();
-    double flops_per_token = 6.0 * (double)model.num_parameters + 6.0 * cfg.num_layers * cfg.channels * (double)o.T;
-    double train_seconds = 0.0;
-    int timed_steps = 0;
-    if (start_step == 0 && (do_val || hs)) {
-        char val_field[32] = "", hs_field[32] = "";
-        evaluate(&model, do_val ? &val : NULL, (int)val_seqs, B, hs, 0, val_field, hs_field, sizeof val_field);
-        if (log) fprintf(log, "0,,%s,,,,,,%s\n", val_field, hs_field), fflush(log);
-    }
-    long long step = start_step;
-    int stop = 0; // the largest signal any rank has received; all ranks stop after the same step
-    while (step < max_steps && !stop) {
-        double t0 = wall_seconds();
-        float lr = learning_rate(&o, (int)step, max_steps);
-        gpt2_zero_grad(&model);
-        dataloader_next_batch(&train); // this rank's part of the step, micro-batches of B rows
-        for (int micro = 0; micro < accum; micro++) {
-            size_t row = (size_t)micro * B * o.T;
-            gpt2_forward(&model, train.inputs + row, train.targets + row, B, o.T, 1.0f / (float)total_batch);
-            gpt2_backward(&model);
-        }
-        // The losses, and their mean over all the step's positions, while the GPU runs the last
-        // backward (gpt2_losses waits for the forward's downloads only): the host's sum of GPT-2
-        // 124M's 65,536 losses takes about 0.1 ms, which the GPU spent idle when the wait was for
-        // the backward too. The gradient reduction below waits for the rest.
-        size_t count;
-        const float* losses = gpt2_losses(&model, &count);
-        double mean_loss = gpt2_loss_sum(losses, count) / (double)count;
-        // Fault injection for the tests, on the last rank: the others learn of it only through the
-        // decision that all ranks take together.
-        if (rank == world - 1 && o.inject_nan_grad && step_listed(o.inject_nan_grad, "--inject-nan-grad", step + 1))
-            gpt2_inject_nan_gradient(&model);
-        if (rank == world - 1 && o.inject_nan_loss && step_listed(o.inject_nan_loss, "--inject-nan-loss", step + 1))
-            mean_loss = NAN;
-        float norm = gpt2_reduce_gradients(&model, &mean_loss);
-        float loss = (float)mean_loss;
-        int window = guard.history.count; // the values the z-scores compare with
-        double z_loss = z_score(guard.history.loss, window, loss);
-        double z_norm = z_score(guard.history.norm, window, norm);
-        char why[128];
-        int skipped = skip_step(&o, max_loss, loss, norm, z_loss, z_norm, why, sizeof why);
-        if (!skipped) {
-            guard.updates++;
-            gpt2_update(&model, norm, lr, o.beta1, o.beta2, eps, o.weight_decay, o.grad_clip, (int)guard.updates,
-                        o.seed + (unsigned long long)guard.updates - 1);
-            guard.last_applied = step + 1;
-            history_push(&guard.history, loss, norm);
-        }
-        // No wait for the update: the host prints, logs and queues the next step (its gradients'
-        // zeroing, tokens and forward) while the GPU runs AdamW, which a wait here had left the GPU
-        // without work behind. The step's time is the loop's: the host waits for the GPU within
-        // every step (its losses, its gradient norm), so in a steady run the loop keeps its pace.
-        double seconds = wall_seconds() - t0;
-        step++;
-        double signal_seen = stop_signal;
-        comm_allreduce_host(&signal_seen, 1, COMM_MAX);
-        stop = (int)signal_seen;
-        if (step > start_step + 1 || max_steps - start_step == 1) { train_seconds += seconds; timed_steps++; }
-        double mean_step = timed_steps ? train_seconds / timed_steps : seconds;
-        char eta[32];
-        format_eta(eta, sizeof eta, mean_step * (double)(max_steps - step));
-        char mfu[32] = "";
-        if (peak_flops > 0.0)
-            snprintf(mfu, sizeof mfu, " | MFU %.1f%%", 100.0 * flops_per_token * total_batch / world / seconds / peak_flops);
-        char zs[64] = "";
-        if (o.skip_loss_z > 0.0f || o.skip_norm_z > 0.0f) {
-            if (window < STEP_HISTORY) snprintf(zs, sizeof zs, " | z window %d/%d", window, STEP_HISTORY);
-            else snprintf(zs, sizeof zs, " | z loss %.2f norm %.2f", z_loss, z_norm);
-        }
-        printf("step %5lld/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s%s | eta %s%s%s%s\n",
-               step, max_steps, loss, norm, lr, 1e3 * seconds, total_batch / seconds, mfu, eta, zs,
-               skipped ? " | SKIPPED: " : "", skipped ? why : "");
-
-        char val_field[32] = "", hs_field[32] = "";
-        if (step == max_steps || (o.val_every > 0 && step % o.val_every == 0))
-            evaluate(&model, do_val ? &val : NULL, (int)val_seqs, B, hs, step, val_field, hs_field, sizeof val_field);
-        if (log) {
-            fprintf(log, "%lld,%.9g,%s,%.7g,%.7g,%.3f,%.1f,%d,%s\n", step, loss, val_field, lr, norm,
-                    1e3 * seconds, total_batch / seconds, skipped, hs_field);
-            if (fflush(log) != 0) fatal("cannot write %s: %s", log_path, strerror(errno));
-        }
-        if (o.max_skips > 0 && step - guard.last_applied >= o.max_skips) stop_diverged(&o, &guard, step, rank);
-
-        if (rank == 0 && o.sample_every > 0 && o.gen_tokens > 0 && (step % o.sample_every == 0 || step == max_steps))
-            print_sample(&model, &o, tok, &rng);
-        if (step == max_steps || stop || (o.checkpoint_every > 0 && step % o.checkpoint_every == 0))
-            save_checkpoint(&model, &train, step, rng, &guard, &o, rank, world);
-    }
-    if (max_steps == start_step) save_checkpoint(&model, &train, step, rng, &guard, &o, rank, world);
-    report_memory_use(&model, free_before);
-    if (log) fclose(log);
-    int sig = stop;
-    if (sig) printf("stopped by signal %d after step %lld; resume with -y 1\n", sig, step);
-    if (tok) tokenizer_free(tok);
-    if (do_val) dataloader_free(&val);
-    if (hs) hellaswag_close(hs);
-    dataloader_free(&train);
-    gpt2_free(&model);
-    comm_free();
-    return sig ? 128 + sig : 0;
+    Run run = {.o = &o, .rank = env.rank, .world = env.world};
+    run.file_weights = resolve_model(&o, &run.cfg); // a preset, custom sizes or a model file
+    plan_step_batch(&run);
+    open_data(&run);
+    build_model(&run, &env);
+    resume_from_checkpoint(&run);
+    start_training(&run);
+    while (run.step < run.max_steps && !run.stop) train_step(&run);
+    return finish_training(&run);
 }

@@ -1,39 +1,17 @@
 // Model files (llm.c-compatible), the training state for a bit-exact resume, and the checkpoint
-// directory. Every write goes to a temporary file in the same directory, is flushed and fsynced,
-// then renamed over the final name, so a crash or kill never leaves a broken file under a final
-// name; a failed write (full disk, unwritable directory) removes the temporary file and exits with
-// a message naming the path.
+// directory. Every file is written atomically (common/atomic_file.h): a crash or kill never leaves
+// a broken file under a final name.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 
-#include "../data/dataloader.h"
-#include "../model/config.h"
+#include "common/atomic_file.h"
+#include "common/loader_state.h"
+#include "model/config.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-// ---- atomic files ------------------------------------------------------------------------
-typedef struct {
-    FILE* f;
-    char final_path[4096];
-    char tmp_path[4096];
-} AtomicFile;
-// Opens "<path>.tmp.<pid>" for writing; exits naming the directory if it cannot.
-void atomic_open(AtomicFile* af, const char* path);
-// Writes bytes; on failure removes the temporary file and exits naming the path.
-void atomic_write(AtomicFile* af, const void* src, size_t bytes);
-// Moves the write position to offset bytes from the start (to fill in a header written last); on
-// failure removes the temporary file and exits naming the path.
-void atomic_seek(AtomicFile* af, long long offset);
-// fflush + fsync + close + rename (+ fsync of the directory); on failure removes the temporary file
-// and exits naming the path.
-void atomic_commit(AtomicFile* af);
-// Closes and removes the temporary file, leaving the final path untouched: for a write given up
-// because of a problem elsewhere. Harmless after a commit or a failure (nothing left to remove).
-void atomic_discard(AtomicFile* af);
 
 // ---- model file --------------------------------------------------------------------------
 // Header of 256 int32: [0] 20240326, [1] 3 (fp32) or 5 (bf16), [2] maxT, [3] V, [4] L, [5] NH,

@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../common/util.h"
-#include "checkpoint.h"
+#include "common/util.h"
+#include "checkpoints/checkpoint.h"
 
 #define MODEL_NAME "model_%08lld.bin"
 #define STATE_NAME "state_%08lld_%05d.bin"

@@ -2,8 +2,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/util.h"
-#include "checkpoint.h"
+#include "common/util.h"
+#include "checkpoints/checkpoint.h"
 
 // Headers and parameters are read and written as raw memory: the file's byte order only on a
 // little-endian host.

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/util.h"
-#include "checkpoint.h"
+#include "common/util.h"
+#include "checkpoints/checkpoint.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "state files need a little-endian host");
 

@@ -1,4 +1,4 @@
-#include "config_file.h"
+#include "common/config_file.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "common/util.h"
 
 // Where each argument read from a file came from, for config_origin.
 typedef struct {

@@ -1,4 +1,4 @@
-#include "dist.h"
+#include "common/dist.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -9,8 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../checkpoints/checkpoint.h"
-#include "util.h"
+#include "common/atomic_file.h"
+#include "common/util.h"
 
 // ---- rank from the environment -----------------------------------------------------------
 

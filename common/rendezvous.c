@@ -1,4 +1,4 @@
-#include "rendezvous.h"
+#include "common/rendezvous.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -15,8 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dist.h"
-#include "util.h"
+#include "common/dist.h"
+#include "common/util.h"
 
 // ---- choice ------------------------------------------------------------------------------
 

@@ -1,6 +1,4 @@
-#include "util.h"
-
-#include "../kernels/kernels.h"
+#include "common/util.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -58,21 +56,6 @@ long long file_size(const char* path) {
     if (stat(path, &st) != 0) fatal("cannot open %s: %s", path, strerror(errno));
     if (!S_ISREG(st.st_mode)) fatal("%s is not a regular file", path);
     return (long long)st.st_size;
-}
-
-void check_row_groups(const char* what, long long N, long long sum_rows) {
-    if (sum_rows <= 0 || N % sum_rows != 0) fatal("%s: %lld rows do not split into groups of %lld", what, N, sum_rows);
-}
-
-void check_sequence_groups(const char* what, long long B, long long T, long long sum_rows) {
-    check_row_groups(what, B * T, sum_rows);
-    if (sum_rows % T != 0) fatal("%s: groups of %lld rows are not whole sequences of %lld", what, sum_rows, T);
-}
-
-void check_linear_ld(const char* what, long long C, long long ld) {
-    if (ld != C && ld != C + LINEAR_BIAS_COLUMNS)
-        fatal("%s: rows of %lld values %lld elements apart (%lld, or %lld with the bias columns)", what, C, ld, C,
-              C + LINEAR_BIAS_COLUMNS);
 }
 
 double wall_seconds(void) {

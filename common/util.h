@@ -29,17 +29,6 @@ long long file_size(const char* path);
 // The integer value of a command-line option, lo..hi, or exit naming the option and the value.
 long long parse_int_option(const char* s, const char* option, long long lo, long long hi);
 
-// Exit unless N rows split into whole groups of sum_rows (the --batch-invariant grouping of the
-// parameter gradients' sums): "<what>: N rows do not split into groups of sum_rows".
-void check_row_groups(const char* what, long long N, long long sum_rows);
-// The same for N = B T rows whose groups must also be whole sequences of T rows (sum_rows a
-// multiple of T): attention_backward's bias sums.
-void check_sequence_groups(const char* what, long long B, long long T, long long sum_rows);
-
-// Exit unless a linear layer's input rows are ld = C (packed) or C + LINEAR_BIAS_COLUMNS (with the
-// bias columns, kernels.h) elements apart: "<what>: rows of C values ld elements apart".
-void check_linear_ld(const char* what, long long C, long long ld);
-
 // Monotonic wall clock in seconds.
 double wall_seconds(void);
 

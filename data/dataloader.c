@@ -1,4 +1,4 @@
-#include "dataloader.h"
+#include "data/dataloader.h"
 
 #include <errno.h>
 #include <glob.h>
@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/util.h"
-#include "tokenfile.h"
+#include "common/util.h"
+#include "data/tokenfile.h"
 
 // ---- shuffling ---------------------------------------------------------------------------
 // A small self-contained generator (splitmix64) so that the order depends only on (seed, epoch)

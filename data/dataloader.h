@@ -16,18 +16,11 @@
 #include <stdint.h>
 #include <stddef.h>
 
+#include "common/loader_state.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef struct {
-    int64_t epoch;
-    int64_t shard_index;  // position in this epoch's shard order
-    int64_t round;        // next round within that shard (position in its round order)
-    uint64_t seed;
-    int32_t shuffle;
-    int32_t B, T, rank, world; // recorded so a restore can check they match
-} DataLoaderState;
 
 typedef struct {
     // configuration

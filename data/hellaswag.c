@@ -1,13 +1,13 @@
 // llm.c's evaluation file (see hellaswag.h for the layout and where its facts come from).
-#include "hellaswag.h"
+#include "data/hellaswag.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../checkpoints/checkpoint.h"
-#include "../common/util.h"
+#include "common/atomic_file.h"
+#include "common/util.h"
 
 // The header and the values are read and written as raw memory: the file's byte order only on a
 // little-endian host.

@@ -1,11 +1,11 @@
-#include "tokenfile.h"
+#include "data/tokenfile.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../checkpoints/checkpoint.h"
-#include "../common/util.h"
+#include "common/atomic_file.h"
+#include "common/util.h"
 
 // The header and the tokens are read and written as raw memory, which is the file's byte order
 // only on a little-endian host.

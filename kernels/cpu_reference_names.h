@@ -1,5 +1,5 @@
 // The CPU reference kernels under other names, so a test can link them beside the CUDA kernels of
-// the same names (tests/test_kernels_gpu.cu). The CPU files are compiled for such a test with
+// the same names (tests/gpu/test_kernels_gpu.cu). The CPU files are compiled for such a test with
 // `-include kernels/cpu_reference_names.h` (and no PRECISION flag, so floatX is float): the
 // #defines below rename every function of kernels/kernels.h to cpu_<name>, and the compiler checks
 // kernels.h's prototypes, so renamed, against the declarations here. The test defines
@@ -36,21 +36,21 @@ void cpu_encoder_backward(float* dwte, float* dwpe, const float* dout, const int
 void cpu_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                            const float* bias, int N, int C, int ld_out);
 void cpu_layernorm_backward(float* dinp, float* dweight, float* dbias, float* dinp_sums, const float* dout, const float* inp,
-                            const float* weight, const float* mean, const float* rstd, int N, int C, int sum_rows,
+                            const float* weight, const float* mean, const float* rstd, int N, int C, int group_rows,
                             int dinp_mode);
 void cpu_matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                         const float* residual, int N, int C, int OC, int ld_inp, int group_rows);
 void cpu_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                         const float* weight, int N, int C, int OC, int ld_inp, int sum_rows, int dweight_mode);
+                         const float* weight, int N, int C, int OC, int ld_inp, int group_rows, int dweight_mode);
 void cpu_matmul_backward_weights(float* dweight, float* dbias, const float* dout, const float* inp, int N, int C, int OC,
-                                 int ld_inp, int sum_rows, int dweight_mode);
+                                 int ld_inp, int group_rows, int dweight_mode);
 void cpu_matmul_backward_wait(void);
 void cpu_gelu_forward(float* out, const float* inp, size_t n);
 void cpu_gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
 void cpu_matmul_forward_gelu(float* pre, float* out, const float* inp, const float* weight, const float* bias,
                              int N, int C, int OC, int ld_inp, int group_rows);
 void cpu_matmul_backward_gelu(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                              const float* weight, const float* pre, int N, int C, int OC, int sum_rows,
+                              const float* weight, const float* pre, int N, int C, int OC, int group_rows,
                               int dweight_mode);
 void cpu_fused_classifier(float* logits, float* losses, const int* targets, float dloss, int N, int V,
                           int Vp, int write_dlogits);
@@ -62,7 +62,7 @@ size_t cpu_attention_saved_bytes(int B, int T, int NH);
 size_t cpu_attention_scratch_bytes(int B, int T, int C, int NH);
 void cpu_attention_forward(float* out, void* saved, const float* qkv, int B, int T, int C, int NH);
 void cpu_attention_backward(float* dqkv, float* dbias, void* scratch, const float* dout, const float* qkv,
-                            const float* out, const void* saved, int B, int T, int C, int NH, int sum_rows);
+                            const float* out, const void* saved, int B, int T, int C, int NH, int group_rows);
 const char* cpu_attention_name(void);
 float cpu_grad_norm_squared(const float* grad, size_t n);
 void cpu_round_master_weights(float* param, const float* master, size_t n, size_t index0, int t,

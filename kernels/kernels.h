@@ -22,15 +22,14 @@
 //   (whose own backward is the identity), and takes a dinp_mode too: the model writes the residual
 //   stream's gradient with the final layernorm's backward, where it starts, instead of zeroing it
 //   first (GPT-2 124M at 64K tokens: 100 MB of memset and as much reading a step).
-// - sum_rows (a divisor of N): the layers with weights sum their parameter gradients over groups of
-//   sum_rows consecutive rows and add each group's sum in turn; a group's sum depends only on its
-//   own rows. group_rows (a divisor of N) does the same for the products that make each row of
-//   their output from the same row of their input (the forward's, and matmul_backward's dinp over
-//   groups of sum_rows): each row gets the bits of a product over its group alone. With sum_rows =
-//   group_rows = G T, a micro-batch of B sequences gives the bits of the same sequences in
-//   micro-batches of any other multiple of G (train_gpt --batch-invariant G); sum_rows = N (one
-//   group) is the fastest on the GPU, where each group's gradient sums are one cuBLAS call per
-//   product.
+// - group_rows (a divisor of N): the rows come in groups of group_rows consecutive rows. The layers
+//   with weights sum their parameter gradients group by group and add each group's sum in turn; a
+//   group's sum depends only on its own rows. The products that make each row of their output from
+//   the same row of their input (the forward's, and matmul_backward's dinp) give each row the bits
+//   of a product over its group alone. With group_rows = group_sequences T (train_gpt
+//   --batch-invariant group_sequences), a micro-batch of B sequences gives the bits of the same
+//   sequences in micro-batches of any other multiple of group_sequences; group_rows = N (one group)
+//   is the fastest on the GPU, where each group's gradient sums are one cuBLAS call per product.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -53,7 +52,7 @@ extern "C" {
 // How a gradient goes into its array (Conventions): a product's weight gradient into dweight
 // (dweight_mode), layernorm_backward's into dinp (dinp_mode). GRAD_WRITE writes over what the array
 // holds, which is not read; GRAD_ADD adds to it. GRAD_WRITE gives the bits of GRAD_ADD into zeros;
-// with sum_rows < N a weight gradient's first group's sum is written and the others' added. (Plain
+// with group_rows < N a weight gradient's first group's sum is written and the others' added. (Plain
 // ints, so that cpu_reference_names.h declares the same prototypes without this header.)
 enum { GRAD_WRITE, GRAD_ADD };
 
@@ -114,13 +113,13 @@ void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const int* i
 // overlap no input.
 void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
                        const floatX* weight, const floatX* bias, int N, int C, int ld_out);
-// dinp = or += ... (dinp_mode), dweight += ..., dbias += ... (parameter sums in groups of sum_rows
+// dinp = or += ... (dinp_mode), dweight += ..., dbias += ... (parameter sums in groups of group_rows
 // rows, see above). dinp_sums (may be NULL) += the column sums of dinp after the update, the very
 // bits of matmul_backward's dbias for dout = dinp: the model gives it the bias gradient of the linear
 // layer whose output the residual stream adds, so that layer's backward need not read dinp once more.
 void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* dinp_sums, const floatX* dout,
                         const floatX* inp, const floatX* weight, const float* mean,
-                        const float* rstd, int N, int C, int sum_rows, int dinp_mode);
+                        const float* rstd, int N, int C, int group_rows, int dinp_mode);
 
 // A linear layer's input, inp (N, C), has its rows ld_inp >= C elements apart. Where ld_inp = C +
 // LINEAR_BIAS_COLUMNS, each row carries the bias columns after its C values: a 1, then zeros (a
@@ -135,21 +134,21 @@ void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* dinp_
 // rounded once to floatX; bias and residual may be NULL. The residual connection of a block's
 // projection is this add: its backward is the identity on residual, so the model lets the
 // residual stream's gradient flow through unchanged. inp's bias columns are not read. out overlaps
-// no input. Each row has the bits of a product over its group of group_rows rows (see sum_rows).
+// no input. Each row has the bits of a product over its group of group_rows rows (Conventions).
 void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
                     const floatX* residual, int N, int C, int OC, int ld_inp, int group_rows);
 // dinp = dout @ weight; dweight = or += dout^T @ inp (dweight_mode); dbias += column sums of dout (from
 // inp's bias columns where it has them, which the caller then guarantees to be 1 and zeros). dinp,
 // dweight or dbias may be NULL, which skips that part.
 void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout, const floatX* inp,
-                     const floatX* weight, int N, int C, int OC, int ld_inp, int sum_rows, int dweight_mode);
+                     const floatX* weight, int N, int C, int OC, int ld_inp, int group_rows, int dweight_mode);
 // matmul_backward's dweight and dbias alone, with its bits, which the backend may still be making
 // when it returns, beside the calls that follow (the CUDA backend: on a second stream, so that a
 // layernorm's backward, bound by memory, runs beside the product). Until matmul_backward_wait(),
 // dout and inp must not be written, nor dweight and dbias read or written; after it, the calls
 // that follow see the gradients (the CPU's are complete on return).
 void matmul_backward_weights(float* dweight, float* dbias, const floatX* dout, const floatX* inp, int N, int C, int OC,
-                             int ld_inp, int sum_rows, int dweight_mode);
+                             int ld_inp, int group_rows, int dweight_mode);
 void matmul_backward_wait(void);
 
 // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
@@ -168,7 +167,7 @@ void matmul_forward_gelu(floatX* pre, floatX* out, const floatX* inp, const floa
 // gradient with respect to pre (N, C), as gelu_backward would make it (in the GPU's BF16 build one
 // cuBLASLt call with a GELU-derivative epilogue, which saves a pass over the (N, 4C) activations).
 void matmul_backward_gelu(floatX* dinp, float* dweight, float* dbias, const floatX* dout, const floatX* inp,
-                          const floatX* weight, const floatX* pre, int N, int C, int OC, int sum_rows,
+                          const floatX* weight, const floatX* pre, int N, int C, int OC, int group_rows,
                           int dweight_mode);
 
 // Softmax over the first V of Vp logits per row and cross-entropy against targets (0 <= t < V).
@@ -199,14 +198,14 @@ void head_classifier(float* losses, floatX* dinp, float* dweight, void* scratch,
 // running max and the running sum of exp(s - m) per row). `scratch` (attention_scratch_bytes) is
 // working memory of the backward. dqkv is overwritten. If dbias is not NULL, the backward also adds
 // the column sums of dqkv as stored, the gradient of the qkv projection's bias (3C), into it, in
-// groups of sum_rows rows as matmul_backward sums (sum_rows a multiple of T); the qkv product's
+// groups of group_rows rows as matmul_backward sums (group_rows a multiple of T); the qkv product's
 // matmul_backward then gets no dbias. (The GPU's BF16 flash kernels sum dqkv's 64-row tiles as they
 // store them, in an order of their own, instead of reading dqkv again.)
 size_t attention_saved_bytes(int B, int T, int NH);
 size_t attention_scratch_bytes(int B, int T, int C, int NH);
 void attention_forward(floatX* out, void* saved, const floatX* qkv, int B, int T, int C, int NH);
 void attention_backward(floatX* dqkv, float* dbias, void* scratch, const floatX* dout, const floatX* qkv,
-                        const floatX* out, const void* saved, int B, int T, int C, int NH, int sum_rows);
+                        const floatX* out, const void* saved, int B, int T, int C, int NH, int group_rows);
 const char* attention_name(void); // "flash" or "naive"
 
 // ---- optimizer ---------------------------------------------------------------------------

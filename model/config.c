@@ -1,4 +1,4 @@
-#include "config.h"
+#include "model/config.h"
 
 #include <math.h>
 #include <string.h>
@@ -76,19 +76,19 @@ int gpt2_preset(const char* name, GPT2Config* cfg) {
 
 int gpt2_padded_vocab(int V) { return (V + 127) / 128 * 128; }
 
-int gpt2_head_slice_sequences(int B, int T, int G, int slice_tokens) {
+int gpt2_head_slice_sequences(int B, int T, int group, int slice_tokens) {
     // A group longer than GPT2_HEAD_SLICE_TOKENS is split into the same parts whatever slice_tokens
     // is: its parts' products are its gradient sums, whose bits --batch-invariant keeps on every card.
-    if (G > 0 && (long long)G * T > GPT2_HEAD_SLICE_TOKENS) slice_tokens = GPT2_HEAD_SLICE_TOKENS;
+    if (group > 0 && (long long)group * T > GPT2_HEAD_SLICE_TOKENS) slice_tokens = GPT2_HEAD_SLICE_TOKENS;
     int fit = T < slice_tokens ? slice_tokens / T : 1;
     int s = fit;
-    if (G > 0 && G <= fit) s = fit / G * G;
-    else if (G > fit)
-        while (G % s != 0) s--;
+    if (group > 0 && group <= fit) s = fit / group * group;
+    else if (group > fit)
+        while (group % s != 0) s--;
     return s < B ? s : B;
 }
 
-int gpt2_head_group_sequences(int slice, int G) { return slice < G ? slice : G; }
+int gpt2_head_group_sequences(int slice, int group) { return slice < group ? slice : group; }
 
 const char* gpt2_config_problem(const GPT2Config* cfg) {
     if (cfg->max_seq_len < 1 || cfg->max_seq_len > (1 << 20)) return "max sequence length must be in 1..1048576";

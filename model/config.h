@@ -55,10 +55,11 @@ int gpt2_padded_vocab(int V);
 // The LM head (logits, classifier and, in a training forward, the head's backward) runs over slices
 // of the batch, so that only one slice's logits are ever stored: GPT-2 124M at B 64, T 1024 keeps
 // 824 MB of bf16 logits instead of 6.6 GB. Returns the sequences per slice for a batch of B
-// sequences of T tokens whose gradients are summed in groups of G sequences (0: no groups): about
-// slice_tokens tokens, at least one sequence; with G a multiple of G, or a divisor of G when one
-// group is longer, so that every slice's products have a shape set by G and T alone (the same bits
-// for every B, as --batch-invariant promises). G = 0 gives the largest slice.
+// sequences of T tokens whose gradients are summed in groups of `group` sequences (the
+// group_sequences of --batch-invariant; 0: no groups): about slice_tokens tokens, at least one
+// sequence; a multiple of group, or a divisor of group when one group is longer, so that every
+// slice's products have a shape set by group and T alone (the same bits for every B, as
+// --batch-invariant promises). group = 0 gives the largest slice.
 // slice_tokens is GPT2_HEAD_SLICE_TOKENS times 1, 2 or 4, the widest whose plan fits the memory
 // (train_gpt: gpt2_fit_head_slice_tokens, model/fit.h): each slice's backward reads and writes the head's fp32
 // weight gradient (154 MB at GPT-2 124M), so at B 64, T 1024 slices of 16384 tokens move 1.2 GB a
@@ -69,11 +70,11 @@ int gpt2_padded_vocab(int V);
 // splits it.
 #define GPT2_HEAD_SLICE_TOKENS 8192
 #define GPT2_HEAD_WIDEST_SLICE_TOKENS (4 * GPT2_HEAD_SLICE_TOKENS)
-int gpt2_head_slice_sequences(int B, int T, int G, int slice_tokens);
+int gpt2_head_slice_sequences(int B, int T, int group, int slice_tokens);
 // The sequences of each product and gradient sum within a head slice of `slice` sequences (as
-// gpt2_head_slice_sequences gives for G > 0): G's groups, or the whole slice where it is part of a
-// longer group.
-int gpt2_head_group_sequences(int slice, int G);
+// gpt2_head_slice_sequences gives for group > 0): the groups of `group` sequences, or the whole slice
+// where it is part of a longer group.
+int gpt2_head_group_sequences(int slice, int group);
 
 // Checks that the configuration is possible (positive sizes, heads dividing channels, ...). Returns
 // NULL if it is, else a static message naming the problem.

@@ -1,41 +1,49 @@
-#include "fit.h"
+#include "model/fit.h"
 
 #include <stdio.h>
 #include <string.h>
 
-static int plan_fits_sliced(const GPT2Config* cfg, int B, int T, int recompute, int zero_stage, int world,
-                            int head_slice_tokens, size_t memory, MemoryPlan* plan) {
-    *plan = gpt2_memory_plan(cfg, B, T, recompute, zero_stage, world, head_slice_tokens);
+static int plan_fits(const GPT2BuildSpec* spec, size_t memory, MemoryPlan* plan) {
+    *plan = gpt2_memory_plan(spec);
     return memory > FIT_MARGIN_BYTES && plan->total <= memory - FIT_MARGIN_BYTES;
 }
-static int plan_fits(const GPT2Config* cfg, int B, int T, int recompute, int zero_stage, int world,
-                     size_t memory, MemoryPlan* plan) {
-    return plan_fits_sliced(cfg, B, T, recompute, zero_stage, world, GPT2_HEAD_SLICE_TOKENS, memory, plan);
+
+// Whether the run fits at B = 1 with model cfg, T, recompute level r and ZeRO stage z.
+static int fits_one_sequence(const GPT2BuildSpec* run, const GPT2Config* cfg, int T, int r, int z, size_t memory) {
+    GPT2BuildSpec spec = *run;
+    spec.config = *cfg;
+    spec.B = 1;
+    spec.T = T;
+    spec.recompute = r;
+    spec.zero_stage = z;
+    spec.head_slice_tokens = GPT2_HEAD_SLICE_TOKENS;
+    MemoryPlan plan;
+    return plan_fits(&spec, memory, &plan);
 }
 
-int gpt2_fit(const GPT2Config* cfg, int T, int seqs_per_gpu, int b_multiple, int world, int zero_stage,
-             int recompute_lo, int recompute_hi, size_t memory, Fit* fit) {
+int gpt2_fit(const GPT2BuildSpec* run, int seqs_per_gpu, int recompute_lo, int recompute_hi, size_t memory,
+             Fit* fit) {
+    int multiple = run->group_sequences > 0 ? run->group_sequences : 1;
+    fit->spec = *run;
+    fit->spec.head_slice_tokens = GPT2_HEAD_SLICE_TOKENS;
     for (int B = seqs_per_gpu; B >= 1; B--) {
-        if (seqs_per_gpu % B != 0 || B % b_multiple != 0) continue;
+        if (seqs_per_gpu % B != 0 || B % multiple != 0) continue;
         for (int r = recompute_lo; r <= recompute_hi; r++) {
-            if (plan_fits(cfg, B, T, r, zero_stage, world, memory, &fit->plan)) {
-                fit->B = B;
-                fit->recompute = r;
-                return 1;
-            }
+            fit->spec.B = B;
+            fit->spec.recompute = r;
+            if (plan_fits(&fit->spec, memory, &fit->plan)) return 1;
         }
     }
     return 0;
 }
 
-int gpt2_fit_head_slice_tokens(const GPT2Config* cfg, int B, int T, int recompute, int zero_stage, int world,
-                               size_t memory) {
+int gpt2_fit_head_slice_tokens(const GPT2BuildSpec* spec, size_t memory) {
+    GPT2BuildSpec sliced = *spec;
     MemoryPlan plan;
-    int tokens = GPT2_HEAD_WIDEST_SLICE_TOKENS;
-    while (tokens > GPT2_HEAD_SLICE_TOKENS &&
-           !plan_fits_sliced(cfg, B, T, recompute, zero_stage, world, tokens, memory, &plan))
-        tokens /= 2;
-    return tokens;
+    sliced.head_slice_tokens = GPT2_HEAD_WIDEST_SLICE_TOKENS;
+    while (sliced.head_slice_tokens > GPT2_HEAD_SLICE_TOKENS && !plan_fits(&sliced, memory, &plan))
+        sliced.head_slice_tokens /= 2;
+    return sliced.head_slice_tokens;
 }
 
 // Appends "; " and the formatted text to buf (n bytes) when there is room.
@@ -44,13 +52,13 @@ static void append(char* buf, size_t n, const char* text) {
     snprintf(buf + used, n - used, "%s%s", used ? "; " : "", text);
 }
 
-void gpt2_fit_advice(char* buf, size_t n, const GPT2Config* cfg, int T, int world, int zero_stage,
-                     int recompute_hi, size_t memory) {
-    MemoryPlan plan;
+void gpt2_fit_advice(char* buf, size_t n, const GPT2BuildSpec* run, int recompute_hi, size_t memory) {
+    const GPT2Config* cfg = &run->config;
+    int T = run->T, world = run->world, zero_stage = run->zero_stage;
     char item[128];
     buf[0] = '\0';
     for (int d = 2; d <= T; d++) { // the longest T' < T that divides T, so that -d still divides
-        if (T % d == 0 && plan_fits(cfg, 1, T / d, recompute_hi, zero_stage, world, memory, &plan)) {
+        if (T % d == 0 && fits_one_sequence(run, cfg, T / d, recompute_hi, zero_stage, memory)) {
             snprintf(item, sizeof item, "-t %d with this model", T / d);
             append(buf, n, item);
             break;
@@ -61,15 +69,15 @@ void gpt2_fit_advice(char* buf, size_t n, const GPT2Config* cfg, int T, int worl
         GPT2Config smaller = *cfg;
         gpt2_preset(gpt2_preset_names[i], &smaller);
         if (gpt2_parameter_sizes(&smaller, sizes) < params &&
-            plan_fits(&smaller, 1, T, recompute_hi, zero_stage, world, memory, &plan)) {
+            fits_one_sequence(run, &smaller, T, recompute_hi, zero_stage, memory)) {
             snprintf(item, sizeof item, "GPT-2 %s at -t %d", gpt2_preset_names[i], T);
             append(buf, n, item);
             break;
         }
     }
-    if (recompute_hi < 2 && plan_fits(cfg, 1, T, 2, zero_stage, world, memory, &plan))
+    if (recompute_hi < 2 && fits_one_sequence(run, cfg, T, 2, zero_stage, memory))
         append(buf, n, "-r 2 (or leave -r out: -b auto picks it)");
-    if (world > 1 && zero_stage == 0 && plan_fits(cfg, 1, T, recompute_hi, 1, world, memory, &plan))
+    if (world > 1 && zero_stage == 0 && fits_one_sequence(run, cfg, T, recompute_hi, 1, memory))
         append(buf, n, "-z 1 (ZeRO stage 1 shards the optimizer state over the GPUs)");
     if (!buf[0]) snprintf(buf, n, "nothing shorter or smaller fits either");
 }

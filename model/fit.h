@@ -4,7 +4,7 @@
 #pragma once
 #include <stddef.h>
 
-#include "gpt2.h"
+#include "model/gpt2.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -16,36 +16,35 @@ extern "C" {
 // kernels' scratch buffers (column-sum partials; the encoder's buckets, about 6 B T ints, and sequence
 // sums, at most B T C bytes: 50 MB at d12 B 64 T 1024; the weight gradients' products, with
 // --batch-invariant up to 64 MiB) and cudaMalloc's 2 MiB granularity.
-// Measured on the GPU by tests/test_recipe_gpu.sh (README.md, "Reproduce a curve").
+// Measured on the GPU by tests/gpu/test_recipe_gpu.sh (README.md, "Reproduce a curve").
 #define FIT_MARGIN_BYTES ((size_t)1 << 30)
 
 typedef struct {
-    int B, recompute;
-    MemoryPlan plan;
+    GPT2BuildSpec spec; // the run with its B and recompute level chosen
+    MemoryPlan plan;    // gpt2_memory_plan(&spec)
 } Fit;
 
 // The largest B that divides seqs_per_gpu (the per-GPU share of the total batch, in sequences of
-// T) and is a multiple of b_multiple (train_gpt --batch-invariant's group; 1: any B) and, for that
-// B, the lowest recompute level in recompute_lo..recompute_hi whose plan fits in
-// `memory` bytes less FIT_MARGIN_BYTES. Returns 1 and fills *fit, or 0 when nothing fits (not even
-// B = 1 at recompute_hi).
-int gpt2_fit(const GPT2Config* cfg, int T, int seqs_per_gpu, int b_multiple, int world, int zero_stage,
-             int recompute_lo, int recompute_hi, size_t memory, Fit* fit);
+// T) and is a multiple of run->group_sequences (--batch-invariant's group, when set) and, for that
+// B, the lowest recompute level in recompute_lo..recompute_hi whose plan fits in `memory` bytes
+// less FIT_MARGIN_BYTES. run gives the model, T, zero_stage, world and group_sequences; fit->spec
+// is run with B and recompute chosen and the head's slices at GPT2_HEAD_SLICE_TOKENS. Returns 1 and
+// fills *fit, or 0 when nothing fits (not even B = 1 at recompute_hi).
+int gpt2_fit(const GPT2BuildSpec* run, int seqs_per_gpu, int recompute_lo, int recompute_hi, size_t memory,
+             Fit* fit);
 
-// The head's slice tokens for a build of B, T, recompute, zero_stage on `world` ranks: the widest of
+// The head's slice tokens for a build of spec (its head_slice_tokens aside): the widest of
 // GPT2_HEAD_WIDEST_SLICE_TOKENS, its half, ... down to GPT2_HEAD_SLICE_TOKENS whose plan fits in
 // `memory` bytes less FIT_MARGIN_BYTES (fewer slices move fewer bytes: model/config.h), else
 // GPT2_HEAD_SLICE_TOKENS, the slices gpt2_fit plans B and the recompute level with. So the wider
 // slices only take memory that nothing else would.
-int gpt2_fit_head_slice_tokens(const GPT2Config* cfg, int B, int T, int recompute, int zero_stage, int world,
-                               size_t memory);
+int gpt2_fit_head_slice_tokens(const GPT2BuildSpec* spec, size_t memory);
 
 // For a run that does not fit even at B = 1: what would, at B = 1 and recompute level recompute_hi,
-// written into buf as a list for a message (the longest T that divides T, the largest smaller GPT-2
-// size at this T, -r 2 when recompute_hi is lower, ZeRO stage 1 on several GPUs), or "nothing shorter
-// or smaller fits either".
-void gpt2_fit_advice(char* buf, size_t n, const GPT2Config* cfg, int T, int world, int zero_stage,
-                     int recompute_hi, size_t memory);
+// written into buf as a list for a message (the longest T that divides run->T, the largest smaller
+// GPT-2 size at this T, -r 2 when recompute_hi is lower, ZeRO stage 1 on several GPUs), or "nothing
+// shorter or smaller fits either". run gives the model, T, zero_stage and world.
+void gpt2_fit_advice(char* buf, size_t n, const GPT2BuildSpec* run, int recompute_hi, size_t memory);
 
 #ifdef __cplusplus
 }

@@ -1,11 +1,11 @@
 // Sampling and generation (see generate.h).
-#include "generate.h"
+#include "model/generate.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/util.h"
+#include "common/util.h"
 
 struct RankedToken {
     float p;

@@ -4,7 +4,7 @@
 #pragma once
 #include <stdint.h>
 
-#include "gpt2.h"
+#include "model/gpt2.h"
 
 #ifdef __cplusplus
 extern "C" {

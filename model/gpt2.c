@@ -1,12 +1,12 @@
-#include "gpt2.h"
+#include "model/gpt2.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/util.h"
-#include "init.h"
+#include "common/util.h"
+#include "model/init.h"
 
 // ---- allocation --------------------------------------------------------------------------
 
@@ -29,8 +29,10 @@ static int ln2_ld(int C) { return C + LINEAR_BIAS_COLUMNS; }
 
 // The activations of batches up to B x T: carve(c, ...) for each buffer, the only place that says
 // how big they are (the memory plan is a sizing pass of this function).
-static void carve_activations(Activations* a, const GPT2Config* cfg, size_t B, size_t T, int recompute,
-                              int head_slice_tokens, Carver* c) {
+static void carve_activations(Activations* a, const GPT2BuildSpec* spec, Carver* c) {
+    const GPT2Config* cfg = &spec->config;
+    size_t B = (size_t)spec->B, T = (size_t)spec->T;
+    int recompute = spec->recompute;
     size_t C = cfg->channels, L = cfg->num_layers;
     size_t Vp = cfg->padded_vocab_size, BT = B * T, X = sizeof(floatX);
     size_t L_ln = recompute >= 2 ? 1 : L;      // layers that keep their own ln1/ln2
@@ -53,7 +55,7 @@ static void carve_activations(Activations* a, const GPT2Config* cfg, size_t B, s
     a->lnf_mean = carve(c, BT * sizeof(float));
     a->lnf_rstd = carve(c, BT * sizeof(float));
     // the largest slice's (head_classifier's scratch, whose first floatX can hold its logits)
-    const int head_rows = gpt2_head_slice_sequences((int)B, (int)T, 0, head_slice_tokens) * (int)T;
+    const int head_rows = gpt2_head_slice_sequences((int)B, (int)T, 0, spec->head_slice_tokens) * (int)T;
     a->logits = carve(c, head_scratch_bytes(head_rows, (int)C, (int)Vp));
     a->losses = carve(c, BT * sizeof(float));
     a->dresidual = carve(c, BT * C * X);
@@ -73,11 +75,11 @@ static size_t shard_size(size_t n, int world) {
     return (shard + 63) / 64 * 64;
 }
 
-MemoryPlan gpt2_memory_plan(const GPT2Config* cfg, int B, int T, int recompute, int zero_stage, int world,
-                            int head_slice_tokens) {
+MemoryPlan gpt2_memory_plan(const GPT2BuildSpec* spec) {
+    const GPT2Config* cfg = &spec->config;
     size_t sizes[NUM_PARAMETER_TENSORS], n = gpt2_parameter_sizes(cfg, sizes);
-    size_t shard = shard_size(n, world), padded = shard * (size_t)world;
-    size_t opt_alloc = zero_stage == 1 ? shard : n; // this rank's optimizer state
+    size_t shard = shard_size(n, spec->world), padded = shard * (size_t)spec->world;
+    size_t opt_alloc = spec->zero_stage == 1 ? shard : n; // this rank's optimizer state
     int has_master = sizeof(floatX) != sizeof(float);
     MemoryPlan p;
     p.parameters = padded * sizeof(floatX);
@@ -85,9 +87,9 @@ MemoryPlan gpt2_memory_plan(const GPT2Config* cfg, int B, int T, int recompute, 
     p.optimizer = (2 + (size_t)has_master) * opt_alloc * sizeof(float);
     Activations unused;
     Carver sizing = {NULL, 0};
-    carve_activations(&unused, cfg, (size_t)B, (size_t)T, recompute, head_slice_tokens, &sizing);
+    carve_activations(&unused, spec, &sizing);
     p.activations = sizing.used;
-    p.attention_state = (size_t)cfg->num_layers * attention_saved_bytes(B, T, cfg->num_heads);
+    p.attention_state = (size_t)cfg->num_layers * attention_saved_bytes(spec->B, spec->T, cfg->num_heads);
     p.staging = padded * sizeof(float);
     p.total = p.parameters + p.gradients + p.optimizer + p.activations + p.staging;
     return p;
@@ -101,9 +103,12 @@ static void point_parameters(ParameterTensors* p, floatX* base, const size_t* si
 }
 
 // gpt2_build and gpt2_build_forward_only: the same model, with or without what training needs.
-static void build(GPT2* model, const GPT2Config* cfg, int B, int T, int recompute, int zero_stage,
-                  int head_slice_tokens, int training) {
+static void build(GPT2* model, const GPT2BuildSpec* spec, int training) {
+    const GPT2Config* cfg = &spec->config;
+    int B = spec->B, T = spec->T, zero_stage = spec->zero_stage;
     memset(model, 0, sizeof(*model));
+    if (spec->world != comm_world())
+        fatal("internal: a model built for %d ranks in a run of %d", spec->world, comm_world());
     const char* problem = gpt2_config_problem(cfg);
     if (problem) fatal("impossible model configuration: %s", problem);
     if (T > cfg->max_seq_len)
@@ -111,8 +116,9 @@ static void build(GPT2* model, const GPT2Config* cfg, int B, int T, int recomput
     model->config = *cfg;
     model->B = B;
     model->T = T;
-    model->recompute = recompute;
-    model->head_slice_tokens = head_slice_tokens;
+    model->recompute = spec->recompute;
+    model->head_slice_tokens = spec->head_slice_tokens;
+    model->group_sequences = spec->group_sequences;
     model->num_parameters = gpt2_parameter_sizes(cfg, model->param_sizes);
     size_t n = model->num_parameters;
     model->zero_stage = zero_stage;
@@ -131,7 +137,7 @@ static void build(GPT2* model, const GPT2Config* cfg, int B, int T, int recomput
     size_t opt_alloc = zero_stage == 1 ? model->shard : n;
 
     model->training = training;
-    model->plan = gpt2_memory_plan(cfg, B, T, recompute, zero_stage, model->world, head_slice_tokens);
+    model->plan = gpt2_memory_plan(spec);
     if (!training) { // the training plan less what only training holds
         model->plan.total -= model->plan.gradients + model->plan.optimizer;
         model->plan.gradients = model->plan.optimizer = 0;
@@ -158,7 +164,7 @@ static void build(GPT2* model, const GPT2Config* cfg, int B, int T, int recomput
     }
 
     Carver carver = {dev_malloc(model->plan.activations, "activations"), 0};
-    carve_activations(&model->acts, cfg, B, T, recompute, head_slice_tokens, &carver);
+    carve_activations(&model->acts, spec, &carver);
     // Tokens for four forwards with targets before the first wait; losses for one forward, grown
     // (once, with a wait) to the micro-batches of a step.
     model->staged_capacity = 8 * (size_t)B * T;
@@ -167,13 +173,11 @@ static void build(GPT2* model, const GPT2Config* cfg, int B, int T, int recomput
     model->host_losses = dev_malloc_host(model->losses_capacity * sizeof(float), "losses");
 }
 
-void gpt2_build(GPT2* model, const GPT2Config* cfg, int B, int T, int recompute, int zero_stage,
-                int head_slice_tokens) {
-    build(model, cfg, B, T, recompute, zero_stage, head_slice_tokens, 1);
-}
+void gpt2_build(GPT2* model, const GPT2BuildSpec* spec) { build(model, spec, 1); }
 
 void gpt2_build_forward_only(GPT2* model, const GPT2Config* cfg, int B, int T) {
-    build(model, cfg, B, T, 0, 0, GPT2_HEAD_SLICE_TOKENS, 0);
+    GPT2BuildSpec spec = {.config = *cfg, .B = B, .T = T, .world = 1, .head_slice_tokens = GPT2_HEAD_SLICE_TOKENS};
+    build(model, &spec, 0);
 }
 
 void gpt2_free(GPT2* model) {
@@ -365,9 +369,10 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
     model->fwd_T = T;
     upload_tokens(model, a->inputs, inputs, (size_t)N);
     if (targets) upload_tokens(model, a->targets, targets, (size_t)N);
-    // With --batch-invariant each product's rows in groups of G sequences (kernels.h: group_rows); a
-    // forward-only B may not split.
-    int G = model->sum_sequences, rows = G && B % G == 0 ? G * T : N;
+    // With --batch-invariant each product's rows in groups of group_sequences sequences (kernels.h:
+    // group_rows); a forward-only B may not split into them, and then makes one group.
+    int group = model->group_sequences && B % model->group_sequences == 0 ? model->group_sequences : 0;
+    int group_rows = group ? group * T : N;
 
     encoder_forward(a->encoded, a->inputs, model->params.t[P_WTE], model->params.t[P_WPE], B, T, C);
     // Each residual add is the epilogue of the projection whose output it adds (attproj's into
@@ -378,14 +383,14 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         LayerWeights w = layer_weights(&model->params, cfg, l);
         LayerActs s = layer_acts(model, l, B, T);
         layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, s.input, w.ln1w, w.ln1b, N, C, C);
-        matmul_forward(s.qkv, s.ln1, w.qkvw, w.qkvb, NULL, N, C, 3 * C, C, rows);
+        matmul_forward(s.qkv, s.ln1, w.qkvw, w.qkvb, NULL, N, C, 3 * C, C, group_rows);
         attention_forward(s.atty, s.att_saved, s.qkv, B, T, C, NH);
-        matmul_forward(s.residual2, s.atty, w.attprojw, w.attprojb, s.input, N, C, C, C, rows);
+        matmul_forward(s.residual2, s.atty, w.attprojw, w.attprojb, s.input, N, C, C, C, group_rows);
         layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.residual2, w.ln2w, w.ln2b, N, C, ln2_ld(C));
         // fch_gelu has gelu_forward's bits of fch, which recompute (-r >= 1) rebuilds it with, so
         // every recompute level trains bit for bit alike
-        matmul_forward_gelu(s.fch, s.fch_gelu, s.ln2, w.fcw, w.fcb, N, C, 4 * C, ln2_ld(C), rows);
-        matmul_forward(s.residual3, s.fch_gelu, w.fcprojw, w.fcprojb, s.residual2, N, 4 * C, C, 4 * C, rows);
+        matmul_forward_gelu(s.fch, s.fch_gelu, s.ln2, w.fcw, w.fcb, N, C, 4 * C, ln2_ld(C), group_rows);
+        matmul_forward(s.residual3, s.fch_gelu, w.fcprojw, w.fcprojb, s.residual2, N, 4 * C, C, 4 * C, group_rows);
     }
     layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, layer_acts(model, L - 1, B, T).residual3,
                       model->params.t[P_LNFW], model->params.t[P_LNFB], N, C, C);
@@ -395,10 +400,10 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
     // losses, and with dloss the head's backward: dL/dlnf into dbuf_c, where gpt2_backward starts,
     // and the head's share of wte's gradient.
     const floatX* wte = model->params.t[P_WTE];
-    int head_G = G && B % G == 0 ? G : 0, slice = gpt2_head_slice_sequences(B, T, head_G, model->head_slice_tokens);
+    int slice = gpt2_head_slice_sequences(B, T, group, model->head_slice_tokens);
     for (int b0 = 0; b0 < B; b0 += slice) {
         int n = (b0 + slice <= B ? slice : B - b0) * T;
-        int part = head_G ? gpt2_head_group_sequences(slice, head_G) * T : n; // rows per product and gradient sum
+        int part = group ? gpt2_head_group_sequences(slice, group) * T : n; // rows per product and gradient sum
         size_t r0 = (size_t)b0 * T;
         head_classifier(a->losses + r0, a->dbuf_c + r0 * C, grad_of(model, wte), a->logits, a->targets + r0, dloss,
                         a->lnf + r0 * C, wte, n, C, V, Vp, part, model->wte_grad_stale ? GRAD_WRITE : GRAD_ADD);
@@ -435,14 +440,15 @@ void gpt2_zero_grad(GPT2* model) {
     const int runs = gpt2_zeroed_gradient_runs(model->param_sizes, start, count);
     for (int i = 0; i < runs; i++) dev_memset_zero(model->grads + start[i], count[i] * sizeof(float));
     model->wte_grad_stale = model->layer_grads_stale = 1;
-    if (model->sum_sequences) dev_memset_zero(model->wte_encoder_grad, model->param_sizes[P_WTE] * sizeof(float));
+    if (model->group_sequences) dev_memset_zero(model->wte_encoder_grad, model->param_sizes[P_WTE] * sizeof(float));
 }
 
 void gpt2_backward(GPT2* model) {
     const GPT2Config* cfg = &model->config;
-    int B = model->fwd_B, T = model->fwd_T, N = B * T, G = model->sum_sequences ? model->sum_sequences : B;
-    if (B % G != 0) fatal("backward: a micro-batch of %d sequences does not split into groups of %d", B, G);
-    int sum_rows = G * T;
+    int B = model->fwd_B, T = model->fwd_T, N = B * T;
+    int group = model->group_sequences ? model->group_sequences : B;
+    if (B % group != 0) fatal("backward: a micro-batch of %d sequences does not split into groups of %d", B, group);
+    int group_rows = group * T;
     int C = cfg->channels, NH = cfg->num_heads, L = cfg->num_layers;
     Activations* a = &model->acts;
     ParameterTensors* p = &model->params;
@@ -455,7 +461,7 @@ void gpt2_backward(GPT2* model) {
     floatX* final_residual = layer_acts(model, L - 1, B, T).residual3;
     layernorm_backward(a->dresidual, grad_of(model, p->t[P_LNFW]), grad_of(model, p->t[P_LNFB]),
                        grad_of(model, layer_weights(p, cfg, L - 1).fcprojb), a->dbuf_c, final_residual,
-                       p->t[P_LNFW], a->lnf_mean, a->lnf_rstd, N, C, sum_rows, GRAD_WRITE);
+                       p->t[P_LNFW], a->lnf_mean, a->lnf_rstd, N, C, group_rows, GRAD_WRITE);
 
     // dresidual holds the gradient of the residual stream; going down through a block, each
     // branch's layernorm_backward adds its contribution to it (the residual add's backward is the
@@ -474,36 +480,36 @@ void gpt2_backward(GPT2* model) {
             layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.residual2, w.ln2w, w.ln2b, N, C, ln2_ld(C));
         // MLP branch
         matmul_backward_gelu(a->dbuf_4c, grad_of(model, w.fcprojw), NULL, a->dresidual, s.fch_gelu, w.fcprojw,
-                             s.fch, N, 4 * C, C, sum_rows, dweight_mode);
-        matmul_backward(a->dbuf_c, NULL, NULL, a->dbuf_4c, s.ln2, w.fcw, N, C, 4 * C, ln2_ld(C), sum_rows,
+                             s.fch, N, 4 * C, C, group_rows, dweight_mode);
+        matmul_backward(a->dbuf_c, NULL, NULL, a->dbuf_4c, s.ln2, w.fcw, N, C, 4 * C, ln2_ld(C), group_rows,
                         dweight_mode);
         matmul_backward_weights(grad_of(model, w.fcw), grad_of(model, w.fcb), a->dbuf_4c, s.ln2, N, C, 4 * C,
-                                ln2_ld(C), sum_rows, dweight_mode);
+                                ln2_ld(C), group_rows, dweight_mode);
         layernorm_backward(a->dresidual, grad_of(model, w.ln2w), grad_of(model, w.ln2b), grad_of(model, w.attprojb),
-                           a->dbuf_c, s.residual2, w.ln2w, s.ln2_mean, s.ln2_rstd, N, C, sum_rows, GRAD_ADD);
+                           a->dbuf_c, s.residual2, w.ln2w, s.ln2_mean, s.ln2_rstd, N, C, group_rows, GRAD_ADD);
         // attention branch
         if (model->recompute >= 2)
             layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, s.input, w.ln1w, w.ln1b, N, C, C);
         matmul_backward(a->dbuf_c, grad_of(model, w.attprojw), NULL, a->dresidual, s.atty, w.attprojw, N, C, C, C,
-                        sum_rows, dweight_mode);
+                        group_rows, dweight_mode);
         // The attention backward sums the qkv bias gradient from the dqkv it writes.
         attention_backward(a->dbuf_3c, grad_of(model, w.qkvb), a->att_scratch, a->dbuf_c, s.qkv, s.atty, s.att_saved, B,
-                           T, C, NH, sum_rows);
-        matmul_backward(a->dbuf_c, NULL, NULL, a->dbuf_3c, s.ln1, w.qkvw, N, C, 3 * C, C, sum_rows, dweight_mode);
-        matmul_backward_weights(grad_of(model, w.qkvw), NULL, a->dbuf_3c, s.ln1, N, C, 3 * C, C, sum_rows,
+                           T, C, NH, group_rows);
+        matmul_backward(a->dbuf_c, NULL, NULL, a->dbuf_3c, s.ln1, w.qkvw, N, C, 3 * C, C, group_rows, dweight_mode);
+        matmul_backward_weights(grad_of(model, w.qkvw), NULL, a->dbuf_3c, s.ln1, N, C, 3 * C, C, group_rows,
                                 dweight_mode);
         float* below_fcprojb = l > 0 ? grad_of(model, layer_weights(p, cfg, l - 1).fcprojb) : NULL;
         layernorm_backward(a->dresidual, grad_of(model, w.ln1w), grad_of(model, w.ln1b), below_fcprojb, a->dbuf_c,
-                           s.input, w.ln1w, s.ln1_mean, s.ln1_rstd, N, C, sum_rows, GRAD_ADD);
+                           s.input, w.ln1w, s.ln1_mean, s.ln1_rstd, N, C, group_rows, GRAD_ADD);
     }
     matmul_backward_wait();
     // The encoder's share of wte's gradient (wte is tied to the head). With --batch-invariant it is
-    // kept apart until gpt2_reduce_gradients adds it: micro-batches of G sequences give head,
+    // kept apart until gpt2_reduce_gradients adds it: micro-batches of one group give head,
     // encoder, head, encoder, ..., a micro-batch of several groups all heads first (its forward),
     // and each order must add up to the same bits.
     // One call over all B sequences: encoder_backward sums sequence by sequence (kernels.h), so it
     // gives the bits of a call per group.
-    float* dwte_encoder = model->sum_sequences ? model->wte_encoder_grad : grad_of(model, p->t[P_WTE]);
+    float* dwte_encoder = model->group_sequences ? model->wte_encoder_grad : grad_of(model, p->t[P_WTE]);
     encoder_backward(dwte_encoder, grad_of(model, p->t[P_WPE]), a->dresidual, a->inputs, B, T, C);
     model->layer_grads_stale = 0;
 }
@@ -511,7 +517,7 @@ void gpt2_backward(GPT2* model) {
 float gpt2_reduce_gradients(GPT2* model, double* loss) {
     float* grads = model->grads;
     size_t shard = model->shard;
-    if (model->sum_sequences) float_accumulate(grads, model->wte_encoder_grad, model->param_sizes[P_WTE]);
+    if (model->group_sequences) float_accumulate(grads, model->wte_encoder_grad, model->param_sizes[P_WTE]);
     if (model->zero_stage == 1) comm_reduce_scatter_sum(grads, shard, COMM_FLOAT);
     else comm_allreduce_sum(grads, model->num_parameters, COMM_FLOAT);
     // The norm adds up the ranks' shards in both stages, so ZeRO changes no arithmetic.

@@ -5,8 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../kernels/kernels.h"
-#include "config.h"
+#include "kernels/kernels.h"
+#include "model/config.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -64,11 +64,24 @@ typedef struct {
     size_t total;
 } MemoryPlan;
 
-// The plan of gpt2_build(cfg, B, T, recompute, zero_stage, head_slice_tokens) on a rank of `world`:
-// the sizes come from the same code that carves the allocations, for this build's floatX and
-// attention.
-MemoryPlan gpt2_memory_plan(const GPT2Config* cfg, int B, int T, int recompute, int zero_stage, int world,
-                            int head_slice_tokens);
+// What a model is built for: everything its memory depends on, and how its gradients are summed.
+typedef struct {
+    GPT2Config config;
+    int B, T;              // the largest batch the activations hold
+    int recompute;         // -r: 0, 1 (GELU rebuilt in the backward) or 2 (the layernorms too)
+    int zero_stage;        // -z: 0, or 1 (the optimizer state sharded over the ranks)
+    int world;             // the ranks (comm_world() when it is built)
+    int head_slice_tokens; // GPT2_HEAD_SLICE_TOKENS, or wider where the memory allows
+                           // (gpt2_fit_head_slice_tokens)
+    // --batch-invariant: the backward sums parameter gradients over groups of group_sequences
+    // sequences (group_rows = group_sequences T, kernels.h), so every micro-batch B that is a
+    // multiple of it trains the same bits; 0: one sum per micro-batch.
+    int group_sequences;
+} GPT2BuildSpec;
+
+// The plan of gpt2_build(spec) on one of spec->world ranks: the sizes come from the same code that
+// carves the allocations, for this build's floatX and attention.
+MemoryPlan gpt2_memory_plan(const GPT2BuildSpec* spec);
 
 typedef struct {
     GPT2Config config;
@@ -76,7 +89,7 @@ typedef struct {
     size_t num_parameters;
     ParameterTensors params;
     float* grads; // the parameters' gradients, fp32 in every build, each at its parameter's offset
-    // With sum_sequences: the encoder's share of wte's gradient (the head's goes into grads during
+    // With group_sequences: the encoder's share of wte's gradient (the head's goes into grads during
     // the forward), added to grads by gpt2_reduce_gradients.
     float* wte_encoder_grad;
     // gpt2_zero_grad leaves the products' weight gradients (wte's and each layer's four matrices,
@@ -97,10 +110,7 @@ typedef struct {
     int B, T, recompute; // the largest batch the activations were allocated for
     int head_slice_tokens; // the head's slices (gpt2_head_slice_sequences)
     int fwd_B, fwd_T;    // shape of the last forward, which the backward differentiates
-    // G > 0: the backward sums parameter gradients over groups of G sequences (sum_rows = G T,
-    // kernels.h), so every micro-batch B that is a multiple of G trains the same bits
-    // (train_gpt --batch-invariant G); 0 (as gpt2_build sets it): one sum per micro-batch.
-    int sum_sequences;
+    int group_sequences; // GPT2BuildSpec's: the gradients' sums in groups of sequences, 0: none
     Activations acts;
     int training;        // 0: built by gpt2_build_forward_only (no gradients, no optimizer state)
     MemoryPlan plan;
@@ -115,12 +125,9 @@ typedef struct {
 } GPT2;
 
 // Prints the memory plan (on rank 0), then allocates everything for batches up to B x T, for this
-// rank of comm_world() (call comm_init first when there are several) with ZeRO stage 0 or 1. The
-// weights are not initialised: call gpt2_init_random or gpt2_set_weights. head_slice_tokens:
-// GPT2_HEAD_SLICE_TOKENS, or up to GPT2_HEAD_WIDEST_SLICE_TOKENS where the memory allows
-// (gpt2_fit_head_slice_tokens).
-void gpt2_build(GPT2* model, const GPT2Config* cfg, int B, int T, int recompute, int zero_stage,
-                int head_slice_tokens);
+// rank of spec->world, which must be comm_world() (call comm_init first when there are several).
+// The weights are not initialised: call gpt2_init_random or gpt2_set_weights.
+void gpt2_build(GPT2* model, const GPT2BuildSpec* spec);
 // The same model for the forward only (generation, evaluation): parameters and activations, without
 // gradients and optimizer state (2 bytes per parameter in the BF16 build instead of 18, 4 in FP32
 // instead of 16, besides the fp32 staging while the weights load), so a card that cannot train a

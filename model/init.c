@@ -1,10 +1,10 @@
-#include "init.h"
+#include "model/init.h"
 
 #include <math.h>
 #include <stdlib.h>
 
-#include "../common/util.h"
-#include "../kernels/kernels.h"
+#include "common/util.h"
+#include "kernels/kernels.h"
 
 void gpt2_initial_weights(float* w, const GPT2Config* cfg, unsigned long long seed) {
     size_t sizes[NUM_PARAMETER_TENSORS];

@@ -1,7 +1,7 @@
 // The initial weights of a GPT-2 trained from scratch, in one place for the model (gpt2_init_random)
 // and for scripts/profile_step.cu, whose kernels should see the magnitudes a training run gives them.
 #pragma once
-#include "config.h"
+#include "model/config.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -8,7 +8,7 @@
 # PEAK_TFLOPS is the GPU's dense bf16 peak (989 for H100/H200 SXM); the FP32 row uses it too, so
 # its MFU reads as a fraction of the bf16 peak. Timing: the median ms of steps FIRST..STEPS (default
 # 3..12: the first steps include cuBLAS heuristics and allocation), and their mean. A card held at its
-# power cap in training runs its first second or so faster, until the cap takes hold (PERFORMANCE.md,
+# power cap in training runs its first second or so faster, until the cap takes hold (docs/performance.md,
 # How to compare): FIRST=11 STEPS=40 times the sustained step, as issue 18's table of llm.c did (the
 # mean of steps 11-40).
 # Then PyTorch's rows, measured in the same run (scripts/bench_train_torch.py: the same GPT-2 124M
@@ -22,7 +22,7 @@
 # Every row also has the card's mean power (nvidia-smi's power.draw) and SM clock over its timed
 # steps, and their product with the mean step, the joules a step: a card held at its power cap runs
 # a step in about its energy over the cap's watts, so two programs on one card differ by their
-# joules at the same watts (PERFORMANCE.md, Joules a step at the power cap). The samples counted are
+# joules at the same watts (docs/performance.md). The samples counted are
 # those between the ends of steps FIRST - 1 and STEPS, as each program's step lines arrive.
 set -eu
 export LC_ALL=C # EPOCHREALTIME's and the tables' decimal point

@@ -28,7 +28,7 @@
 // With --at-cap, a second table times every row again at the card's sustained clock (print_at_cap):
 // a step in training holds a card at its power cap, where the burst sum is 10-12% short of it; with
 // the card's energy counter (NVML) also each row's joules a step, which set about the step's time
-// there (PERFORMANCE.md: training runs the whole step at about one clock, which a row alone does not).
+// there (docs/performance.md: training runs the whole step at about one clock, which a row alone does not).
 // Built by `make BUILD=DIR DIR/profile_step` (kernels/cuda/cuda.mk); scripts/profile_step.sh runs it.
 #include <dlfcn.h>
 #include <getopt.h>
@@ -345,7 +345,7 @@ static void usage(void) {
 }
 
 int main(int argc, char** argv) {
-    int B = 64, T = 1024, L = 12, C = 768, NH = 12, batch_invariant = 0;
+    int B = 64, T = 1024, L = 12, C = 768, NH = 12, group_sequences = 0;
     int head_slice_tokens = GPT2_HEAD_WIDEST_SLICE_TOKENS;
     const char* token_path = NULL;
     enum { OPT_LAYERS = 1000, OPT_CHANNELS, OPT_HEADS, OPT_REPEATS, OPT_BATCH_INVARIANT, OPT_HEAD_SLICE, OPT_AT_CAP,
@@ -370,7 +370,7 @@ int main(int argc, char** argv) {
         case OPT_CHANNELS: C = (int)parse_int_option(optarg, name, 1, 65536); break;
         case OPT_HEADS: NH = (int)parse_int_option(optarg, name, 1, 65536); break;
         case OPT_REPEATS: repeats = (int)parse_int_option(optarg, name, 1, 10000); break;
-        case OPT_BATCH_INVARIANT: batch_invariant = (int)parse_int_option(optarg, name, 0, 1 << 20); break;
+        case OPT_BATCH_INVARIANT: group_sequences = (int)parse_int_option(optarg, name, 0, 1 << 20); break;
         case OPT_HEAD_SLICE: head_slice_tokens = (int)parse_int_option(optarg, name, 1, 1 << 20); break;
         case OPT_AT_CAP: at_cap_seconds = parse_int_option(optarg, name, 0, 10000) / 1e3; break;
         case OPT_TOKENS: token_path = optarg; break;
@@ -381,8 +381,8 @@ int main(int argc, char** argv) {
     }
     if (optind < argc) fatal("unexpected argument '%s' (see --help)", argv[optind]);
     if ((long long)B * T > (1 << 30)) fatal("-b %d x -t %d is more tokens than one step can hold", B, T);
-    if (batch_invariant && B % batch_invariant != 0)
-        fatal("--batch-invariant %d does not divide -b %d", batch_invariant, B);
+    if (group_sequences && B % group_sequences != 0)
+        fatal("--batch-invariant %d does not divide -b %d", group_sequences, B);
     // As train_gpt builds a model from scratch: wpe has 1024 rows unless T needs more.
     GPT2Config cfg = {T > 1024 ? T : 1024, GPT2_VOCAB_SIZE, gpt2_padded_vocab(GPT2_VOCAB_SIZE), L, NH, C};
     const char* problem = gpt2_config_problem(&cfg);
@@ -412,7 +412,7 @@ int main(int argc, char** argv) {
     }
 
     // With --batch-invariant the encoder adds into a wte gradient of its own (gpt2_backward).
-    float* dwte_encoder = batch_invariant ? (float*)dev_malloc(sizes[P_WTE] * sizeof(float), "wte encoder grad") : g[P_WTE];
+    float* dwte_encoder = group_sequences ? (float*)dev_malloc(sizes[P_WTE] * sizeof(float), "wte encoder grad") : g[P_WTE];
 
     // ---- activations of one layer plus the head, as carve_activations lays them out for layer 0
     const size_t NC = (size_t)N * C, X = sizeof(floatX);
@@ -437,9 +437,9 @@ int main(int argc, char** argv) {
     // The head runs over slices of `slice` sequences (HN rows), as in gpt2_forward: head_classifier's
     // scratch holds one slice, and the head's row takes the slices in turn (a last, shorter slice as
     // a full one that ends at the batch's end).
-    const int slice = gpt2_head_slice_sequences(B, T, batch_invariant, head_slice_tokens), slices = ceil_div(B, slice);
+    const int slice = gpt2_head_slice_sequences(B, T, group_sequences, head_slice_tokens), slices = ceil_div(B, slice);
     const int HN = slice * T;
-    const int head_sum_rows = batch_invariant ? gpt2_head_group_sequences(slice, batch_invariant) * T : HN;
+    const int head_group_rows = group_sequences ? gpt2_head_group_sequences(slice, group_sequences) * T : HN;
     void* head_scratch = dev_malloc(head_scratch_bytes(HN, C, Vp), "the head's scratch");
     float* losses = (float*)dev_malloc((size_t)N * sizeof(float), "losses");
     floatX* dresidual = (floatX*)dev_malloc(NC * X, "dresidual");
@@ -486,7 +486,7 @@ int main(int argc, char** argv) {
     printf("profile_step: GPT-2 L %d, C %d, NH %d (HS %d), V %d, Vp %d, %zu parameters; B %d, T %d "
            "(%d tokens per step), recompute 0, the head in %d slices of %d tokens%s\n",
            L, C, NH, HS, V, Vp, n, B, T, N, slices, HN,
-           batch_invariant ? ", products and gradient sums per group of sequences (--batch-invariant)" : "");
+           group_sequences ? ", products and gradient sums per group of sequences (--batch-invariant)" : "");
     printf("%s | %s attention | precision %s\n", backend_describe(), attention_name(),
            X == 2 ? "BF16" : "FP32");
     printf("token ids: %s, %zu distinct, the most frequent %d times\n", token_path ? token_path : "uniform random",
@@ -506,16 +506,16 @@ int main(int argc, char** argv) {
     size_t zero_start[NUM_PARAMETER_TENSORS], zero_count[NUM_PARAMETER_TENSORS], zeroed = 0;
     const int zero_runs = gpt2_zeroed_gradient_runs(sizes, zero_start, zero_count);
     for (int i = 0; i < zero_runs; i++) zeroed += zero_count[i];
-    if (batch_invariant) zeroed += sizes[P_WTE];
+    if (group_sequences) zeroed += sizes[P_WTE];
     time_call("zero_grad (memset)", 1, 0, zeroed * 4.0, [&] {
         for (int i = 0; i < zero_runs; i++) dev_memset_zero(grads + zero_start[i], zero_count[i] * sizeof(float));
-        if (batch_invariant) dev_memset_zero(dwte_encoder, sizes[P_WTE] * sizeof(float));
+        if (group_sequences) dev_memset_zero(dwte_encoder, sizes[P_WTE] * sizeof(float));
     });
 
     // ---- gpt2_forward
     const int forward_start = num_rows;
     // With --batch-invariant the products' rows and the gradient sums in groups of G sequences.
-    const int group_rows = batch_invariant ? batch_invariant * T : N;
+    const int group_rows = group_sequences ? group_sequences * T : N;
     time_call("upload inputs", 1, 0, N * sizeof(int), [&] { dev_upload(inputs, host_inputs, (size_t)N * sizeof(int)); });
     time_call("upload targets", 1, 0, N * sizeof(int), [&] { dev_upload(targets, host_targets, (size_t)N * sizeof(int)); });
     time_call("encoder_forward", 1, 0, 2.0 * NC * X + (double)T * C * X + N * sizeof(int),
@@ -554,7 +554,7 @@ int main(int argc, char** argv) {
     // stores them are not counted)
     time_call("head_classifier lm head", slices, 3 * head_mm * Vp, 0, [&] {
         head_classifier(losses + head_row(), dbuf_c + head_row() * C, g[P_WTE], head_scratch, targets + head_row(),
-                        1.0f / (float)N, lnf + head_row() * C, p[P_WTE], HN, C, V, Vp, head_sum_rows,
+                        1.0f / (float)N, lnf + head_row() * C, p[P_WTE], HN, C, V, Vp, head_group_rows,
                         head_slice == 0 ? GRAD_WRITE : GRAD_ADD);
         head_slice = (head_slice + 1) % slices;
     });
@@ -604,7 +604,7 @@ int main(int argc, char** argv) {
     // the 2-D weights, step 1)
     const int update_start = num_rows;
     float norm = 0.0f;
-    if (batch_invariant)
+    if (group_sequences)
         time_call("float_accumulate wte", 1, 0, 3.0 * sizes[P_WTE] * sizeof(float),
                   [&] { float_accumulate(g[P_WTE], dwte_encoder, sizes[P_WTE]); });
     time_call("grad_norm_squared", 1, 0, n * 4.0, [&] { norm = sqrtf(grad_norm_squared(grads, n)); });

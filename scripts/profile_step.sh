@@ -8,7 +8,7 @@
 # run, nvidia-smi; the summed step was 118.5 ms against 126.8 measured). `--at-cap 500` adds a table
 # of every call timed again at the sustained clock, whose sum is the one to compare on such a card,
 # and the forward and backward replayed back to back at that clock (in training, twelve layers cost
-# more energy than this replay of one: 108.2 against 102.7 ms on an H200, PERFORMANCE.md).
+# more energy than this replay of one: 108.2 against 102.7 ms on an H200, docs/performance.md).
 # The token ids are uniform random unless `--tokens FILE` gives a token file: text repeats its
 # frequent tokens far more, which sets the encoder backward's length.
 #

@@ -8,7 +8,7 @@
 #                              command that does, and exits 1
 # The CUDA toolkit (nvcc, cuRAND, cuBLAS) comes from NVIDIA and is only checked here, never installed.
 # The probes use the Makefile's variables: CC (default cc), CUDA_HOME (default /usr/local/cuda),
-# STB_INCLUDE (default /usr/include/stb); tests/test_setup.sh points them at nothing to simulate a
+# STB_INCLUDE (default /usr/include/stb); tests/e2e/test_setup.sh points them at nothing to simulate a
 # missing piece. curl or wget is needed only when GPT_DATA_DIR is unset and data/ lacks a raw file,
 # that is when scripts/get_data.sh must download.
 set -euo pipefail
@@ -61,7 +61,7 @@ fi
 
 [ -f "$STB_INCLUDE/stb_ds.h" ] || lack stb_ds.h "not in $STB_INCLUDE" apt libstb-dev
 
-# The sanitizer build and the fuzzers (tests/test_bad_input.sh, tests/fuzz_*.c) use clang.
+# The sanitizer build and the fuzzers (tests/e2e/test_bad_input.sh, tests/fuzz/fuzz_*.c) use clang.
 if ! command -v clang > /dev/null; then # with the runtimes of the distribution's default clang
     lack clang "not found" apt "clang libclang-rt-dev libomp-dev"
 else
@@ -94,9 +94,9 @@ int main(void) { cublasHandle_t h; cublasLtHandle_t lt; return cublasCreate(&h) 
     fi
 fi
 
-# scripts/plot_loss.py draws the loss curves of tests/test_train_cpu.sh; tests/hellaswag_reference.py
-# (tests/test_hellaswag.sh) is a GPT-2 forward in NumPy; scripts/hf_to_model.py and model_to_hf.py
-# (tests/test_hf.sh) read and write Hugging Face's model.safetensors with safetensors.
+# scripts/plot_loss.py draws the loss curves of tests/e2e/test_train_cpu.sh; tests/lib/hellaswag_reference.py
+# (tests/e2e/test_hellaswag.sh) is a GPT-2 forward in NumPy; scripts/hf_to_model.py and model_to_hf.py
+# (tests/e2e/test_hf.sh) read and write Hugging Face's model.safetensors with safetensors.
 pip_flags="" # Debian's python3 takes a pip package only with --break-system-packages (PEP 668)
 if ! command -v python3 > /dev/null; then
     lack python3 "not found" apt python3
@@ -116,7 +116,7 @@ else
     done
 fi
 
-# scripts/fineweb_to_jsonl.py reads parquet files with pyarrow (tests/test_fineweb_parquet.sh).
+# scripts/fineweb_to_jsonl.py reads parquet files with pyarrow (tests/e2e/test_fineweb_parquet.sh).
 # Debian 12 has no pyarrow package, so with Debian's python3 it is optional and that test skips.
 if command -v python3 > /dev/null && ! python3 -c 'import pyarrow.parquet' 2> /dev/null; then
     if [ "$(python3 -c 'import sys; print(sys.prefix)')" != /usr ]; then

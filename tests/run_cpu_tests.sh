@@ -36,21 +36,22 @@ run data "$BUILD/tests/test_data" "$DATA"
 run checkpoint "$BUILD/tests/test_checkpoint"
 run dist "$BUILD/tests/test_dist"
 run memory_fit "$BUILD/tests/test_memory_fit"
-run launch tests/test_launch.sh
-run setup tests/test_setup.sh
-run get_data tests/test_get_data.sh "$DATA"
-run prepare_data tests/test_prepare_data.sh "$DATA"
-run prepare_jsonl tests/test_prepare_jsonl.sh "$DATA"
-run fineweb_parquet tests/test_fineweb_parquet.sh "$DATA"
-run train_cpu tests/test_train_cpu.sh "$DATA"
-run generate tests/test_generate.sh "$DATA"
-run hellaswag tests/test_hellaswag.sh "$DATA"
-run hf tests/test_hf.sh "$DATA"
-run resume tests/test_resume.sh "$DATA"
-run divergence tests/test_divergence.sh "$DATA"
-run config tests/test_config.sh "$DATA"
-run recipe_cpu tests/test_recipe_cpu.sh "$DATA"
-run bad_input tests/test_bad_input.sh "$DATA"
+run gpt2 "$BUILD/tests/test_gpt2"
+run launch tests/e2e/test_launch.sh
+run setup tests/e2e/test_setup.sh
+run get_data tests/e2e/test_get_data.sh "$DATA"
+run prepare_data tests/e2e/test_prepare_data.sh "$DATA"
+run prepare_jsonl tests/e2e/test_prepare_jsonl.sh "$DATA"
+run fineweb_parquet tests/e2e/test_fineweb_parquet.sh "$DATA"
+run train_cpu tests/e2e/test_train_cpu.sh "$DATA"
+run generate tests/e2e/test_generate.sh "$DATA"
+run hellaswag tests/e2e/test_hellaswag.sh "$DATA"
+run hf tests/e2e/test_hf.sh "$DATA"
+run resume tests/e2e/test_resume.sh "$DATA"
+run divergence tests/e2e/test_divergence.sh "$DATA"
+run config tests/e2e/test_config.sh "$DATA"
+run recipe_cpu tests/e2e/test_recipe_cpu.sh "$DATA"
+run bad_input tests/e2e/test_bad_input.sh "$DATA"
 export FUZZ_VOCAB_DIR=$DATA/gpt2 # for fuzz_tokenizer
 # Each fuzzer is one process on one core, so they run JOBS at a time, each for FUZZ_SECONDS (on CI's
 # 2 cores that halves their 4 minutes); their outputs are shown in turn once a batch is done.
@@ -61,7 +62,7 @@ show() { cat "$1"; return "$2"; } # show OUTPUT STATUS: a finished fuzzer's outp
 for ((i = 0; i < ${#fuzzers[@]}; i += JOBS)); do
     batch=("${fuzzers[@]:i:JOBS}") pids=() started=$SECONDS
     for f in "${batch[@]}"; do
-        tests/run_fuzzer.sh "$BUILD/fuzz/$f" "$FUZZ_SECONDS" > "$fuzz_out/$f" 2>&1 &
+        tests/fuzz/run_fuzzer.sh "$BUILD/fuzz/$f" "$FUZZ_SECONDS" > "$fuzz_out/$f" 2>&1 &
         pids+=($!)
     done
     for k in "${!batch[@]}"; do

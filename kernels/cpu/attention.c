@@ -1,6 +1,7 @@
 // The generic attention of kernels/kernels.h, bound at build time (ATTN=flash|naive, which the
 // Makefile passes as -DATTN_FLASH or -DATTN_NAIVE) to one of the CPU variants. On the CPU floatX is
 // float, so the pointers pass straight through.
+#include "kernels/checks.h"
 #include "kernels/kernels.h"
 
 #include "common/util.h"
@@ -12,8 +13,8 @@
 
 // dbias += the column sums of dqkv (if dbias is not NULL), as matmul_backward sums its bias gradient.
 // The groups were checked before the backward ran (check_sequence_groups).
-static void qkv_bias_backward(float* dbias, const floatX* dqkv, int B, int T, int C, int sum_rows) {
-    if (dbias) matmul_backward(NULL, NULL, dbias, dqkv, NULL, NULL, B * T, C, 3 * C, C, sum_rows, GRAD_ADD);
+static void qkv_bias_backward(float* dbias, const floatX* dqkv, int B, int T, int C, int group_rows) {
+    if (dbias) matmul_backward(NULL, NULL, dbias, dqkv, NULL, NULL, B * T, C, 3 * C, C, group_rows, GRAD_ADD);
 }
 
 #ifdef ATTN_FLASH
@@ -32,13 +33,13 @@ void attention_forward(floatX* out, void* saved, const floatX* qkv, int B, int T
 }
 
 void attention_backward(floatX* dqkv, float* dbias, void* scratch, const floatX* dout, const floatX* qkv,
-                        const floatX* out, const void* saved, int B, int T, int C, int NH, int sum_rows) {
-    if (dbias) check_sequence_groups("attention_backward", B, T, sum_rows);
+                        const floatX* out, const void* saved, int B, int T, int C, int NH, int group_rows) {
+    if (dbias) check_sequence_groups("attention_backward", B, T, group_rows);
     const float* m = saved;
     const float* l = m + (size_t)B * NH * T;
     attention_flash_backward_cpu(dqkv, scratch, dout, qkv, out, m, l, B, T, C, NH,
                                  ATTN_FLASH_BLOCK_Q, ATTN_FLASH_BLOCK_K);
-    qkv_bias_backward(dbias, dqkv, B, T, C, sum_rows);
+    qkv_bias_backward(dbias, dqkv, B, T, C, group_rows);
 }
 
 const char* attention_name(void) { return "flash"; }
@@ -58,11 +59,11 @@ void attention_forward(floatX* out, void* saved, const floatX* qkv, int B, int T
 
 // The naive backward needs only the probabilities, not the output.
 void attention_backward(floatX* dqkv, float* dbias, void* scratch, const floatX* dout, const floatX* qkv,
-                        const floatX* out, const void* saved, int B, int T, int C, int NH, int sum_rows) {
+                        const floatX* out, const void* saved, int B, int T, int C, int NH, int group_rows) {
     (void)out;
-    if (dbias) check_sequence_groups("attention_backward", B, T, sum_rows);
+    if (dbias) check_sequence_groups("attention_backward", B, T, group_rows);
     attention_naive_backward_cpu(dqkv, scratch, dout, qkv, saved, B, T, C, NH);
-    qkv_bias_backward(dbias, dqkv, B, T, C, sum_rows);
+    qkv_bias_backward(dbias, dqkv, B, T, C, group_rows);
 }
 
 const char* attention_name(void) { return "naive"; }

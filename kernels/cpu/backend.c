@@ -82,7 +82,7 @@ static void check_curand(curandStatus_t status, const char* call) {
 }
 
 // The offset counts single values of the generator's sequence: value i of a run started at offset
-// k is value k + i of a run started at offset 0 (checked by tests/test_kernels_cpu.c).
+// k is value k + i of a run started at offset 0 (checked by tests/unit/test_kernels_cpu.c).
 // curandGenerateNormal makes its values in Box-Muller pairs and may refuse an odd count, so an odd
 // n gets its last value from a pair generated at offset + n - 1.
 void init_normal(float* dst, size_t n, float mean, float std, unsigned long long seed,

@@ -34,8 +34,8 @@ void matmul_forward_gelu(floatX* pre, floatX* out, const floatX* inp, const floa
 }
 
 void matmul_backward_gelu(floatX* dinp, float* dweight, float* dbias, const floatX* dout, const floatX* inp,
-                          const floatX* weight, const floatX* pre, int N, int C, int OC, int sum_rows,
+                          const floatX* weight, const floatX* pre, int N, int C, int OC, int group_rows,
                           int dweight_mode) {
-    matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, C, sum_rows, dweight_mode);
+    matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, C, group_rows, dweight_mode);
     gelu_backward(dinp, pre, dinp, (size_t)N * C);
 }

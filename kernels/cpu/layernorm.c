@@ -1,4 +1,5 @@
 // LayerNorm over the C channels of each row, and the residual add that feeds it, fp32 on the CPU.
+#include "kernels/checks.h"
 #include "kernels/constants.h"
 #include "kernels/kernels.h"
 #include "common/util.h"
@@ -31,8 +32,8 @@ void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
 // dx = rstd * (dnorm - mean_c(dnorm) - norm * mean_c(dnorm * norm)).
 void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* dinp_sums, const floatX* dout,
                         const floatX* inp, const floatX* weight, const float* mean,
-                        const float* rstd, int N, int C, int sum_rows, int dinp_mode) {
-    check_row_groups("layernorm_backward", N, sum_rows);
+                        const float* rstd, int N, int C, int group_rows, int dinp_mode) {
+    check_row_groups("layernorm_backward", N, group_rows);
     #pragma omp parallel for
     for (int i = 0; i < N; i++) {
         const float* x = inp + (size_t)i * C;
@@ -56,7 +57,7 @@ void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* dinp_
     // The parameter gradients sum over rows: threads split the channels, in blocks of 16 (a cache
     // line), and add the rows in order, so the sums do not depend on the number of threads. Each
     // row adds straight into the gradient, which is the same for every grouping of the rows: here
-    // sum_rows only has to divide N.
+    // group_rows only has to divide N.
     #pragma omp parallel for schedule(static)
     for (int c_block = 0; c_block < C; c_block += 16) {
         int c_end = c_block + 16 < C ? c_block + 16 : C;
@@ -71,5 +72,5 @@ void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* dinp_
         }
     }
     // The bias gradient matmul_backward would make with dout = dinp: the same function, the same bits.
-    if (dinp_sums) matmul_backward(NULL, NULL, dinp_sums, dinp, NULL, NULL, N, C, C, C, sum_rows, GRAD_ADD);
+    if (dinp_sums) matmul_backward(NULL, NULL, dinp_sums, dinp, NULL, NULL, N, C, C, C, group_rows, GRAD_ADD);
 }

@@ -6,6 +6,7 @@
 // 2 TILE_I vector FMAs and the accumulators stay in vector registers over the whole k loop (with
 // AVX2's 16, a few of them spill to the L1 cache). Every output element is one sum over k in
 // increasing order, computed by one thread, so the results do not depend on the number of threads.
+#include "kernels/checks.h"
 #include "kernels/kernels.h"
 #include "common/util.h"
 
@@ -145,23 +146,23 @@ static void matmul_backward_dinp(float* dinp, const float* dout, const float* we
     }
 }
 
-// dweight[oc, c] (= with GRAD_WRITE, else +=) sum_n dout[n, oc] inp[n, c], in groups of sum_rows rows:
+// dweight[oc, c] (= with GRAD_WRITE, else +=) sum_n dout[n, oc] inp[n, c], in groups of group_rows rows:
 // tiles of weight rows (i = oc) x channels (j = c), each tile adding its groups' sums in row order
 // (with GRAD_WRITE, the first group's written). inp's rows are ld_inp apart.
 static void matmul_backward_dweight(float* dweight, const float* dout, const float* inp,
-                                    int N, int C, int OC, int ld_inp, int sum_rows, int mode) {
+                                    int N, int C, int OC, int ld_inp, int group_rows, int mode) {
     int oc_tiles = (OC + TILE_I - 1) / TILE_I, channel_tiles = (C + TILE_J - 1) / TILE_J;
     #pragma omp parallel for collapse(2) schedule(static)
     for (int oc_tile = 0; oc_tile < oc_tiles; oc_tile++) {
         for (int channel_tile = 0; channel_tile < channel_tiles; channel_tile++) {
             int oc0 = oc_tile * TILE_I, c0 = channel_tile * TILE_J;
             int i_end = min_int(OC - oc0, TILE_I), width = min_int(C - c0, TILE_J);
-            for (int n0 = 0; n0 < N; n0 += sum_rows) {
+            for (int n0 = 0; n0 < N; n0 += group_rows) {
                 // Past OC the tile repeats the last column of dout; those sums are not stored.
                 const float* dout_columns[TILE_I];
                 float acc[TILE_I][TILE_J] = {{0}};
                 for (int i = 0; i < TILE_I; i++) dout_columns[i] = dout + (size_t)n0 * OC + min_int(oc0 + i, OC - 1);
-                tile_multiply(acc, dout_columns, OC, inp + (size_t)n0 * ld_inp + c0, ld_inp, sum_rows, width);
+                tile_multiply(acc, dout_columns, OC, inp + (size_t)n0 * ld_inp + c0, ld_inp, group_rows, width);
                 const int write = mode == GRAD_WRITE && n0 == 0;
                 for (int i = 0; i < i_end; i++)
                     for (int j = 0; j < width; j++) {
@@ -173,15 +174,15 @@ static void matmul_backward_dweight(float* dweight, const float* dout, const flo
     }
 }
 
-// dbias[oc] += sum_n dout[n, oc] in groups of sum_rows rows: threads split the columns, each
+// dbias[oc] += sum_n dout[n, oc] in groups of group_rows rows: threads split the columns, each
 // summing the rows in order (the CPU does not use inp's bias columns: its sums stay these).
-static void matmul_backward_dbias(float* dbias, const float* dout, int N, int OC, int sum_rows) {
+static void matmul_backward_dbias(float* dbias, const float* dout, int N, int OC, int group_rows) {
     #pragma omp parallel for schedule(static)
     for (int oc0 = 0; oc0 < OC; oc0 += TILE_J) {
         int width = min_int(OC - oc0, TILE_J);
-        for (int n0 = 0; n0 < N; n0 += sum_rows) {
+        for (int n0 = 0; n0 < N; n0 += group_rows) {
             float sums[TILE_J] = {0};
-            for (int n = n0; n < n0 + sum_rows; n++)
+            for (int n = n0; n < n0 + group_rows; n++)
                 for (int j = 0; j < width; j++) sums[j] += dout[(size_t)n * OC + oc0 + j];
             for (int j = 0; j < width; j++) dbias[oc0 + j] += sums[j];
         }
@@ -189,17 +190,17 @@ static void matmul_backward_dbias(float* dbias, const float* dout, int N, int OC
 }
 
 void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout, const floatX* inp,
-                     const floatX* weight, int N, int C, int OC, int ld_inp, int sum_rows, int dweight_mode) {
-    check_row_groups("matmul_backward", N, sum_rows);
+                     const floatX* weight, int N, int C, int OC, int ld_inp, int group_rows, int dweight_mode) {
+    check_row_groups("matmul_backward", N, group_rows);
     check_linear_ld("matmul_backward", C, ld_inp);
     if (dinp) matmul_backward_dinp(dinp, dout, weight, N, C, OC);
-    if (dweight) matmul_backward_dweight(dweight, dout, inp, N, C, OC, ld_inp, sum_rows, dweight_mode);
-    if (dbias) matmul_backward_dbias(dbias, dout, N, OC, sum_rows);
+    if (dweight) matmul_backward_dweight(dweight, dout, inp, N, C, OC, ld_inp, group_rows, dweight_mode);
+    if (dbias) matmul_backward_dbias(dbias, dout, N, OC, group_rows);
 }
 
 void matmul_backward_weights(float* dweight, float* dbias, const floatX* dout, const floatX* inp, int N, int C, int OC,
-                             int ld_inp, int sum_rows, int dweight_mode) {
-    matmul_backward(NULL, dweight, dbias, dout, inp, NULL, N, C, OC, ld_inp, sum_rows, dweight_mode);
+                             int ld_inp, int group_rows, int dweight_mode) {
+    matmul_backward(NULL, dweight, dbias, dout, inp, NULL, N, C, OC, ld_inp, group_rows, dweight_mode);
 }
 
 void matmul_backward_wait(void) {} // matmul_backward_weights is complete on return

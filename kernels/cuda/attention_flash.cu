@@ -479,9 +479,9 @@ void attention_forward(floatX* out, void* saved, const floatX* qkv, int B, int T
 }
 
 void attention_backward(floatX* dqkv, float* dbias, void* scratch, const floatX* dout, const floatX* qkv,
-                        const floatX* out, const void* saved, int B, int T, int C, int NH, int sum_rows) {
+                        const floatX* out, const void* saved, int B, int T, int C, int NH, int group_rows) {
     check_shapes(B, T, C, NH);
-    if (dbias) check_sequence_groups("attention_backward", B, T, sum_rows);
+    if (dbias) check_sequence_groups("attention_backward", B, T, group_rows);
     const int HS = C / NH;
     check_bf16_shape(T, C, HS);
     check_bf16_alignment(qkv, dqkv);
@@ -501,10 +501,10 @@ void attention_backward(floatX* dqkv, float* dbias, void* scratch, const floatX*
     case CONFIG_SM80: backward_bf16<TilesSm80>(dqkv, dq_accum, bias_partials, lse2, D, dout, qkv, B, T, NH, HS); break;
     }
     if (bias_partials) {
-        column_sums_accumulate(dbias, (int)bias_tile_rows(B, T), 3 * C, sum_rows / T * bias_tiles(T),
+        column_sums_accumulate(dbias, (int)bias_tile_rows(B, T), 3 * C, group_rows / T * bias_tiles(T),
                                FloatMatrixColumns{bias_partials, 3 * C});
     } else if (dbias) {
-        column_sums_accumulate(dbias, B * T, 3 * C, sum_rows, MatrixColumns{dqkv, 3 * C});
+        column_sums_accumulate(dbias, B * T, 3 * C, group_rows, MatrixColumns{dqkv, 3 * C});
     }
 }
 
@@ -548,9 +548,9 @@ void attention_forward(floatX* out, void* saved, const floatX* qkv, int B, int T
 }
 
 void attention_backward(floatX* dqkv, float* dbias, void* scratch, const floatX* dout, const floatX* qkv,
-                        const floatX* out, const void* saved, int B, int T, int C, int NH, int sum_rows) {
+                        const floatX* out, const void* saved, int B, int T, int C, int NH, int group_rows) {
     check_shapes(B, T, C, NH);
-    if (dbias) check_sequence_groups("attention_backward", B, T, sum_rows);
+    if (dbias) check_sequence_groups("attention_backward", B, T, group_rows);
     const int HS = C / NH;
     check_f32_head_size(HS);
     const float* m = (const float*)saved;
@@ -563,7 +563,7 @@ void attention_backward(floatX* dqkv, float* dbias, void* scratch, const floatX*
     case 3: FlashF32<3>::backward(dqkv, dout, qkv, m, l, D, B, T, NH, HS); break;
     case 4: FlashF32<4>::backward(dqkv, dout, qkv, m, l, D, B, T, NH, HS); break;
     }
-    if (dbias) column_sums_accumulate(dbias, B * T, 3 * C, sum_rows, MatrixColumns{dqkv, 3 * C});
+    if (dbias) column_sums_accumulate(dbias, B * T, 3 * C, group_rows, MatrixColumns{dqkv, 3 * C});
 }
 #endif // PRECISION_BF16
 #endif // ATTN_FLASH

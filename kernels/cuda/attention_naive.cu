@@ -104,9 +104,9 @@ void attention_forward(floatX* out, void* saved, const floatX* qkv, int B, int T
 }
 
 void attention_backward(floatX* dqkv, float* dbias, void* scratch, const floatX* dout, const floatX* qkv,
-                        const floatX* out, const void* saved, int B, int T, int C, int NH, int sum_rows) {
+                        const floatX* out, const void* saved, int B, int T, int C, int NH, int group_rows) {
     (void)out; // the naive backward needs only the probabilities
-    if (dbias) check_sequence_groups("attention_backward", B, T, sum_rows);
+    if (dbias) check_sequence_groups("attention_backward", B, T, group_rows);
     int HS = C / NH, batch = B * NH;
     size_t qkv_b = (size_t)T * 3 * C, att_b = (size_t)NH * T * T, out_b = (size_t)T * C;
     const floatX* att = (const floatX*)saved;
@@ -132,5 +132,5 @@ void attention_backward(floatX* dqkv, float* dbias, void* scratch, const floatX*
     // dK^T (HS, T) = Q^T @ dS: dk_j = sum_i dS[i][j] q_i.
     batched_gemm(HS, T, T, false, true, 1.0f, ptr + Q * batch, 3 * C, ptr + DATT * batch, T,
                  ptr + DK * batch, 3 * C, batch);
-    if (dbias) column_sums_accumulate(dbias, B * T, 3 * C, sum_rows, MatrixColumns{dqkv, 3 * C});
+    if (dbias) column_sums_accumulate(dbias, B * T, 3 * C, group_rows, MatrixColumns{dqkv, 3 * C});
 }

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "common/util.h"
+#include "kernels/checks.h"
 #include "kernels/kernels.h"
 
 // Every CUDA, cuBLAS and cuRAND call goes through one of these: a failure names the call, the file
@@ -171,7 +172,7 @@ template <class Op> void map2(floatX* out, const floatX* a, const floatX* b, siz
 }
 
 // dst[c] += sum over rows r < N of value(r, c), for c < C, deterministically and in groups of
-// sum_rows rows (kernels.h): blocks of COLSUM_COLS columns x COLSUM_ROWS rows of one group write
+// group_rows rows (kernels.h): blocks of COLSUM_COLS columns x COLSUM_ROWS rows of one group write
 // fp32 partial sums, then a second pass adds each group's partials in row order and the groups' sums
 // in turn, rounding once per group into dst. `value` is a device functor
 // void(int row, int col, float out[X128]) giving columns col .. col + X128 - 1 of a row (0 from C
@@ -179,14 +180,14 @@ template <class Op> void map2(floatX* out, const floatX* a, const floatX* b, siz
 // latency-bound. Every column's sum runs in the same order either way.
 #define COLSUM_ROWS 256
 #define COLSUM_LANES 8 // row lanes per block: lane y adds rows y, y + 8, ... of its chunk
-// Rows [*row0, *row_end) of chunk `chunk` when each group of sum_rows rows is cut into chunks of
+// Rows [*row0, *row_end) of chunk `chunk` when each group of group_rows rows is cut into chunks of
 // chunk_rows (the last one of a group shorter): chunk c is part c % parts of group c / parts, and no
 // chunk crosses a group's end, so a group's partial sums depend on its own rows only.
 // (chunk is a block index, unsigned: its division and remainder stay unsigned ones.)
-__device__ inline void group_chunk_rows(unsigned chunk, int sum_rows, int chunk_rows, int* row0, int* row_end) {
-    const int parts = (sum_rows + chunk_rows - 1) / chunk_rows, group = chunk / parts;
-    *row0 = group * sum_rows + chunk % parts * chunk_rows;
-    *row_end = min(*row0 + chunk_rows, (group + 1) * sum_rows);
+__device__ inline void group_chunk_rows(unsigned chunk, int group_rows, int chunk_rows, int* row0, int* row_end) {
+    const int parts = (group_rows + chunk_rows - 1) / chunk_rows, group = chunk / parts;
+    *row0 = group * group_rows + chunk % parts * chunk_rows;
+    *row_end = min(*row0 + chunk_rows, (group + 1) * group_rows);
 }
 #define COLSUM_COLS (32 * X128)
 // The plain value functor: the elements of a row-major matrix with C columns.
@@ -198,11 +199,11 @@ struct MatrixColumns {
     }
 };
 template <class Value>
-__global__ void column_partial_sums_kernel(float* partials, int C, int sum_rows, Value value) {
+__global__ void column_partial_sums_kernel(float* partials, int C, int group_rows, Value value) {
     __shared__ float sums[COLSUM_LANES][X128][33]; // [row lane][element][thread]: conflict-free
     // blockIdx.y is the chunk of rows.
     int row0, row_end;
-    group_chunk_rows(blockIdx.y, sum_rows, COLSUM_ROWS, &row0, &row_end);
+    group_chunk_rows(blockIdx.y, group_rows, COLSUM_ROWS, &row0, &row_end);
     const int col = (blockIdx.x * 32 + threadIdx.x) * X128;
     float sum[X128] = {};
     if (col < C)
@@ -230,12 +231,12 @@ __global__ void add_column_partials_kernel(ColumnSumTargets targets, const float
                                            int C);
 void add_column_partials(ColumnSumTargets targets, int sums, const float* partials, int groups, int parts, int C);
 float* column_partials_buffer(size_t count);
-template <class Value> void column_sums_accumulate(float* dst, int N, int C, int sum_rows, Value value) {
-    check_row_groups("column sums", N, sum_rows);
-    int groups = N / sum_rows, parts = (int)ceil_div(sum_rows, COLSUM_ROWS);
+template <class Value> void column_sums_accumulate(float* dst, int N, int C, int group_rows, Value value) {
+    check_row_groups("column sums", N, group_rows);
+    int groups = N / group_rows, parts = (int)ceil_div(group_rows, COLSUM_ROWS);
     float* partials = column_partials_buffer((size_t)groups * parts * C);
     column_partial_sums_kernel<<<dim3(ceil_div(C, COLSUM_COLS), groups * parts), dim3(32, COLSUM_LANES)>>>(
-        partials, C, sum_rows, value);
+        partials, C, group_rows, value);
     launchCheck();
     add_column_partials(ColumnSumTargets{{dst}}, 1, partials, groups, parts, C);
 }

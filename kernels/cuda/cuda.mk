@@ -1,5 +1,5 @@
 # CUDA builds: included by the Makefile (`include kernels/cuda/cuda.mk`), which defines ATTN,
-# PRECISION, GPU_ARCH, BUILD, OBJ, CFLAGS_BASE, ATTN_DEF, LIB_SRC, MODEL_SRC, COMMON_SRC, CUDA_HOME.
+# PRECISION, GPU_ARCH, BUILD, OBJ, CFLAGS_BASE, ATTN_DEF, LIB_SRC, MODEL_SRC, TRAIN_SRC, COMMON_SRC, CUDA_HOME.
 # Objects of each PRECISION x GPU_ARCH go to their own directory, so variants never mix; those of
 # the sources that depend on ATTN (CUDA_ATTN_SRC) to one per ATTN as well, the others are shared by
 # both attention variants.
@@ -9,7 +9,7 @@
 #   $(BUILD)/profile_step              per-kernel time split of one training step (scripts/profile_step.sh)
 #   $(BUILD)/tests/dump_grads          the whole model's loss and gradients of one batch
 #   $(BUILD)/tests/test_generate       greedy generation against the argmax of the logits
-#   $(BUILD)/tests/dump_logits         the logits of a model file for some tokens (tests/test_hf_gpu.sh)
+#   $(BUILD)/tests/dump_logits         the logits of a model file for some tokens (tests/gpu/test_hf_gpu.sh)
 #   test-cuda-compile                  compiles every variant for sm 80 86 89 90, warnings fatal
 #   test-gpu                           the GPU tests (needs a GPU; the divergence guard's also on 2 GPUs
 #                                      when there are 2)
@@ -27,7 +27,7 @@ cuda_space := $(cuda_empty) $(cuda_empty)
 # and encoder.cu alone take some 2.5 minutes for the four architectures of test-cuda-compile), so a
 # source that comes to depend on ATTN must be listed here.
 CUDA_ATTN_SRC = kernels/cuda/backend.cu kernels/cuda/attention_flash.cu kernels/cuda/attention_naive.cu \
-    tests/test_attention_gpu.cu
+    tests/gpu/test_attention_gpu.cu
 cuda_variant = $(PRECISION)-sm$(subst $(cuda_space),_,$(strip $(GPU_ARCH)))
 CUDA_OBJ = $(OBJ)/cuda-$(cuda_variant)
 CUDA_ATTN_OBJ = $(OBJ)/cuda-$(ATTN)-$(cuda_variant)
@@ -74,16 +74,16 @@ $(CUDA_OBJ)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_CUDA_HOST) -c $< -o $@
 
-$(BUILD)/train_gpt: $(call cuda_obj,train.c $(MODEL_SRC) $(LIB_SRC) $(CUDA_KERNEL_SRC) $(COMM_SRC)) $(CONFIG_STAMP)
+$(BUILD)/train_gpt: $(call cuda_obj,$(TRAIN_SRC) $(MODEL_SRC) $(LIB_SRC) $(CUDA_KERNEL_SRC) $(COMM_SRC)) $(CONFIG_STAMP)
 	$(CC) $(filter %.o,$^) $(LDLIBS_NCCL) $(LDLIBS_CUDA) -o $@
 
 # Whole-model test programs linked like train_gpt: the loss and gradients of one batch for
-# tests/test_gpu_grads.sh, greedy generation against the argmax of the logits, and the logits of a
-# model file for tests/test_hf_gpu.sh.
-$(TEST_BIN)/dump_grads: $(call cuda_obj,tests/dump_grads.c)
-$(TEST_BIN)/test_generate: $(call cuda_obj,tests/test_generate.c)
-$(TEST_BIN)/dump_logits: $(call cuda_obj,tests/dump_logits.c)
-$(TEST_BIN)/dump_grads $(TEST_BIN)/test_generate $(TEST_BIN)/dump_logits: $(call cuda_obj,$(MODEL_SRC) $(LIB_SRC) $(CUDA_KERNEL_SRC) $(COMM_SRC) tests/testutil.c) $(CONFIG_STAMP)
+# tests/gpu/test_gpu_grads.sh, greedy generation against the argmax of the logits, and the logits of a
+# model file for tests/gpu/test_hf_gpu.sh.
+$(TEST_BIN)/dump_grads: $(call cuda_obj,tests/lib/dump_grads.c)
+$(TEST_BIN)/test_generate: $(call cuda_obj,tests/unit/test_generate.c)
+$(TEST_BIN)/dump_logits: $(call cuda_obj,tests/lib/dump_logits.c)
+$(TEST_BIN)/dump_grads $(TEST_BIN)/test_generate $(TEST_BIN)/dump_logits: $(call cuda_obj,$(MODEL_SRC) $(LIB_SRC) $(CUDA_KERNEL_SRC) $(COMM_SRC) tests/lib/testutil.c) $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(filter %.o,$^) $(LDLIBS_NCCL) $(LDLIBS_CUDA) -o $@
 
@@ -93,14 +93,14 @@ $(CPU_REF_OBJ)/%.o: %.c kernels/cpu_reference_names.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_CPU) -include kernels/cpu_reference_names.h -c $< -o $@
 
-$(TEST_BIN)/test_kernels_gpu: $(call cuda_obj,tests/test_kernels_gpu.cu tests/testutil.c $(COMMON_SRC) $(CUDA_KERNEL_SRC)) \
+$(TEST_BIN)/test_kernels_gpu: $(call cuda_obj,tests/gpu/test_kernels_gpu.cu tests/lib/testutil.c $(COMMON_SRC) $(CUDA_KERNEL_SRC)) \
                               $(patsubst %.c,$(CPU_REF_OBJ)/%.o,$(filter-out kernels/cpu/comm.c,$(CPU_KERNEL_SRC)))
 	@mkdir -p $(dir $@)
 	$(CC) $^ $(LDLIBS_CUDA) -o $@
 
 # The flash kernels against the CPU flash reference (its own names, attention_flash_*_cpu); backend.cu
 # for the column sums of the qkv bias gradient.
-$(TEST_BIN)/test_attention_gpu: $(call cuda_obj,tests/test_attention_gpu.cu tests/testutil.c $(COMMON_SRC) kernels/cuda/attention_flash.cu kernels/cuda/backend.cu) \
+$(TEST_BIN)/test_attention_gpu: $(call cuda_obj,tests/gpu/test_attention_gpu.cu tests/lib/testutil.c $(COMMON_SRC) kernels/cuda/attention_flash.cu kernels/cuda/backend.cu) \
                                 $(CPU_REF_OBJ)/kernels/cpu/attention_flash.o
 	@mkdir -p $(dir $@)
 	$(CC) $^ $(LDLIBS_CUDA) -o $@
@@ -108,7 +108,7 @@ $(TEST_BIN)/test_attention_gpu: $(call cuda_obj,tests/test_attention_gpu.cu test
 # Times every kernel call of one training step; the model's shapes come from its options (its token
 # ids from a token file with --tokens). libdl for NVML's energy counter, opened at run time, and
 # pthreads for the thread that polls it.
-$(BUILD)/profile_step: $(call cuda_obj,scripts/profile_step.cu $(COMMON_SRC) model/init.c data/tokenfile.c checkpoints/atomic_file.c \
+$(BUILD)/profile_step: $(call cuda_obj,scripts/profile_step.cu $(COMMON_SRC) model/init.c data/tokenfile.c common/atomic_file.c \
     $(CUDA_KERNEL_SRC)) $(CONFIG_STAMP)
 	$(CC) $(filter %.o,$^) $(LDLIBS_CUDA) -ldl -lpthread -o $@
 
@@ -140,18 +140,18 @@ test-gpu:
 	    $$dir/tests/test_kernels_gpu || exit 1; \
 	    $$dir/tests/test_attention_gpu || exit 1; \
 	done
-	BUILD=$(BUILD) tests/test_gpu_model.sh
-	BUILD=$(BUILD) tests/test_gpu_grads.sh
-	BUILD=$(BUILD) tests/test_cross_resume.sh
-	BUILD=$(BUILD) tests/test_long_context.sh
-	BUILD=$(BUILD) tests/test_gpu_divergence.sh
-	BUILD=$(BUILD) tests/test_recipe_gpu.sh
+	BUILD=$(BUILD) tests/gpu/test_gpu_model.sh
+	BUILD=$(BUILD) tests/gpu/test_gpu_grads.sh
+	BUILD=$(BUILD) tests/gpu/test_cross_resume.sh
+	BUILD=$(BUILD) tests/gpu/test_long_context.sh
+	BUILD=$(BUILD) tests/gpu/test_gpu_divergence.sh
+	BUILD=$(BUILD) tests/gpu/test_recipe_gpu.sh
 
 # On a machine with 2 or more GPUs: data parallelism through NCCL against one GPU.
 test-multi-gpu:
-	BUILD=$(BUILD)/multi tests/test_multi_gpu.sh
+	BUILD=$(BUILD)/multi tests/gpu/test_multi_gpu.sh
 
 # On a machine with 2 GPUs: each GPU a node of its own, the ranks meeting over TCP and NCCL on its
 # socket transport (the binaries of test-multi-gpu).
 test-two-nodes:
-	BUILD=$(BUILD)/multi tests/test_two_nodes.sh
+	BUILD=$(BUILD)/multi tests/gpu/test_two_nodes.sh

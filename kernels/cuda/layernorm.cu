@@ -147,10 +147,10 @@ __global__ void __launch_bounds__(32 * LN_WARPS)
     layernorm_backward_kernel(floatX* __restrict__ dinp, float* __restrict__ partials,
                               const floatX* __restrict__ dout, const floatX* __restrict__ inp,
                               const floatX* __restrict__ weight, const float* __restrict__ mean,
-                              const float* __restrict__ rstd, int C, int sum_rows, bool vector, bool add_dinp,
+                              const float* __restrict__ rstd, int C, int group_rows, bool vector, bool add_dinp,
                               bool sum_dinp, bool stage_dinp) {
     int row0, row_end;
-    group_chunk_rows(blockIdx.x, sum_rows, LN_BWD_CHUNK, &row0, &row_end);
+    group_chunk_rows(blockIdx.x, group_rows, LN_BWD_CHUNK, &row0, &row_end);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float dweight[VECS][X128] = {}, dbias[VECS][X128] = {};
     extern __shared__ float4 dynamic_shared[];
@@ -288,12 +288,12 @@ struct DoutTimesNorm {
 
 void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* dinp_sums, const floatX* dout,
                         const floatX* inp, const floatX* weight, const float* mean,
-                        const float* rstd, int N, int C, int sum_rows, int dinp_mode) {
-    check_row_groups("layernorm_backward", N, sum_rows);
+                        const float* rstd, int N, int C, int group_rows, int dinp_mode) {
+    check_row_groups("layernorm_backward", N, group_rows);
     if (N == 0) return;
     const bool vector = C % X128 == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(weight);
     const bool in_registers = C <= LN_MAX_VECS * 32 * X128;
-    const int groups = N / sum_rows, parts = (int)ceil_div(sum_rows, LN_BWD_CHUNK), chunks = groups * parts;
+    const int groups = N / group_rows, parts = (int)ceil_div(group_rows, LN_BWD_CHUNK), chunks = groups * parts;
     const int sums = dinp_sums ? 3 : 2;
     float* partials = in_registers ? column_partials_buffer(sums * (size_t)chunks * C) : NULL;
     const bool sum_dinp = in_registers && dinp_sums, add_dinp = dinp_mode == GRAD_ADD;
@@ -315,15 +315,15 @@ void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* dinp_
         const size_t shared = sums_bytes + (stage_dinp ? stage_bytes : 0);
         if (static_bytes + shared > 48 * 1024) // beyond the default limit of a block
             cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
-        kernel<<<chunks, 32 * LN_WARPS, shared>>>(dinp, partials, dout, inp, weight, mean, rstd, C, sum_rows, vector,
+        kernel<<<chunks, 32 * LN_WARPS, shared>>>(dinp, partials, dout, inp, weight, mean, rstd, C, group_rows, vector,
                                                   add_dinp, sum_dinp, stage_dinp);
         launchCheck();
     });
     if (in_registers) {
         add_column_partials(ColumnSumTargets{{dweight, dbias, dinp_sums}}, sums, partials, groups, parts, C);
     } else {
-        column_sums_accumulate(dweight, N, C, sum_rows, DoutTimesNorm{dout, inp, mean, rstd, C});
-        column_sums_accumulate(dbias, N, C, sum_rows, MatrixColumns{dout, C});
-        if (dinp_sums) column_sums_accumulate(dinp_sums, N, C, sum_rows, MatrixColumns{dinp, C});
+        column_sums_accumulate(dweight, N, C, group_rows, DoutTimesNorm{dout, inp, mean, rstd, C});
+        column_sums_accumulate(dbias, N, C, group_rows, MatrixColumns{dout, C});
+        if (dinp_sums) column_sums_accumulate(dinp_sums, N, C, group_rows, MatrixColumns{dinp, C});
     }
 }

@@ -270,7 +270,7 @@ static void matmul_cublaslt(MatmulStream& on, void* d, const floatX* a, const fl
 
 // ---- products over groups of rows ------------------------------------------------------------
 // A product that makes each row of its output from the same row of its input (the forward's, dinp)
-// must, where its rows come in groups (kernels.h: group_rows, sum_rows), give each row the bits of
+// must, where its rows come in groups (kernels.h: group_rows), give each row the bits of
 // a product over its group alone. A cuBLASLt call per group does, but costs: with --batch-invariant
 // 8 the d12 step's products of 8K rows took 4-60% longer than one of 64K (profile_step). One call
 // over all rows gives the same bits where its algorithm sums each output
@@ -370,7 +370,7 @@ __global__ void add_weight_gradient_parts_kernel(float* dweight, float* dbias, c
 // The groups' products of a weight gradient at once: at most this many bytes of them.
 #define WGRAD_PARTS_BYTES ((size_t)64 << 20)
 
-// dweight += inp^T dout over groups of sum_rows rows, group after group (kernels.h; with GRAD_WRITE
+// dweight += inp^T dout over groups of group_rows rows, group after group (kernels.h; with GRAD_WRITE
 // the first group's sum is written, dweight not read), and where dbias is given (inp has the bias
 // columns then) dbias += dout's column sums from the same products. A group's product is, without
 // the bias columns, added to dweight by cuBLASLt's epilogue (the first written with GRAD_WRITE);
@@ -385,16 +385,16 @@ __global__ void add_weight_gradient_parts_kernel(float* dweight, float* dbias, c
 // as for the row products above, the first call of each shape runs both and compares hashes, and
 // later calls take the batched form only where they agreed.
 struct WeightGradientShape {
-    int rows, OC, sum_rows, ld_inp, groups;
+    int rows, OC, group_rows, ld_inp, groups;
     bool operator==(const WeightGradientShape& y) const {
-        return rows == y.rows && OC == y.OC && sum_rows == y.sum_rows && ld_inp == y.ld_inp && groups == y.groups;
+        return rows == y.rows && OC == y.OC && group_rows == y.group_rows && ld_inp == y.ld_inp && groups == y.groups;
     }
 };
 
 static void weight_gradients(MatmulStream& on, float* dweight, float* dbias, const floatX* dout, const floatX* inp,
-                             int N, int C, int OC, int ld_inp, int sum_rows, int dweight_mode) {
+                             int N, int C, int OC, int ld_inp, int group_rows, int dweight_mode) {
     const bool bias_row = dbias != NULL;
-    const int rows = bias_row ? ld_inp : C, groups = N / sum_rows; // a group's product: column-major (rows, OC)
+    const int rows = bias_row ? ld_inp : C, groups = N / group_rows; // a group's product: column-major (rows, OC)
     const size_t part = (size_t)rows * OC;
     int batch = 1; // groups a batched call: the largest divisor of groups that fits
     for (int b = 2; b <= groups; b++)
@@ -414,11 +414,11 @@ static void weight_gradients(MatmulStream& on, float* dweight, float* dbias, con
     // `count` groups' products from group g0 on, each into parts (written) or into dweight (added,
     // or group 0's written with GRAD_WRITE).
     auto products = [&](int g0, int count, bool into_dweight) {
-        const size_t row0 = (size_t)g0 * sum_rows;
+        const size_t row0 = (size_t)g0 * group_rows;
         const bool add = into_dweight && !(dweight_mode == GRAD_WRITE && g0 == 0);
         matmul_cublaslt(on, into_dweight ? (void*)dweight : (void*)parts, inp + row0 * ld_inp, dout + row0 * OC, NULL,
-                        rows, OC, sum_rows, false, true, ld_inp, OC, rows, add, PLAIN, NULL, CUDA_R_32F, NULL,
-                        Batch{count, (int64_t)sum_rows * ld_inp, (int64_t)sum_rows * OC, (int64_t)part});
+                        rows, OC, group_rows, false, true, ld_inp, OC, rows, add, PLAIN, NULL, CUDA_R_32F, NULL,
+                        Batch{count, (int64_t)group_rows * ld_inp, (int64_t)group_rows * OC, (int64_t)part});
     };
     auto per_group = [&] {
         for (int g = 0; g < groups; g++) {
@@ -437,7 +437,7 @@ static void weight_gradients(MatmulStream& on, float* dweight, float* dbias, con
         return;
     }
     static Verdicts<WeightGradientShape> verdicts;
-    const WeightGradientShape shape = {rows, OC, sum_rows, ld_inp, groups};
+    const WeightGradientShape shape = {rows, OC, group_rows, ld_inp, groups};
     const int verdict = verdicts.find(shape);
     if (verdict >= 0) {
         if (verdict) batched();
@@ -464,7 +464,7 @@ static void weight_gradients(MatmulStream& on, float* dweight, float* dbias, con
     const bool one_call = hash() == batched_hash; // hash waits for the stream, so `saved` is free
     dev_free(saved);
     if (tuning_level() == 2)
-        fprintf(stderr, "weight gradient %dx%d over %d groups of %d rows, %d a call: %s\n", rows, OC, groups, sum_rows,
+        fprintf(stderr, "weight gradient %dx%d over %d groups of %d rows, %d a call: %s\n", rows, OC, groups, group_rows,
                 batch, one_call ? "batched (the per-group bits)" : "a call per group (batched has other bits)");
     verdicts.record(shape, one_call);
 }
@@ -474,42 +474,42 @@ static void weight_gradients(MatmulStream& on, float* dweight, float* dbias, con
 // same products where inp has the bias columns (kernels.h), else by column_sums_accumulate on the
 // default stream.
 static void weight_and_bias_gradients(MatmulStream& on, float* dweight, float* dbias, const floatX* dout,
-                                      const floatX* inp, int N, int C, int OC, int ld_inp, int sum_rows,
+                                      const floatX* inp, int N, int C, int OC, int ld_inp, int group_rows,
                                       int dweight_mode) {
     const bool bias_row = dweight && dbias && ld_inp > C;
     if (dweight)
-        weight_gradients(on, dweight, bias_row ? dbias : NULL, dout, inp, N, C, OC, ld_inp, sum_rows, dweight_mode);
-    if (dbias && !bias_row) column_sums_accumulate(dbias, N, OC, sum_rows, MatrixColumns{dout, OC});
+        weight_gradients(on, dweight, bias_row ? dbias : NULL, dout, inp, N, C, OC, ld_inp, group_rows, dweight_mode);
+    if (dbias && !bias_row) column_sums_accumulate(dbias, N, OC, group_rows, MatrixColumns{dout, OC});
 }
 
-// dinp = dout @ weight (then the epilogue on it, with aux `pre`), its rows in groups of sum_rows;
+// dinp = dout @ weight (then the epilogue on it, with aux `pre`), its rows in groups of group_rows;
 // dweight += (or =, dweight_mode) dout^T @ inp and dbias += column sums of dout, summed group by group
 // (weight_gradients).
 static void linear_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout, const floatX* inp,
-                            const floatX* weight, int N, int C, int OC, int ld_inp, int sum_rows, int dweight_mode,
+                            const floatX* weight, int N, int C, int OC, int ld_inp, int group_rows, int dweight_mode,
                             Epilogue dinp_epilogue, const floatX* pre) {
-    check_row_groups("matmul_backward", N, sum_rows);
+    check_row_groups("matmul_backward", N, group_rows);
     check_linear_ld("matmul_backward", C, ld_inp);
     // dinp^T (C, N) = weight (column-major (C, OC)) @ dout^T (OC, N).
     if (dinp)
-        matmul_cublaslt_rows(sum_rows, dinp, weight, dout, NULL, C, N, OC, false, C, OC, C, dinp_epilogue, pre, NULL);
-    weight_and_bias_gradients(default_stream, dweight, dbias, dout, inp, N, C, OC, ld_inp, sum_rows, dweight_mode);
+        matmul_cublaslt_rows(group_rows, dinp, weight, dout, NULL, C, N, OC, false, C, OC, C, dinp_epilogue, pre, NULL);
+    weight_and_bias_gradients(default_stream, dweight, dbias, dout, inp, N, C, OC, ld_inp, group_rows, dweight_mode);
 }
 
 void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout, const floatX* inp,
-                     const floatX* weight, int N, int C, int OC, int ld_inp, int sum_rows, int dweight_mode) {
-    linear_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, ld_inp, sum_rows, dweight_mode, PLAIN, NULL);
+                     const floatX* weight, int N, int C, int OC, int ld_inp, int group_rows, int dweight_mode) {
+    linear_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, ld_inp, group_rows, dweight_mode, PLAIN, NULL);
 }
 
 // On the second stream, after the default stream's work so far (the streams section above).
 void matmul_backward_weights(float* dweight, float* dbias, const floatX* dout, const floatX* inp, int N, int C, int OC,
-                             int ld_inp, int sum_rows, int dweight_mode) {
-    check_row_groups("matmul_backward_weights", N, sum_rows);
+                             int ld_inp, int group_rows, int dweight_mode) {
+    check_row_groups("matmul_backward_weights", N, group_rows);
     check_linear_ld("matmul_backward_weights", C, ld_inp);
     MatmulStream& on = side_stream();
     cudaCheck(cudaEventRecord(side.ready, 0));
     cudaCheck(cudaStreamWaitEvent(on.stream, side.ready, 0));
-    weight_and_bias_gradients(on, dweight, dbias, dout, inp, N, C, OC, ld_inp, sum_rows, dweight_mode);
+    weight_and_bias_gradients(on, dweight, dbias, dout, inp, N, C, OC, ld_inp, group_rows, dweight_mode);
     cudaCheck(cudaEventRecord(side.done, on.stream));
 }
 
@@ -534,12 +534,12 @@ static bool gelu_epilogue(int width) {
 }
 
 void matmul_backward_gelu(floatX* dinp, float* dweight, float* dbias, const floatX* dout, const floatX* inp,
-                          const floatX* weight, const floatX* pre, int N, int C, int OC, int sum_rows,
+                          const floatX* weight, const floatX* pre, int N, int C, int OC, int group_rows,
                           int dweight_mode) {
     if (!gelu_epilogue(C)) {
-        matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, C, sum_rows, dweight_mode);
+        matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, C, group_rows, dweight_mode);
         gelu_backward(dinp, pre, dinp, (size_t)N * C);
         return;
     }
-    linear_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, C, sum_rows, dweight_mode, GELU_BACKWARD, pre);
+    linear_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, C, group_rows, dweight_mode, GELU_BACKWARD, pre);
 }

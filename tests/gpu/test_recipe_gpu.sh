@@ -1,0 +1,101 @@
+#!/bin/bash
+# The shakespeare recipe (recipes/shakespeare-d12.conf: GPT-2 124M, T 1024, 64K tokens per step,
+# 300 steps, -b auto) on a GPU, three ways, each against the committed reference curve with
+# scripts/compare_curves.py:
+#   (a) the whole GPU;
+#   (b) --memory-limit 8 with FLASH_ATTN_CONFIG=sm86: an 8 GB consumer card's memory and tiles;
+#   (c) --memory-limit 24 with FLASH_ATTN_CONFIG=sm86: a 24 GB consumer card's.
+# The recipe sets batch-invariant 8, so on the reference's GPU model all three reproduce it bit for
+# bit. Each prints the B and -r that -b auto picked, the plan against what the run held at its end (the
+# program's "memory:" line), and the peak the GPU reported while it ran (nvidia-smi memory.used, less
+# what was in use before it started; polled every 0.2 s, so the CUDA context counts) against the
+# limit; (b) and (c) fail when the peak exceeds it.
+#   tests/test_recipe_gpu.sh                    compare (a), (b), (c) with the committed reference
+#   tests/test_recipe_gpu.sh --write-reference  run (a) and write it as recipes/reference/shakespeare-d12.csv
+#                                               (+ .txt: GPU, precision, commit, date), then (b), (c)
+# A datacenter GPU (A100/H100/H200) must write the reference. About 4 minutes on an H100 after the
+# build. BUILD (default .) and GPU_ARCH (default: this GPU's) as in the Makefile.
+set -eu
+"$(dirname "$0")/../../scripts/get_data.sh" # before any cd: a relative GPT_DATA_DIR is the caller's
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-.}
+ARCH=${GPU_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d .)}
+write=0
+case "${1:-}" in
+    --write-reference) write=1 ;;
+    "") ;;
+    *) echo "usage: tests/test_recipe_gpu.sh [--write-reference]" >&2; exit 2 ;;
+esac
+RECIPE=recipes/shakespeare-d12.conf
+REF=recipes/reference/shakespeare-d12.csv
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+failed=0
+fail() { echo "FAIL $1"; failed=1; }
+
+make --no-print-directory BUILD="$BUILD/recipe-BF16" PRECISION=BF16 GPU_ARCH="$ARCH" "$BUILD/recipe-BF16/train_gpt" >/dev/null
+bin=$BUILD/recipe-BF16/train_gpt
+gpu=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader -i "${CUDA_VISIBLE_DEVICES:-0}" | head -n 1)
+echo "GPU: $gpu, sm_$ARCH, BF16"
+
+used_mib() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i "${CUDA_VISIBLE_DEVICES:-0}" | head -n 1; }
+
+# run NAME LIMIT_GIB|- ENV... : the recipe with -o $WORK/NAME, the peak GPU memory it held
+run() {
+    local name=$1 limit=$2; shift 2
+    local extra=() base peak=0 used
+    [ "$limit" != - ] && extra=(--memory-limit "$limit")
+    base=$(used_mib)
+    env "$@" "$bin" -f "$RECIPE" "${extra[@]}" -o "$WORK/$name" > "$WORK/$name.out" 2>&1 &
+    local pid=$!
+    while kill -0 "$pid" 2>/dev/null; do
+        used=$(used_mib)
+        [ "$((used - base))" -gt "$peak" ] && peak=$((used - base))
+        sleep 0.2
+    done
+    local status=0
+    wait "$pid" || status=$?
+    echo "=== ($name) ${extra[*]} $*"
+    grep -E "^-b auto:|^batch:|^memory:|^step +300/" "$WORK/$name.out" || true
+    if [ "$status" -ne 0 ]; then
+        tail -n 5 "$WORK/$name.out"
+        fail "($name) exited with status $status"
+        return
+    fi
+    echo "peak GPU memory while it ran: $peak MiB (nvidia-smi, less the $base MiB in use before)"
+    if [ "$limit" != - ]; then
+        local limit_mib=$((limit * 1024))
+        if [ "$peak" -le "$limit_mib" ]; then echo "PASS ($name) peak $peak MiB <= --memory-limit $limit_mib MiB"
+        else fail "($name) peak $peak MiB > --memory-limit $limit_mib MiB"; fi
+    fi
+}
+
+# compare NAME: the verdict of the run against the reference
+compare() {
+    if python3 scripts/compare_curves.py "$WORK/$1" "$REF" -o "$WORK/$1.png"; then echo "PASS ($1) matches the reference"
+    else fail "($1) does not match the reference"; fi
+}
+
+run a -
+if [ "$write" -eq 1 ]; then
+    cp "$WORK/a/log.csv" "$REF"
+    commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+    git diff --quiet HEAD 2>/dev/null || commit="$commit plus uncommitted work of $(date +%F)"
+    cat > "${REF%.csv}.txt" <<EOF
+machine: $gpu, sm_$ARCH
+build: train_gpt, PRECISION=BF16, ATTN=flash, $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo 'CUDA ?')
+command: ./train_gpt -f $RECIPE (-b auto picked $(sed -n 's/^-b auto: \(B [0-9]*, -r [0-9]\).*/\1/p' "$WORK/a.out"))
+commit: $commit
+date: $(date +%F)
+EOF
+    echo "wrote $REF and ${REF%.csv}.txt:"
+    cat "${REF%.csv}.txt"
+fi
+[ -f "$REF" ] || { echo "FAIL no reference $REF: run tests/test_recipe_gpu.sh --write-reference on a datacenter GPU"; exit 1; }
+compare a
+run b 8 FLASH_ATTN_CONFIG=sm86
+compare b
+run c 24 FLASH_ATTN_CONFIG=sm86
+compare c
+[ "$failed" -eq 0 ] && echo "test_recipe_gpu: all passed" || echo "test_recipe_gpu: FAILED"
+exit "$failed"
