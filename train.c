@@ -162,7 +162,7 @@ static void print_usage(void) {
            "                            every -b that is a multiple of G trains the same bits on one GPU\n"
            "                            model (-b auto picks such a B); 0 = off. Costs smaller products and\n"
            "                            fp32 adds of the groups' gradients: G 1 slows an H100 d12 step by\n"
-           "                            ~20%%, G 8 by ~1%% (README, \"Reproduce a curve\") (default %d)\n"
+           "                            ~20%%, G 8 by ~1%% (docs/options.md) (default %d)\n"
            "several GPUs (one process per GPU; rank from RANK/WORLD_SIZE/LOCAL_RANK, mpirun or srun;\n"
            "the ranks meet over TCP at MASTER_ADDR:MASTER_PORT when both are set, else through a file)\n"
            "  -z, --zero 0|1            ZeRO stage: 1 shards AdamW state and master weights (default %d)\n"

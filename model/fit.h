@@ -16,7 +16,7 @@ extern "C" {
 // kernels' scratch buffers (column-sum partials; the encoder's buckets, about 6 B T ints, and sequence
 // sums, at most B T C bytes: 50 MB at d12 B 64 T 1024; the weight gradients' products, with
 // --batch-invariant up to 64 MiB) and cudaMalloc's 2 MiB granularity.
-// Measured on the GPU by tests/gpu/test_recipe_gpu.sh (README.md, "Reproduce a curve").
+// Checked on the GPU by tests/gpu/test_recipe_gpu.sh, which holds each run's peak to its --memory-limit.
 #define FIT_MARGIN_BYTES ((size_t)1 << 30)
 
 typedef struct {

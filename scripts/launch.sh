@@ -9,7 +9,7 @@
 # (default 30), and the launcher exits with the failed rank's status.
 #
 # The ranks meet through a file in the output directory (or --nccl-dir), unless MASTER_ADDR and
-# MASTER_PORT are set in the environment: then over TCP (README: Several machines).
+# MASTER_PORT are set in the environment: then over TCP (docs/several-gpus.md).
 #
 # Several nodes: not this script (its ranks are those of one machine). With Slurm no launcher is
 # needed; srun starts one task per GPU and train_gpt reads SLURM_PROCID / SLURM_NTASKS /
@@ -18,7 +18,7 @@
 # system that all nodes share, since rank 0 then hands the NCCL id over through a file there:
 #     #SBATCH --nodes=4 --ntasks-per-node=8 --gpus-per-node=8
 #     export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-#     export MASTER_PORT=$((20000 + SLURM_JOB_ID % 12000))   # below the ephemeral ports (README)
+#     export MASTER_PORT=$((20000 + SLURM_JOB_ID % 12000))   # below the ephemeral ports (docs/several-gpus.md)
 #     srun ./train_gpt -i "data/fineweb_train_*.bin" -j data/fineweb_val_000000.bin -o runs/gpt2_d12
 set -u
 
