@@ -1,4 +1,4 @@
-# Builds of the GPT trainer. Flags (see README.md):
+# Builds of the GPT trainer. Flags (see docs/options.md, "Build variables"):
 #   ATTN=flash|naive      attention compiled in (both backends)        default flash
 #   PRECISION=BF16|FP32   GPU storage type (the CPU backend is fp32)   default BF16
 #   GPU_ARCH="80 86 89 90" SASS to build for train_gpt                 default all four
@@ -29,7 +29,7 @@ ifeq ($(filter $(PRECISION),BF16 FP32),)
 $(error PRECISION must be BF16 or FP32, not '$(PRECISION)')
 endif
 
-# A wrong constant that a recipe's verdict must refuse (tests/test_recipe_power.sh).
+# A wrong constant that a recipe's verdict must refuse (tests/gpu/test_recipe_power.sh).
 PERTURB ?=
 PERTURB_DEF_attn-scale = -DATTENTION_SCALE_FACTOR=1.01f
 PERTURB_DEF_ln-eps = -DLAYERNORM_EPS=1e-3f

@@ -1,20 +1,26 @@
 #!/bin/bash
 # The shakespeare recipe (recipes/shakespeare-d12.conf: GPT-2 124M, T 1024, 64K tokens per step,
-# 300 steps, -b auto) on a GPU, three ways, each against the committed reference curve with
-# scripts/compare_curves.py:
+# 300 steps, -b auto) on a GPU, five ways, each judged against the committed reference curve and its
+# envelope by scripts/compare_curves.py:
 #   (a) the whole GPU;
 #   (b) --memory-limit 8 with FLASH_ATTN_CONFIG=sm86: an 8 GB consumer card's memory and tiles;
-#   (c) --memory-limit 24 with FLASH_ATTN_CONFIG=sm86: a 24 GB consumer card's.
-# The recipe sets batch-invariant 8, so on the reference's GPU model all three reproduce it bit for
-# bit. Each prints the B and -r that -b auto picked, the plan against what the run held at its end (the
-# program's "memory:" line), and the peak the GPU reported while it ran (nvidia-smi memory.used, less
-# what was in use before it started; polled every 0.2 s, so the CUDA context counts) against the
-# limit; (b) and (c) fail when the peak exceeds it.
-#   tests/test_recipe_gpu.sh                    compare (a), (b), (c) with the committed reference
-#   tests/test_recipe_gpu.sh --write-reference  run (a) and write it as recipes/reference/shakespeare-d12.csv
-#                                               (+ .txt: GPU, precision, commit, date), then (b), (c)
-# A datacenter GPU (A100/H100/H200) must write the reference. About 4 minutes on an H100 after the
-# build. BUILD (default .) and GPU_ARCH (default: this GPU's) as in the Makefile.
+#   (c) --memory-limit 24 with FLASH_ATTN_CONFIG=sm86: a 24 GB consumer card's;
+#   (d) --memory-limit 8 with KERNEL_PATH=sm86: every kernel an 8 GB RTX 30xx/40xx card runs;
+#   (e) a learning rate 10% high, stopped after step 30 and judged through it (--through-step).
+# The recipe sets batch-invariant 8, so on the reference's GPU model (a), (b) and (c) must be
+# IDENTICAL to it; (d) sums in another order and must be REPRODUCED; (e) must FAIL. Each prints the
+# B and -r that -b auto picked, the plan against what the run held at its end (the program's
+# "memory:" line), and the peak the GPU reported while it ran (nvidia-smi memory.used, less what was
+# in use before it started; polled every 0.2 s, so the CUDA context counts) against the limit; (b),
+# (c) and (d) fail when the peak exceeds it.
+#   tests/gpu/test_recipe_gpu.sh                    judge (a) to (e) against the committed reference
+#   tests/gpu/test_recipe_gpu.sh --write-reference  run (a) and write it as the reference
+#                                                   (recipes/reference/shakespeare-d12.csv, .txt: GPU,
+#                                                   precision, commit, date) and its envelope
+#                                                   (scripts/write_envelope.sh, 16 runs), then (b) to (e)
+# A datacenter GPU (A100/H100/H200) must write the reference. About 4 minutes on an H200 after the
+# build (the envelope 9 more). BUILD (default .) and GPU_ARCH (default: this GPU's) as in the
+# Makefile.
 set -eu
 "$(dirname "$0")/../../scripts/get_data.sh" # before any cd: a relative GPT_DATA_DIR is the caller's
 cd "$(dirname "$0")/../.."
@@ -24,7 +30,7 @@ write=0
 case "${1:-}" in
     --write-reference) write=1 ;;
     "") ;;
-    *) echo "usage: tests/test_recipe_gpu.sh [--write-reference]" >&2; exit 2 ;;
+    *) echo "usage: tests/gpu/test_recipe_gpu.sh [--write-reference]" >&2; exit 2 ;;
 esac
 RECIPE=recipes/shakespeare-d12.conf
 REF=recipes/reference/shakespeare-d12.csv
@@ -40,17 +46,27 @@ echo "GPU: $gpu, sm_$ARCH, BF16"
 
 used_mib() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i "${CUDA_VISIBLE_DEVICES:-0}" | head -n 1; }
 
-# run NAME LIMIT_GIB|- ENV... : the recipe with -o $WORK/NAME, the peak GPU memory it held
+# [OPTIONS=...] run NAME LIMIT_GIB|- [STOP] ENV... : the recipe (and OPTIONS) with -o $WORK/NAME,
+# the peak GPU memory it held; with STOP (a number), stopped once step STOP is logged
 run() {
-    local name=$1 limit=$2; shift 2
+    local name=$1 limit=$2 stop=0; shift 2
+    case ${1:-} in [0-9]*) stop=$1; shift ;; esac
     local extra=() base peak=0 used
     [ "$limit" != - ] && extra=(--memory-limit "$limit")
     base=$(used_mib)
-    env "$@" "$bin" -f "$RECIPE" "${extra[@]}" -o "$WORK/$name" > "$WORK/$name.out" 2>&1 &
+    # shellcheck disable=SC2086 # OPTIONS are words
+    env "$@" "$bin" -f "$RECIPE" "${extra[@]}" ${OPTIONS:-} -o "$WORK/$name" > "$WORK/$name.out" 2>&1 &
     local pid=$!
     while kill -0 "$pid" 2>/dev/null; do
         used=$(used_mib)
         [ "$((used - base))" -gt "$peak" ] && peak=$((used - base))
+        if [ "$stop" -gt 0 ] && awk -F, -v s="$stop" 'NR > 1 && $1 + 0 > s { f = 1 } END { exit !f }' \
+            "$WORK/$name/log.csv" 2>/dev/null; then
+            kill -9 "$pid"
+            wait "$pid" 2>/dev/null || true
+            echo "=== ($name) $* ${OPTIONS:-} stopped after step $stop"
+            return
+        fi
         sleep 0.2
     done
     local status=0
@@ -70,10 +86,15 @@ run() {
     fi
 }
 
-# compare NAME: the verdict of the run against the reference
+# compare NAME VERDICT [ARGS...]: the run's verdict against the reference must be VERDICT
 compare() {
-    if python3 scripts/compare_curves.py "$WORK/$1" "$REF" -o "$WORK/$1.png"; then echo "PASS ($1) matches the reference"
-    else fail "($1) does not match the reference"; fi
+    local name=$1 want=$2; shift 2
+    python3 scripts/compare_curves.py "$WORK/$name" "$REF" "$@" -o "$WORK/$name.png" > "$WORK/$name.cmp" 2>&1 || true
+    local got
+    got=$(sed -n 's/^\(IDENTICAL\|REPRODUCED\|FAIL\): .*/\1/p' "$WORK/$name.cmp")
+    grep -E "^(IDENTICAL|REPRODUCED|FAIL|error):" "$WORK/$name.cmp" || true
+    if [ "$got" = "$want" ]; then echo "PASS ($name) judged $want"
+    else tail -n 15 "$WORK/$name.cmp"; fail "($name) judged ${got:-nothing} where $want was expected"; fi
 }
 
 run a -
@@ -90,12 +111,18 @@ date: $(date +%F)
 EOF
     echo "wrote $REF and ${REF%.csv}.txt:"
     cat "${REF%.csv}.txt"
+    scripts/write_envelope.sh "$RECIPE" "$bin"
 fi
-[ -f "$REF" ] || { echo "FAIL no reference $REF: run tests/test_recipe_gpu.sh --write-reference on a datacenter GPU"; exit 1; }
-compare a
+[ -f "$REF" ] || { echo "FAIL no reference $REF: run tests/gpu/test_recipe_gpu.sh --write-reference on a datacenter GPU"; exit 1; }
+compare a IDENTICAL
 run b 8 FLASH_ATTN_CONFIG=sm86
-compare b
+compare b IDENTICAL
 run c 24 FLASH_ATTN_CONFIG=sm86
-compare c
+compare c IDENTICAL
+run d 8 KERNEL_PATH=sm86
+compare d REPRODUCED
+lr=$(python3 -c "print($(sed -n 's/^lr  *//p' "$RECIPE") * 1.1)")
+OPTIONS="-l $lr" run e - 30
+compare e FAIL --through-step 30
 [ "$failed" -eq 0 ] && echo "test_recipe_gpu: all passed" || echo "test_recipe_gpu: FAILED"
 exit "$failed"

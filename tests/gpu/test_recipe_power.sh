@@ -1,0 +1,145 @@
+#!/bin/bash
+# The power of the shakespeare recipe's verdict (scripts/compare_curves.py against
+# recipes/reference/shakespeare-d12.csv and its envelope), on the reference's GPU model:
+#   - order-only runs (the kernels of other cards, other micro-batches without batch invariance, other
+#     tiles, untuned products; each with dQ added by atomics, FLASH_ATTN_DETERMINISTIC=0, so that no two
+#     runs sum in the same order) must be judged IDENTICAL or REPRODUCED over the whole recipe;
+#   - runs with one thing wrong (lr +-10%, warmup halved, weight decay 0, AdamW beta2 0.99, no gradient
+#     clipping, the attention scale 1% high and the layernorm epsilon 1e-3, the last two through
+#     make PERTURB=...), each on one of the order-only configurations in turn, must be judged FAIL;
+#     they are stopped after STOP steps and judged through that step (compare_curves.py --through-step),
+#     which FAILs the whole run too, since every window of the verdict is judged on its own;
+#   - the smallest learning-rate change it detects: lr x (1 +- d) for each d of LR_DELTAS.
+# Prints a table of the counts and exits 1 when an order-only run FAILs more often than 1 in 20 or an
+# error passes more often than 1 in 20.
+#   tests/gpu/test_recipe_power.sh     TRIES (20) runs of each error, ORDER_RUNS (20) order-only runs,
+#                                  SWEEP_TRIES (10) of each lr change, STOP (30), JOBS (2) at a time;
+#                                  NO_BUILD=1 takes the programs already in BUILD/recipe-BF16
+# (STOP 30: the recipe's verdict is an order window through step 30, a seed window after it.)
+# About 35 s of an H100/H200 per order-only run and 8 s per stopped run, two at a time.
+set -u
+"$(dirname "$0")/../../scripts/get_data.sh" || exit 1
+cd "$(dirname "$0")/../.." || exit 1
+BUILD=${BUILD:-.}
+ARCH=${GPU_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d .)}
+TRIES=${TRIES:-20} ORDER_RUNS=${ORDER_RUNS:-20} SWEEP_TRIES=${SWEEP_TRIES:-10} STOP=${STOP:-30} JOBS=${JOBS:-2}
+LR_DELTAS=${LR_DELTAS:-0.01 0.02 0.05}
+RECIPE=recipes/shakespeare-d12.conf
+REF=recipes/reference/shakespeare-d12.csv
+LR=$(sed -n 's/^lr  *//p' "$RECIPE") WARMUP=$(sed -n 's/^warmup  *//p' "$RECIPE")
+WORK=${POWER_WORK:-$(mktemp -d)}
+mkdir -p "$WORK"
+
+for p in "" attn-scale ln-eps; do
+    [ "${NO_BUILD:-0}" = 1 ] && break
+    make --no-print-directory -j"$(nproc)" BUILD="$BUILD/recipe-BF16" PRECISION=BF16 GPU_ARCH="$ARCH" \
+        ${p:+PERTURB=$p} train_gpt > "$WORK/build$p.log" 2>&1 || { tail -n 20 "$WORK/build$p.log"; exit 1; } &
+done
+wait
+bin() { echo "$BUILD/recipe-BF16${1:+/perturb-$1}/train_gpt"; }
+for p in "" attn-scale ln-eps; do [ -x "$(bin "$p")" ] || { echo "FAIL no $(bin "$p")"; exit 1; }; done
+
+# The order-only configurations (ENVIRONMENT|OPTIONS), taken in turn.
+orders=(
+    "KERNEL_PATH=sm86|--memory-limit 8"
+    "KERNEL_PATH=sm86|--memory-limit 24"
+    "|--batch-invariant 0 -b 32"
+    "FLASH_ATTN_CONFIG=sm80|"
+    "KERNEL_PATH=sm80|--batch-invariant 0 -b 16"
+    "MATMUL_TUNE=0|--batch-invariant 0 -b 64"
+    "FLASH_ATTN_CONFIG=sm86|-b 16 -r 1"
+)
+# The errors: NAME|PERTURB build|OPTIONS
+errors=(
+    "lr +10%||-l $(python3 -c "print($LR * 1.1)")"
+    "lr -10%||-l $(python3 -c "print($LR * 0.9)")"
+    "warmup halved||-u $((WARMUP / 2))"
+    "weight decay 0||-c 0"
+    "AdamW beta2 0.99||--beta2 0.99"
+    "no gradient clipping||--grad-clip 0"
+    "attention scale 1% high|attn-scale|"
+    "layernorm eps 1e-3|ln-eps|"
+)
+
+# one NAME ORDER_INDEX PERTURB STOP OPTIONS...: the recipe in $WORK/NAME on order configuration
+# ORDER_INDEX with dQ by atomics, stopped after step STOP (0: run it all), then its verdict in
+# $WORK/NAME.verdict (the word) and $WORK/NAME.cmp (the whole comparison)
+one() {
+    local name=$1 order=${orders[$2]} perturb=$3 stop=$4; shift 4
+    local envs=${order%%|*} options=${order#*|}
+    # shellcheck disable=SC2086 # the options are words
+    env FLASH_ATTN_DETERMINISTIC=0 $envs "$(bin "$perturb")" -f "$RECIPE" $options "$@" -o "$WORK/$name" \
+        > "$WORK/$name.out" 2>&1 &
+    local pid=$!
+    if [ "$stop" -gt 0 ]; then
+        # the row of step STOP + 1 means step STOP's row, validation included, is complete
+        while kill -0 "$pid" 2>/dev/null &&
+            ! awk -F, -v s="$stop" 'NR > 1 && $1 + 0 > s { found = 1 } END { exit !found }' "$WORK/$name/log.csv" 2>/dev/null; do
+            sleep 0.2
+        done
+        kill -9 "$pid" 2>/dev/null
+    fi
+    wait "$pid" 2>/dev/null
+    rm -f "$WORK/$name"/*.bin # the log is what is judged; a whole run's checkpoint is 1.7 GB
+    local through=()
+    [ "$stop" -gt 0 ] && through=(--through-step "$stop")
+    python3 scripts/compare_curves.py "$WORK/$name" "$REF" "${through[@]}" -o "$WORK/$name.png" > "$WORK/$name.cmp" 2>&1
+    sed -n 's/^\(IDENTICAL\|REPRODUCED\|FAIL\):.*/\1/p' "$WORK/$name.cmp" > "$WORK/$name.verdict"
+    [ -s "$WORK/$name.verdict" ] || echo "ERROR" > "$WORK/$name.verdict"
+    local why
+    why=$(grep -m1 '^FAIL:' "$WORK/$name.cmp" | cut -c7-160)
+    echo "$name ($envs $options $* ${perturb:+PERTURB=$perturb}): $(cat "$WORK/$name.verdict") $why"
+}
+# queue NAME ...: one NAME ... with at most JOBS at a time
+running=0
+queue() {
+    if [ "$running" -ge "$JOBS" ]; then wait -n; running=$((running - 1)); fi
+    one "$@" &
+    running=$((running + 1))
+}
+
+for ((t = 0; t < ORDER_RUNS; t++)); do queue "order-$t" $((t % ${#orders[@]})) "" 0; done
+for e in "${!errors[@]}"; do
+    IFS='|' read -r ename perturb options <<< "${errors[e]}"
+    # shellcheck disable=SC2086
+    for ((t = 0; t < TRIES; t++)); do queue "error-$e-$t" $(((t + e) % ${#orders[@]})) "$perturb" "$STOP" $options; done
+done
+for d in $LR_DELTAS; do
+    for sign in + -; do
+        lr=$(python3 -c "print($LR * (1 $sign $d))")
+        for ((t = 0; t < SWEEP_TRIES; t++)); do queue "lr$sign$d-$t" $((t % ${#orders[@]})) "" "$STOP" -l "$lr"; done
+    done
+done
+wait
+
+# count PREFIX: "passed failed unjudged" over $WORK/PREFIX*.verdict (unjudged: the comparison could
+# not be made, e.g. the run died before its first step)
+count() {
+    local pass=0 fail=0 none=0
+    for f in "$WORK"/"$1"*.verdict; do
+        [ -f "$f" ] || continue
+        case $(cat "$f") in IDENTICAL | REPRODUCED) pass=$((pass + 1)) ;; FAIL) fail=$((fail + 1)) ;; *) none=$((none + 1)) ;; esac
+    done
+    echo "$pass $fail $none"
+}
+status=0
+printf '\n%-36s %5s %5s %5s %8s  %s\n' "runs" "tries" "PASS" "FAIL" "unjudged" "wanted"
+# row LABEL PREFIX WANTED: a line of the table; a run that could not be judged fails the test
+row() {
+    local p f n
+    read -r p f n <<< "$(count "$2")"
+    printf '%-36s %5d %5d %5d %8d  %s\n' "$1" $((p + f + n)) "$p" "$f" "$n" "$3"
+    [ "$n" -eq 0 ] || status=1
+    case $3 in
+    PASS*) [ $((20 * f)) -le $((p + f)) ] || status=1 ;;
+    FAIL*) [ $((20 * p)) -le $((p + f)) ] || status=1 ;;
+    esac
+}
+row "order only (whole recipe)" order- "PASS in 19 of 20"
+for e in "${!errors[@]}"; do row "${errors[e]%%|*} (steps 0-$STOP)" "error-$e-" "FAIL in 19 of 20"; done
+for d in $LR_DELTAS; do
+    for sign in + -; do row "lr x (1 $sign $d) (steps 0-$STOP)" "lr$sign$d-" "(the smallest change it sees)"; done
+done
+echo "runs and comparisons: $WORK"
+[ "$status" -eq 0 ] && echo "test_recipe_power: passed" || echo "test_recipe_power: FAILED"
+exit "$status"
