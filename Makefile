@@ -58,7 +58,7 @@ LDLIBS_CPU = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcurand -lm -fo
 OBJ = $(BUILD)/obj
 CONFIG_STAMP = $(OBJ)/config-$(ATTN)-$(PRECISION)-nccl$(NCCL).stamp
 
-COMMON_SRC = common/util.c common/config_file.c model/config.c
+COMMON_SRC = common/util.c common/config_file.c common/crc32c.c model/config.c
 DATA_SRC = data/tokenfile.c data/dataloader.c data/tokenizer.c data/jsonl.c data/hellaswag.c
 CKPT_SRC = $(wildcard checkpoints/*.c)
 MODEL_SRC = model/gpt2.c model/init.c model/generate.c model/fit.c

@@ -60,6 +60,7 @@ typedef struct {
     int checkpoint_every;       // -n
     int resume;                 // -y
     int keep;                   // --keep
+    int overwrite;              // --overwrite: delete an earlier run in -o first
     int recompute;              // -r (-1: the lowest that fits with -b auto, else 0)
     int group_sequences;        // --batch-invariant: sequences per gradient sum (0: off)
     int zero_stage;             // -z
@@ -152,6 +153,8 @@ static void print_usage(void) {
            "                            the end and on SIGINT/SIGTERM (default %d)\n"
            "  -y, --resume 0|1          resume from the latest training state in DIR (default %d)\n"
            "      --keep K              keep the K newest checkpoints, 0 = all (default %d)\n"
+           "      --overwrite           delete the earlier run's log.csv and checkpoints in DIR first;\n"
+           "                            without it (or -y 1) a DIR holding them is refused\n"
            "memory\n"
            "  -r, --recompute 0|1|2     recompute GELU (1) and also layernorms (2) in the backward\n"
            "                            instead of storing them (default: the lowest that fits with\n"
@@ -195,7 +198,7 @@ enum { OPT_LAYERS = 1000, OPT_CHANNELS, OPT_HEADS, OPT_MAX_SEQ, OPT_SEED, OPT_VO
        OPT_TEMPERATURE, OPT_TOP_K, OPT_TOP_P, OPT_PROMPT, OPT_PROMPT_FILE, OPT_SHUFFLE, OPT_GRAD_CLIP,
        OPT_BETA1, OPT_BETA2, OPT_NCCL_DIR, OPT_NCCL_TIMEOUT, OPT_MAX_LOSS, OPT_SKIP_LOSS_Z, OPT_SKIP_NORM_Z, OPT_MAX_SKIPS,
        OPT_INJECT_NAN_LOSS, OPT_INJECT_NAN_GRAD, OPT_MEMORY_LIMIT, OPT_HELLASWAG, OPT_HELLASWAG_LIMIT,
-       OPT_HELLASWAG_DUMP, OPT_BATCH_INVARIANT };
+       OPT_HELLASWAG_DUMP, OPT_BATCH_INVARIANT, OPT_OVERWRITE };
 
 // Whether step is in a list of steps and ranges such as "5,9-12"; exits naming the option when the
 // list is malformed (parse_options checks each list once, with step 0).
@@ -240,7 +243,7 @@ static Options parse_options(int argc, char** argv) {
         {"skip-norm-z", 1, 0, OPT_SKIP_NORM_Z}, {"max-skips", 1, 0, OPT_MAX_SKIPS},
         {"inject-nan-loss", 1, 0, OPT_INJECT_NAN_LOSS}, {"inject-nan-grad", 1, 0, OPT_INJECT_NAN_GRAD},
         {"hellaswag", 1, 0, OPT_HELLASWAG}, {"hellaswag-limit", 1, 0, OPT_HELLASWAG_LIMIT},
-        {"hellaswag-dump", 1, 0, OPT_HELLASWAG_DUMP},
+        {"hellaswag-dump", 1, 0, OPT_HELLASWAG_DUMP}, {"overwrite", 0, 0, OPT_OVERWRITE},
         {0, 0, 0, 0}};
     const long long BIG = 1LL << 40;
     static const char shorts[] = ":i:j:e:o:b:t:d:x:l:u:q:k:c:v:m:s:g:n:y:r:z:hf:";
@@ -286,6 +289,7 @@ static Options parse_options(int argc, char** argv) {
         case OPT_SEED: o.seed = (unsigned long long)parse_int_option(optarg, name, 0, BIG); break;
         case OPT_VOCAB: o.vocab_dir = optarg; break;
         case OPT_KEEP: o.keep = (int)parse_int_option(optarg, name, 0, 1 << 30); break;
+        case OPT_OVERWRITE: o.overwrite = 1; break;
         case OPT_TEMPERATURE: o.temperature = parse_float(optarg, name, 0.0, 100.0); break;
         case OPT_TOP_K: o.top_k = (int)parse_int_option(optarg, name, 0, 1 << 20); break;
         case OPT_TOP_P: o.top_p = parse_float(optarg, name, 1e-6, 1.0); break;
@@ -843,6 +847,7 @@ static void open_data(Run* r) {
     }
     r->max_steps = o->max_steps >= 0 ? o->max_steps : (int)dataloader_batches_per_epoch(&r->train);
     ensure_dir(o->out_dir);
+    checkpoint_dir_claim(o->out_dir, r->rank, o->resume, o->overwrite);
 }
 
 // The device and the ranks, then the model: its micro-batch (-b, or -b auto from the memory plan),

@@ -86,6 +86,14 @@ void checkpoint_prune(const char* dir, int rank, int keep, long long confirmed_b
 // "<name>.diverged", so that resuming and pruning no longer see them, and returns how many
 // checkpoints (state files) it renamed.
 int checkpoint_set_aside(const char* dir, int rank, long long from_step);
+// The same, renaming to "<name>.<suffix>" (set_aside uses "diverged").
+int checkpoint_set_aside_as(const char* dir, int rank, long long from_step, const char* suffix);
+// Makes the existing directory dir this rank's for the life of the process: locks DIR/lock_RRRRR
+// (flock; a second run is refused at once, naming the directory and the holder's pid). Without
+// resume, a directory holding an earlier run's files (log.csv, checkpoints, their temporary and
+// set-aside files) is refused, unless overwrite, which deletes them first; so pruning (--keep) and
+// resuming only ever see this run's files. Exits with a message on any problem.
+void checkpoint_dir_claim(const char* dir, int rank, int resume, int overwrite);
 
 #ifdef __cplusplus
 }
