@@ -911,31 +911,59 @@ static void check_resumable(const Run* r, const TrainState* st, const char* path
               st->nparams, model->opt_offset, model->opt_offset + model->opt_count, model->num_parameters);
 }
 
-// -y 1: the weights, optimizer, guard, data position and sampler of the newest step that every rank
-// has saved (a kill during a save can leave some ranks a step ahead); from scratch when there is none.
+// The training state of the newest step that every rank has saved (a kill during a save can leave
+// some ranks a step ahead) and reads back intact (checksums, finite values) into st and path;
+// returns 0 when the directory holds none. A damaged checkpoint is named, set aside on every rank
+// as *.corrupt (kept, not deleted) and the next older one tried; none intact is an error.
+static int load_newest_good_state(const Run* r, TrainState* st, char* path, size_t path_size) {
+    const char* dir = r->o->out_dir;
+    for (int set_aside = 0;; set_aside++) {
+        double latest[2] = {(double)checkpoint_latest_step(dir, r->rank), 0};
+        latest[1] = -latest[0];
+        comm_allreduce_host(latest, 2, COMM_MIN);
+        long long step = (long long)latest[0], newest = (long long)-latest[1];
+        if (newest < 0 && set_aside)
+            fatal("%s holds no intact checkpoint: the damaged ones were renamed to *.corrupt", dir);
+        if (newest < 0) return 0;
+        if (step < 0)
+            fatal("rank %d: %s holds training states of some ranks but not of others; resume with "
+                  "the number of GPUs that saved them", r->rank, dir);
+        checkpoint_state_path(path, path_size, dir, step, r->rank);
+        double have = access(path, R_OK) == 0;
+        comm_allreduce_host(&have, 1, COMM_MIN);
+        if (!have) fatal("rank %d: not every rank has a training state of step %lld in %s", r->rank, step, dir);
+        char err[512];
+        int mine = train_state_load(path, st, err, sizeof err) == 0;
+        double good = mine;
+        if (!good) fprintf(stderr, "warning: rank %d: %s: %s\n", r->rank, path, err);
+        comm_allreduce_host(&good, 1, COMM_MIN);
+        if (good) return 1;
+        if (mine) train_state_free(st); // this rank's was intact, another rank's was not
+        checkpoint_set_aside_as(dir, r->rank, step, "corrupt");
+        printf("the checkpoint of step %lld cannot be resumed (renamed to *.corrupt): falling back to the "
+               "newest older one\n", step);
+    }
+}
+
+// -y 1: the weights, optimizer, guard, data position and sampler of the newest good checkpoint; from
+// scratch when there is none. A checkpoint beyond -x is refused; one at -x is a finished run.
 static void resume_from_checkpoint(Run* r) {
     const Options* o = r->o;
     r->rng = sampler_seed(o->seed);
     if (!o->resume) return;
-    double latest[2] = {(double)checkpoint_latest_step(o->out_dir, r->rank), 0};
-    latest[1] = -latest[0];
-    comm_allreduce_host(latest, 2, COMM_MIN);
-    long long step = (long long)latest[0], newest = (long long)-latest[1];
-    if (newest < 0) {
+    char path[4096];
+    TrainState st;
+    if (!load_newest_good_state(r, &st, path, sizeof path)) {
         printf("no checkpoint in %s: starting from scratch\n", o->out_dir);
         return;
     }
-    if (step < 0)
-        fatal("rank %d: %s holds training states of some ranks but not of others; resume with "
-              "the number of GPUs that saved them", r->rank, o->out_dir);
-    char path[4096];
-    checkpoint_state_path(path, sizeof path, o->out_dir, step, r->rank);
-    double have = access(path, R_OK) == 0;
-    comm_allreduce_host(&have, 1, COMM_MIN);
-    if (!have) fatal("rank %d: not every rank has a training state of step %lld in %s", r->rank, step, o->out_dir);
-    TrainState st;
-    train_state_read(path, &st);
     check_resumable(r, &st, path);
+    if (st.step > r->max_steps)
+        fatal("training state %s is at step %lld, beyond the run's %d steps (-x): give -x %lld or more to "
+              "train on from it", path, (long long)st.step, r->max_steps, (long long)st.step);
+    if (st.step == r->max_steps)
+        printf("the run in %s is already complete: its checkpoint is at step %lld of %d (-x); nothing to train\n",
+               o->out_dir, (long long)st.step, r->max_steps);
     // the weights as the last update (t = st.updates, seed as in the loop) left them
     gpt2_set_optimizer_state(&r->model, st.master, st.m, st.v, (int)st.updates,
                              o->seed + (unsigned long long)st.updates - 1);
