@@ -25,6 +25,8 @@
 
 // ---- options -----------------------------------------------------------------------------
 
+#define MAX_STEPS (1 << 30) // the most -x allows: a training state beyond it is damaged
+
 typedef struct {
     const char* train_pattern;  // -i
     const char* val_pattern;    // -j
@@ -264,7 +266,7 @@ static Options parse_options(int argc, char** argv) {
         case 'b': o.B = strcmp(optarg, "auto") == 0 ? 0 : (int)parse_int_option(optarg, name, 1, 1 << 20); break;
         case 't': o.T = (int)parse_int_option(optarg, name, 1, 1 << 20); break;
         case 'd': o.total_batch = parse_int_option(optarg, name, -1, BIG); break;
-        case 'x': o.max_steps = (int)parse_int_option(optarg, name, -1, 1 << 30); break;
+        case 'x': o.max_steps = (int)parse_int_option(optarg, name, -1, MAX_STEPS); break;
         case 'l': o.lr = parse_float(optarg, name, 0.0, 10.0); break;
         case 'u': o.warmup = (int)parse_int_option(optarg, name, 0, 1 << 30); break;
         case 'q': o.final_lr_frac = parse_float(optarg, name, 0.0, 1.0); break;
@@ -958,6 +960,9 @@ static void resume_from_checkpoint(Run* r) {
         return;
     }
     check_resumable(r, &st, path);
+    if (st.step > MAX_STEPS)
+        fatal("training state %s holds the impossible step %lld (-x allows at most %d): the file is damaged", path,
+              (long long)st.step, MAX_STEPS);
     if (st.step > r->max_steps)
         fatal("training state %s is at step %lld, beyond the run's %d steps (-x): give -x %lld or more to "
               "train on from it", path, (long long)st.step, r->max_steps, (long long)st.step);

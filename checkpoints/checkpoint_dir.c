@@ -251,7 +251,8 @@ static void describe_run(const char* dir, int rank, char* buf, size_t n) {
     long long latest = state > model ? state : model;
     buf[0] = '\0';
     if (latest >= 0) snprintf(buf, n, "%scheckpoints up to step %lld", has_log ? "log.csv and " : "", latest);
-    else if (has_log || others) snprintf(buf, n, "%s", has_log ? "log.csv" : "files of interrupted or set-aside checkpoints");
+    else if (has_log) snprintf(buf, n, "log.csv");
+    else if (others) snprintf(buf, n, "files of interrupted or set-aside checkpoints");
 }
 
 void checkpoint_dir_claim(const char* dir, int rank, int resume, int overwrite) {

@@ -124,8 +124,8 @@ float* model_file_read(const char* path, GPT2Config* cfg, size_t* nparams) {
             snprintf(problem, sizeof problem, "checksum mismatch in tensor %s: the file is damaged",
                      parameter_tensor_names[t]);
     if (!problem[0] && gpt2_find_nonfinite(cfg, params, 0, n, &tensor, &index))
-        snprintf(problem, sizeof problem, "a non-finite value in tensor %s at index %zu", parameter_tensor_names[tensor],
-                 index);
+        snprintf(problem, sizeof problem, "a non-finite value in tensor %s at index %zu",
+                 parameter_tensor_names[tensor], index);
     if (problem[0]) {
         free(params); // LeakSanitizer checks at the exit
         fatal("%s: %s", path, problem);

@@ -398,7 +398,8 @@ static void test_checksums(void) {
     train_state_write(good, &st);
     size_t arrays = 512 + 2 * STEP_HISTORY * 4, k = st.opt_count;
     p = patched(good, "state_flip_m.bin", arrays + 4 * (k + qkvw - 100 + 3), 0, 1);
-    test_expect_fatal("state one flipped bit in m", child_read_state, p, p, "checksum mismatch in AdamW m of tensor qkvw");
+    test_expect_fatal("state one flipped bit in m", child_read_state, p, p,
+                      "checksum mismatch in AdamW m of tensor qkvw");
     p = patched(good, "state_flip_trailer.bin", arrays + 12 * k + 4 * (2 * NUM_PARAMETER_TENSORS + 15), 0, 1);
     test_expect_fatal("state flipped bit in a checksum", child_read_state, p, p, "in AdamW v of tensor lnfb");
     char err[512] = "";
@@ -421,7 +422,8 @@ static void test_checksums(void) {
     float nan = NAN;
     memcpy(raw + arrays + 8 * k + 4 * (k - 1), &nan, 4);
     write_all(v2, raw, bytes - 3 * NUM_PARAMETER_TENSORS * 4);
-    test_expect_fatal("state non-finite AdamW v", child_read_state, v2, v2, "non-finite value in AdamW v of tensor fcprojw at index 493");
+    test_expect_fatal("state non-finite AdamW v", child_read_state, v2, v2,
+                      "non-finite value in AdamW v of tensor fcprojw at index 493");
     free(raw);
     train_state_free(&st);
 }
@@ -666,8 +668,8 @@ static void test_claim(void) {
                access(trash, F_OK) == 0 ? "left" : "deleted");
     char want[64];
     snprintf(want, sizeof(want), "(pid %d,", (int)getpid());
-    test_expect_fatal("a second claim while the first holds the lock", child_claim_fresh, dir, "is in use by another run",
-                      want);
+    test_expect_fatal("a second claim while the first holds the lock", child_claim_fresh, dir,
+                      "is in use by another run", want);
 }
 
 int main(void) {
