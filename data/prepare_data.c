@@ -206,7 +206,7 @@ typedef struct {
 // with the problem in *error (malloc'd).
 static int* encode_item(const Encoder* e, TokenizerCache* cache, size_t i, size_t* count, char** error) {
     size_t start = i == 0 ? 0 : e->end[i - 1], len = e->end[i] - start;
-    const char* item = e->bytes + start;
+    const char* item = len ? e->bytes + start : ""; // with only empty items, bytes is NULL
     if (e->line[i] == 0) return tokenizer_encode_cached(e->tok, cache, item, len, count);
     char* text = xmalloc(len + 1, "decoded JSONL text"); // room enough: decoding never lengthens
     char err[256];
