@@ -58,7 +58,7 @@ LDLIBS_CPU = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcurand -lm -fo
 OBJ = $(BUILD)/obj
 CONFIG_STAMP = $(OBJ)/config-$(ATTN)-$(PRECISION)-nccl$(NCCL).stamp
 
-COMMON_SRC = common/util.c common/config_file.c model/config.c
+COMMON_SRC = common/util.c common/config_file.c common/crc32c.c model/config.c
 DATA_SRC = data/tokenfile.c data/dataloader.c data/tokenizer.c data/jsonl.c data/hellaswag.c
 CKPT_SRC = $(wildcard checkpoints/*.c)
 MODEL_SRC = model/gpt2.c model/init.c model/generate.c model/fit.c
@@ -135,9 +135,10 @@ $(BUILD)/san/train_gpt_cpu $(BUILD)/san/prepare_data: $(wildcard *.c */*.c */*/*
 	clang -std=gnu11 $(WARN) -I. -I$(STB_INCLUDE) $(SAN_FLAGS) -fopenmp \
 	    data/prepare_data.c $(LIB_SRC) $(LDLIBS_CPU) -o $(BUILD)/san/prepare_data
 
-FUZZERS = fuzz_tokenfile fuzz_modelfile fuzz_tokenizer fuzz_jsonl
+FUZZERS = fuzz_tokenfile fuzz_modelfile fuzz_statefile fuzz_tokenizer fuzz_jsonl
 fuzz_tokenfile_SRC = data/tokenfile.c common/atomic_file.c
 fuzz_modelfile_SRC = data/tokenfile.c data/dataloader.c common/atomic_file.c $(CKPT_SRC)
+fuzz_statefile_SRC = $(fuzz_modelfile_SRC)
 fuzz_tokenizer_SRC = data/tokenizer.c data/jsonl.c
 fuzz_jsonl_SRC = data/jsonl.c
 $(BUILD)/fuzz/%: tests/fuzz/%.c $$($$*_SRC) $(COMMON_SRC) $(wildcard */*.h)

@@ -25,6 +25,8 @@
 
 // ---- options -----------------------------------------------------------------------------
 
+#define MAX_STEPS (1 << 30) // the most -x allows: a training state beyond it is damaged
+
 typedef struct {
     const char* train_pattern;  // -i
     const char* val_pattern;    // -j
@@ -60,6 +62,7 @@ typedef struct {
     int checkpoint_every;       // -n
     int resume;                 // -y
     int keep;                   // --keep
+    int overwrite;              // --overwrite: delete an earlier run in -o first
     int recompute;              // -r (-1: the lowest that fits with -b auto, else 0)
     int group_sequences;        // --batch-invariant: sequences per gradient sum (0: off)
     int zero_stage;             // -z
@@ -152,6 +155,8 @@ static void print_usage(void) {
            "                            the end and on SIGINT/SIGTERM (default %d)\n"
            "  -y, --resume 0|1          resume from the latest training state in DIR (default %d)\n"
            "      --keep K              keep the K newest checkpoints, 0 = all (default %d)\n"
+           "      --overwrite           delete the earlier run's log.csv and checkpoints in DIR first;\n"
+           "                            without it (or -y 1) a DIR holding them is refused\n"
            "memory\n"
            "  -r, --recompute 0|1|2     recompute GELU (1) and also layernorms (2) in the backward\n"
            "                            instead of storing them (default: the lowest that fits with\n"
@@ -195,7 +200,7 @@ enum { OPT_LAYERS = 1000, OPT_CHANNELS, OPT_HEADS, OPT_MAX_SEQ, OPT_SEED, OPT_VO
        OPT_TEMPERATURE, OPT_TOP_K, OPT_TOP_P, OPT_PROMPT, OPT_PROMPT_FILE, OPT_SHUFFLE, OPT_GRAD_CLIP,
        OPT_BETA1, OPT_BETA2, OPT_NCCL_DIR, OPT_NCCL_TIMEOUT, OPT_MAX_LOSS, OPT_SKIP_LOSS_Z, OPT_SKIP_NORM_Z, OPT_MAX_SKIPS,
        OPT_INJECT_NAN_LOSS, OPT_INJECT_NAN_GRAD, OPT_MEMORY_LIMIT, OPT_HELLASWAG, OPT_HELLASWAG_LIMIT,
-       OPT_HELLASWAG_DUMP, OPT_BATCH_INVARIANT };
+       OPT_HELLASWAG_DUMP, OPT_BATCH_INVARIANT, OPT_OVERWRITE };
 
 // Whether step is in a list of steps and ranges such as "5,9-12"; exits naming the option when the
 // list is malformed (parse_options checks each list once, with step 0).
@@ -240,7 +245,7 @@ static Options parse_options(int argc, char** argv) {
         {"skip-norm-z", 1, 0, OPT_SKIP_NORM_Z}, {"max-skips", 1, 0, OPT_MAX_SKIPS},
         {"inject-nan-loss", 1, 0, OPT_INJECT_NAN_LOSS}, {"inject-nan-grad", 1, 0, OPT_INJECT_NAN_GRAD},
         {"hellaswag", 1, 0, OPT_HELLASWAG}, {"hellaswag-limit", 1, 0, OPT_HELLASWAG_LIMIT},
-        {"hellaswag-dump", 1, 0, OPT_HELLASWAG_DUMP},
+        {"hellaswag-dump", 1, 0, OPT_HELLASWAG_DUMP}, {"overwrite", 0, 0, OPT_OVERWRITE},
         {0, 0, 0, 0}};
     const long long BIG = 1LL << 40;
     static const char shorts[] = ":i:j:e:o:b:t:d:x:l:u:q:k:c:v:m:s:g:n:y:r:z:hf:";
@@ -261,7 +266,7 @@ static Options parse_options(int argc, char** argv) {
         case 'b': o.B = strcmp(optarg, "auto") == 0 ? 0 : (int)parse_int_option(optarg, name, 1, 1 << 20); break;
         case 't': o.T = (int)parse_int_option(optarg, name, 1, 1 << 20); break;
         case 'd': o.total_batch = parse_int_option(optarg, name, -1, BIG); break;
-        case 'x': o.max_steps = (int)parse_int_option(optarg, name, -1, 1 << 30); break;
+        case 'x': o.max_steps = (int)parse_int_option(optarg, name, -1, MAX_STEPS); break;
         case 'l': o.lr = parse_float(optarg, name, 0.0, 10.0); break;
         case 'u': o.warmup = (int)parse_int_option(optarg, name, 0, 1 << 30); break;
         case 'q': o.final_lr_frac = parse_float(optarg, name, 0.0, 1.0); break;
@@ -286,6 +291,7 @@ static Options parse_options(int argc, char** argv) {
         case OPT_SEED: o.seed = (unsigned long long)parse_int_option(optarg, name, 0, BIG); break;
         case OPT_VOCAB: o.vocab_dir = optarg; break;
         case OPT_KEEP: o.keep = (int)parse_int_option(optarg, name, 0, 1 << 30); break;
+        case OPT_OVERWRITE: o.overwrite = 1; break;
         case OPT_TEMPERATURE: o.temperature = parse_float(optarg, name, 0.0, 100.0); break;
         case OPT_TOP_K: o.top_k = (int)parse_int_option(optarg, name, 0, 1 << 20); break;
         case OPT_TOP_P: o.top_p = parse_float(optarg, name, 1e-6, 1.0); break;
@@ -843,6 +849,7 @@ static void open_data(Run* r) {
     }
     r->max_steps = o->max_steps >= 0 ? o->max_steps : (int)dataloader_batches_per_epoch(&r->train);
     ensure_dir(o->out_dir);
+    checkpoint_dir_claim(o->out_dir, r->rank, o->resume, o->overwrite);
 }
 
 // The device and the ranks, then the model: its micro-batch (-b, or -b auto from the memory plan),
@@ -906,31 +913,62 @@ static void check_resumable(const Run* r, const TrainState* st, const char* path
               st->nparams, model->opt_offset, model->opt_offset + model->opt_count, model->num_parameters);
 }
 
-// -y 1: the weights, optimizer, guard, data position and sampler of the newest step that every rank
-// has saved (a kill during a save can leave some ranks a step ahead); from scratch when there is none.
+// The training state of the newest step that every rank has saved (a kill during a save can leave
+// some ranks a step ahead) and reads back intact (checksums, finite values) into st and path;
+// returns 0 when the directory holds none. A damaged checkpoint is named, set aside on every rank
+// as *.corrupt (kept, not deleted) and the next older one tried; none intact is an error.
+static int load_newest_good_state(const Run* r, TrainState* st, char* path, size_t path_size) {
+    const char* dir = r->o->out_dir;
+    for (int set_aside = 0;; set_aside++) {
+        double latest[2] = {(double)checkpoint_latest_step(dir, r->rank), 0};
+        latest[1] = -latest[0];
+        comm_allreduce_host(latest, 2, COMM_MIN);
+        long long step = (long long)latest[0], newest = (long long)-latest[1];
+        if (newest < 0 && set_aside)
+            fatal("%s holds no intact checkpoint: the damaged ones were renamed to *.corrupt", dir);
+        if (newest < 0) return 0;
+        if (step < 0)
+            fatal("rank %d: %s holds training states of some ranks but not of others; resume with "
+                  "the number of GPUs that saved them", r->rank, dir);
+        checkpoint_state_path(path, path_size, dir, step, r->rank);
+        double have = access(path, R_OK) == 0;
+        comm_allreduce_host(&have, 1, COMM_MIN);
+        if (!have) fatal("rank %d: not every rank has a training state of step %lld in %s", r->rank, step, dir);
+        char err[512];
+        int mine = train_state_load(path, st, err, sizeof err) == 0;
+        double good = mine;
+        if (!good) fprintf(stderr, "warning: rank %d: %s: %s\n", r->rank, path, err);
+        comm_allreduce_host(&good, 1, COMM_MIN);
+        if (good) return 1;
+        if (mine) train_state_free(st); // this rank's was intact, another rank's was not
+        checkpoint_set_aside_as(dir, r->rank, step, "corrupt");
+        printf("the checkpoint of step %lld cannot be resumed (renamed to *.corrupt): falling back to the "
+               "newest older one\n", step);
+    }
+}
+
+// -y 1: the weights, optimizer, guard, data position and sampler of the newest good checkpoint; from
+// scratch when there is none. A checkpoint beyond -x is refused; one at -x is a finished run.
 static void resume_from_checkpoint(Run* r) {
     const Options* o = r->o;
     r->rng = sampler_seed(o->seed);
     if (!o->resume) return;
-    double latest[2] = {(double)checkpoint_latest_step(o->out_dir, r->rank), 0};
-    latest[1] = -latest[0];
-    comm_allreduce_host(latest, 2, COMM_MIN);
-    long long step = (long long)latest[0], newest = (long long)-latest[1];
-    if (newest < 0) {
+    char path[4096];
+    TrainState st;
+    if (!load_newest_good_state(r, &st, path, sizeof path)) {
         printf("no checkpoint in %s: starting from scratch\n", o->out_dir);
         return;
     }
-    if (step < 0)
-        fatal("rank %d: %s holds training states of some ranks but not of others; resume with "
-              "the number of GPUs that saved them", r->rank, o->out_dir);
-    char path[4096];
-    checkpoint_state_path(path, sizeof path, o->out_dir, step, r->rank);
-    double have = access(path, R_OK) == 0;
-    comm_allreduce_host(&have, 1, COMM_MIN);
-    if (!have) fatal("rank %d: not every rank has a training state of step %lld in %s", r->rank, step, o->out_dir);
-    TrainState st;
-    train_state_read(path, &st);
     check_resumable(r, &st, path);
+    if (st.step > MAX_STEPS)
+        fatal("training state %s holds the impossible step %lld (-x allows at most %d): the file is damaged", path,
+              (long long)st.step, MAX_STEPS);
+    if (st.step > r->max_steps)
+        fatal("training state %s is at step %lld, beyond the run's %d steps (-x): give -x %lld or more to "
+              "train on from it", path, (long long)st.step, r->max_steps, (long long)st.step);
+    if (st.step == r->max_steps)
+        printf("the run in %s is already complete: its checkpoint is at step %lld of %d (-x); nothing to train\n",
+               o->out_dir, (long long)st.step, r->max_steps);
     // the weights as the last update (t = st.updates, seed as in the loop) left them
     gpt2_set_optimizer_state(&r->model, st.master, st.m, st.v, (int)st.updates,
                              o->seed + (unsigned long long)st.updates - 1);

@@ -4,6 +4,7 @@
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "common/atomic_file.h"
 #include "common/loader_state.h"
@@ -15,23 +16,27 @@ extern "C" {
 
 // ---- model file --------------------------------------------------------------------------
 // Header of 256 int32: [0] 20240326, [1] 3 (fp32) or 5 (bf16), [2] maxT, [3] V, [4] L, [5] NH,
-// [6] C, [7] Vp; then the parameters in the order of model/config.h.
+// [6] C, [7] Vp, [8..25] checksums (zero in llm.c's files); then the parameters in the order of
+// model/config.h.
 #define MODEL_FILE_MAGIC 20240326
 #define MODEL_FILE_VERSION_FP32 3
 #define MODEL_FILE_VERSION_BF16 5
+// Header slot [8] of a file with checksums ("CRCC"); see checkpoints/model_file.c.
+#define MODEL_FILE_CRC_MARK 0x43435243
 // Checks a header against the file size. Returns 0 and fills cfg and *version, or -1 with a message
 // in err. Never exits (the fuzz harness calls it).
 int model_file_parse_header(const int32_t header[256], long long file_bytes, GPT2Config* cfg,
                             int* version, char* err, size_t errlen);
 // Reads a model file (fp32 or bf16) into a malloc'd fp32 array of *nparams values; exits naming
-// the file on any problem (missing, truncated, wrong magic or version, impossible sizes).
+// the file on any problem (missing, truncated, wrong magic or version, impossible sizes), and the
+// tensor on a checksum mismatch or a non-finite value.
 float* model_file_read(const char* path, GPT2Config* cfg, size_t* nparams);
-// Writes an fp32 model file atomically.
+// Writes an fp32 model file atomically, with checksums.
 void model_file_write(const char* path, const GPT2Config* cfg, const float* params);
 
 // ---- training state ----------------------------------------------------------------------
 #define TRAIN_STATE_MAGIC 0x54504754 // "TGPT" little endian
-#define TRAIN_STATE_VERSION 2
+#define TRAIN_STATE_VERSION 3 // 3: checksums; 2 is still read (see checkpoints/train_state.c)
 #define TRAIN_STATE_HEADER_INTS 64
 // What the divergence guard of train.c remembers: the loss and gradient norm of the last `count`
 // steps whose update was applied, oldest first; the window of the z-scores of --skip-loss-z and
@@ -65,8 +70,13 @@ void train_state_write(const char* path, const TrainState* st);
 // history values and the arrays, or -1 with a message in err. Never exits (the fuzz harness calls it).
 int train_state_parse_header(const int64_t header[TRAIN_STATE_HEADER_INTS], long long file_bytes,
                              TrainState* st, char* err, size_t errlen);
-// Reads a state file, allocating master, m and v; exits naming the file on any problem (missing,
-// truncated, wrong magic or version, inconsistent sizes or history).
+// Reads a state file, allocating master, m and v. Returns 0, or -1 with the problem in err (missing,
+// truncated, wrong magic or version, inconsistent sizes or history, a checksum mismatch or a
+// non-finite value, naming the tensor) and nothing allocated.
+int train_state_load(const char* path, TrainState* st, char* err, size_t errlen);
+// The same from an open stream of `bytes` bytes (the fuzz harness reads from memory).
+int train_state_load_stream(FILE* f, long long bytes, TrainState* st, char* err, size_t errlen);
+// train_state_load, exiting with a message naming the file on any problem.
 void train_state_read(const char* path, TrainState* st);
 void train_state_free(TrainState* st);
 
@@ -86,6 +96,14 @@ void checkpoint_prune(const char* dir, int rank, int keep, long long confirmed_b
 // "<name>.diverged", so that resuming and pruning no longer see them, and returns how many
 // checkpoints (state files) it renamed.
 int checkpoint_set_aside(const char* dir, int rank, long long from_step);
+// The same, renaming to "<name>.<suffix>" (set_aside uses "diverged").
+int checkpoint_set_aside_as(const char* dir, int rank, long long from_step, const char* suffix);
+// Makes the existing directory dir this rank's for the life of the process: locks DIR/lock_RRRRR
+// (flock; a second run is refused at once, naming the directory and the holder's pid). Without
+// resume, a directory holding an earlier run's files (log.csv, checkpoints, their temporary and
+// set-aside files) is refused, unless overwrite, which deletes them first; so pruning (--keep) and
+// resuming only ever see this run's files. Exits with a message on any problem.
+void checkpoint_dir_claim(const char* dir, int rank, int resume, int overwrite);
 
 #ifdef __cplusplus
 }

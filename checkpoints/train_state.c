@@ -1,13 +1,21 @@
 // The training state: everything a bit-exact resume needs besides the model file.
 //
-// Layout (version 2): a header of 64 little-endian int64 (fields at the indices below, the rest
+// Layout (version 3): a header of 64 little-endian int64 (fields at the indices below, the rest
 // zero); the divergence guard's history: STEP_HISTORY fp32 losses, then STEP_HISTORY fp32 gradient
 // norms (the first history_count of each are used, oldest first, the rest zero); then opt_count fp32
-// master weights, opt_count fp32 AdamW m, opt_count fp32 AdamW v.
+// master weights, opt_count fp32 AdamW m, opt_count fp32 AdamW v; then the checksums of those three
+// arrays: 3 x NUM_PARAMETER_TENSORS uint32, the CRC-32C of each parameter tensor's part in
+// [opt_offset, opt_offset + opt_count) (of an empty part: 0), master's first. The header field
+// H_CHECKSUM holds the CRC-32C of the header (with H_CHECKSUM zero) and the history.
+// Version 2 is the same without H_CHECKSUM and the trailing checksums: it is still read, its values
+// checked for finiteness only, so that runs saved before checksums existed can be resumed.
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "common/crc32c.h"
 #include "common/util.h"
 #include "checkpoints/checkpoint.h"
 
@@ -21,11 +29,38 @@ enum {
     H_LOADER_B, H_LOADER_T, H_LOADER_RANK, H_LOADER_WORLD,
     H_NPARAMS, H_OPT_OFFSET, H_OPT_COUNT,
     H_UPDATES, H_LAST_APPLIED, H_HISTORY_COUNT,
+    H_CHECKSUM, // version 3
     H_FIELDS
 };
 _Static_assert(H_FIELDS <= TRAIN_STATE_HEADER_INTS, "the state header has room for every field");
 #define HEADER_BYTES (TRAIN_STATE_HEADER_INTS * (long long)sizeof(int64_t))
 #define HISTORY_BYTES (2 * STEP_HISTORY * (long long)sizeof(float))
+#define TRAILER_BYTES (3 * NUM_PARAMETER_TENSORS * (long long)sizeof(uint32_t))
+#define OLDEST_VERSION 2 // the oldest version still read (without checksums)
+
+static const char* const array_names[3] = {"weight", "AdamW m", "AdamW v"};
+
+// The CRC-32C of the header (its checksum field taken as zero) and the history as written.
+static uint32_t header_crc(const int64_t header[TRAIN_STATE_HEADER_INTS], const StepHistory* history) {
+    int64_t h[TRAIN_STATE_HEADER_INTS];
+    memcpy(h, header, sizeof(h));
+    h[H_CHECKSUM] = 0;
+    uint32_t crc = crc32c(0, h, sizeof(h));
+    crc = crc32c(crc, history->loss, sizeof(history->loss));
+    return crc32c(crc, history->norm, sizeof(history->norm));
+}
+
+// The CRC-32C of each parameter tensor's part of values, which hold parameters [offset, offset + count).
+static void tensor_crcs(const GPT2Config* cfg, const float* values, size_t offset, size_t count,
+                        uint32_t crc[NUM_PARAMETER_TENSORS]) {
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    gpt2_parameter_sizes(cfg, sizes);
+    size_t start = 0, end_all = offset + count;
+    for (int t = 0; t < NUM_PARAMETER_TENSORS; start += sizes[t++]) {
+        size_t lo = start > offset ? start : offset, hi = start + sizes[t] < end_all ? start + sizes[t] : end_all;
+        crc[t] = lo < hi ? crc32c(0, values + (lo - offset), (hi - lo) * sizeof(float)) : 0;
+    }
+}
 
 // A reason the state cannot be right, or NULL; checked before writing and after reading.
 static const char* state_problem(const TrainState* st) {
@@ -93,6 +128,10 @@ void train_state_write(const char* path, const TrainState* st) {
     StepHistory history = {0};
     memcpy(history.loss, st->history.loss, (size_t)st->history.count * sizeof(float));
     memcpy(history.norm, st->history.norm, (size_t)st->history.count * sizeof(float));
+    h[H_CHECKSUM] = header_crc(h, &history);
+    uint32_t crc[3][NUM_PARAMETER_TENSORS];
+    const float* arrays[3] = {st->master, st->m, st->v};
+    for (int a = 0; a < 3; a++) tensor_crcs(&st->config, arrays[a], st->opt_offset, st->opt_count, crc[a]);
     AtomicFile af;
     atomic_open(&af, path);
     atomic_write(&af, h, sizeof(h));
@@ -101,6 +140,7 @@ void train_state_write(const char* path, const TrainState* st) {
     atomic_write(&af, st->master, st->opt_count * sizeof(float));
     atomic_write(&af, st->m, st->opt_count * sizeof(float));
     atomic_write(&af, st->v, st->opt_count * sizeof(float));
+    atomic_write(&af, crc, sizeof(crc));
     atomic_commit(&af);
 }
 
@@ -138,9 +178,9 @@ int train_state_parse_header(const int64_t h[TRAIN_STATE_HEADER_INTS], long long
                  first == MODEL_FILE_MAGIC ? " but a model file" : "");
         return -1;
     }
-    if (h[H_VERSION] != TRAIN_STATE_VERSION) {
-        snprintf(err, errlen, "unsupported training state version %lld (expected %d)", (long long)h[H_VERSION],
-                 TRAIN_STATE_VERSION);
+    if (h[H_VERSION] < OLDEST_VERSION || h[H_VERSION] > TRAIN_STATE_VERSION) {
+        snprintf(err, errlen, "unsupported training state version %lld (expected %d to %d)", (long long)h[H_VERSION],
+                 OLDEST_VERSION, TRAIN_STATE_VERSION);
         return -1;
     }
     TrainState s;
@@ -176,7 +216,8 @@ int train_state_parse_header(const int64_t h[TRAIN_STATE_HEADER_INTS], long long
         return -1;
     }
     // opt_count <= nparams < 2^47 now, so the expected size cannot overflow.
-    long long expected = HEADER_BYTES + HISTORY_BYTES + 3 * (long long)s.opt_count * (long long)sizeof(float);
+    long long expected = HEADER_BYTES + HISTORY_BYTES + 3 * (long long)s.opt_count * (long long)sizeof(float) +
+                         (h[H_VERSION] >= 3 ? TRAILER_BYTES : 0);
     if (file_bytes != expected) {
         snprintf(err, errlen, "%s: the header gives 3 x %zu optimizer values (%lld bytes with the header and the step history) but the file has %lld bytes",
                  file_bytes < expected ? "truncated" : "trailing bytes", s.opt_count, expected, file_bytes);
@@ -186,25 +227,83 @@ int train_state_parse_header(const int64_t h[TRAIN_STATE_HEADER_INTS], long long
     return 0;
 }
 
-void train_state_read(const char* path, TrainState* st) {
-    long long bytes = file_size(path);
-    FILE* f = xfopen(path, "rb");
+// Reads count floats, or says how the file ended.
+static int read_floats(FILE* f, float* dst, size_t count, char* err, size_t errlen) {
+    if (fread(dst, sizeof(float), count, f) == count) return 1;
+    snprintf(err, errlen, "%s", ferror(f) ? strerror(errno) : "truncated while reading");
+    return 0;
+}
+
+int train_state_load_stream(FILE* f, long long bytes, TrainState* st, char* err, size_t errlen) {
     // A short file still gets a zero-padded header so that the parser reports the real problem.
     int64_t h[TRAIN_STATE_HEADER_INTS] = {0};
-    xfread(h, 1, bytes < HEADER_BYTES ? (size_t)bytes : (size_t)HEADER_BYTES, f, path);
-    char err[512];
-    if (train_state_parse_header(h, bytes, st, err, sizeof(err)) != 0) fatal("%s: %s", path, err);
-    xfread(st->history.loss, sizeof(float), STEP_HISTORY, f, path);
-    xfread(st->history.norm, sizeof(float), STEP_HISTORY, f, path);
-    if (!history_finite(&st->history))
-        fatal("%s: inconsistent training state: a non-finite value in the step history", path);
-    st->master = xmalloc(st->opt_count * sizeof(float), "master weights");
-    st->m = xmalloc(st->opt_count * sizeof(float), "AdamW m");
-    st->v = xmalloc(st->opt_count * sizeof(float), "AdamW v");
-    xfread(st->master, sizeof(float), st->opt_count, f, path);
-    xfread(st->m, sizeof(float), st->opt_count, f, path);
-    xfread(st->v, sizeof(float), st->opt_count, f, path);
+    size_t want = bytes < HEADER_BYTES ? (size_t)(bytes > 0 ? bytes : 0) : (size_t)HEADER_BYTES;
+    if (fread(h, 1, want, f) != want) {
+        snprintf(err, errlen, "truncated while reading the header");
+        return -1;
+    }
+    if (train_state_parse_header(h, bytes, st, err, errlen) != 0) return -1;
+    int checksummed = h[H_VERSION] >= 3;
+    if (!read_floats(f, st->history.loss, STEP_HISTORY, err, errlen) ||
+        !read_floats(f, st->history.norm, STEP_HISTORY, err, errlen))
+        return -1;
+    if (checksummed && h[H_CHECKSUM] != (int64_t)header_crc(h, &st->history)) {
+        snprintf(err, errlen, "checksum mismatch in the header or the step history: the file is damaged");
+        return -1;
+    }
+    if (!history_finite(&st->history)) {
+        snprintf(err, errlen, "inconsistent training state: a non-finite value in the step history");
+        return -1;
+    }
+    float** arrays[3] = {&st->master, &st->m, &st->v};
+    for (int a = 0; a < 3; a++) *arrays[a] = xmalloc(st->opt_count * sizeof(float) + 1, array_names[a]);
+    uint32_t stored[3][NUM_PARAMETER_TENSORS];
+    int ok = 1;
+    for (int a = 0; a < 3 && ok; a++) ok = read_floats(f, *arrays[a], st->opt_count, err, errlen);
+    if (ok && checksummed && fread(stored, sizeof(stored), 1, f) != 1) {
+        snprintf(err, errlen, "truncated while reading the checksums");
+        ok = 0;
+    }
+    for (int a = 0; a < 3 && ok; a++) {
+        int tensor;
+        size_t index;
+        uint32_t crc[NUM_PARAMETER_TENSORS];
+        if (checksummed) tensor_crcs(&st->config, *arrays[a], st->opt_offset, st->opt_count, crc);
+        for (tensor = 0; checksummed && tensor < NUM_PARAMETER_TENSORS && ok; tensor++)
+            if (crc[tensor] != stored[a][tensor]) {
+                snprintf(err, errlen, "checksum mismatch in %s of tensor %s: the file is damaged", array_names[a],
+                         parameter_tensor_names[tensor]);
+                ok = 0;
+            }
+        if (ok && gpt2_find_nonfinite(&st->config, *arrays[a], st->opt_offset, st->opt_count, &tensor, &index)) {
+            snprintf(err, errlen, "a non-finite value in %s of tensor %s at index %zu", array_names[a],
+                     parameter_tensor_names[tensor], index);
+            ok = 0;
+        }
+    }
+    if (!ok) {
+        train_state_free(st);
+        return -1;
+    }
+    return 0;
+}
+
+int train_state_load(const char* path, TrainState* st, char* err, size_t errlen) {
+    FILE* f = fopen(path, "rb");
+    struct stat sb;
+    if (!f || fstat(fileno(f), &sb) != 0) {
+        snprintf(err, errlen, "cannot open: %s", strerror(errno));
+        if (f) fclose(f);
+        return -1;
+    }
+    int rc = train_state_load_stream(f, (long long)sb.st_size, st, err, errlen);
     fclose(f);
+    return rc;
+}
+
+void train_state_read(const char* path, TrainState* st) {
+    char err[512];
+    if (train_state_load(path, st, err, sizeof(err)) != 0) fatal("%s: %s", path, err);
 }
 
 void train_state_free(TrainState* st) {

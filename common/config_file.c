@@ -69,10 +69,37 @@ static void remember(const char* arg, const char* path, int line) {
     origins[n_origins++] = (Origin){arg, copy(where, strlen(where))};
 }
 
-// Appends "--name" "value" for each option line of the file.
-static void read_file(Args* out, const char* path, const struct option* longs) {
+// The whole file (also a pipe) as a stream over *text in memory, after refusing a NUL byte: fgets
+// below would end a line at a NUL unseen, so "lr 5e-4\0lr 1e-1" would read as lr 5e-4.
+static FILE* read_text(const char* path, char** text_out) {
     FILE* f = fopen(path, "r");
     if (!f) fatal("cannot read config file %s: %s", path, strerror(errno));
+    char* text = NULL;
+    size_t len = 0;
+    FILE* all = open_memstream(&text, &len);
+    if (!all) fatal("out of host memory: config file %s", path);
+    char chunk[4096];
+    size_t got;
+    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) fwrite(chunk, 1, got, all);
+    if (ferror(f) || fclose(all) != 0) fatal("cannot read config file %s", path);
+    fclose(f);
+    const char* nul = memchr(text, '\0', len);
+    if (nul) {
+        int line = 1;
+        for (const char* p = text; p < nul; p++) line += *p == '\n';
+        free(text);
+        fatal("%s line %d: a NUL byte (a config file is text)", path, line);
+    }
+    FILE* m = len ? fmemopen(text, len, "r") : fopen("/dev/null", "r");
+    if (!m) fatal("cannot read config file %s: %s", path, strerror(errno));
+    *text_out = text;
+    return m;
+}
+
+// Appends "--name" "value" for each option line of the file.
+static void read_file(Args* out, const char* path, const struct option* longs) {
+    char* text;
+    FILE* f = read_text(path, &text);
     char line[4096];
     for (int number = 1; fgets(line, sizeof line, f); number++) {
         size_t len = strlen(line);
@@ -110,6 +137,7 @@ static void read_file(Args* out, const char* path, const struct option* longs) {
     }
     if (ferror(f)) fatal("cannot read config file %s", path);
     fclose(f);
+    free(text);
 }
 
 char** config_expand_argv(int* argc, char** argv, const struct option* longs, const char* shorts) {

@@ -206,7 +206,7 @@ typedef struct {
 // with the problem in *error (malloc'd).
 static int* encode_item(const Encoder* e, TokenizerCache* cache, size_t i, size_t* count, char** error) {
     size_t start = i == 0 ? 0 : e->end[i - 1], len = e->end[i] - start;
-    const char* item = e->bytes + start;
+    const char* item = len ? e->bytes + start : ""; // with only empty items, bytes is NULL
     if (e->line[i] == 0) return tokenizer_encode_cached(e->tok, cache, item, len, count);
     char* text = xmalloc(len + 1, "decoded JSONL text"); // room enough: decoding never lengthens
     char err[256];
@@ -246,6 +246,12 @@ static void encode_batch(Encoder* e) {
             free(errors[i]);
             continue;
         }
+        // An empty document (an empty text file, section or JSONL text) is none: so an empty input is
+        // no document whatever its format, and a lone <|endoftext|> is never written.
+        if (counts[i] == 0) {
+            free(ids[i]);
+            continue;
+        }
         arrput(e->tokens, END_OF_TEXT);
         uint16_t* dst = arraddnptr(e->tokens, counts[i]);
         for (size_t j = 0; j < counts[i]; j++) dst[j] = (uint16_t)ids[i][j]; // ids < vocab size <= 65536
@@ -265,7 +271,9 @@ static void encode_batch(Encoder* e) {
 
 // Appends an item (see Encoder); encodes the batch once it is full.
 static void add_item(Encoder* e, const char* bytes, size_t len, const char* source, long long line) {
-    memcpy(arraddnptr(e->bytes, len), bytes, len);
+    char* dst = arraddnptr(e->bytes, len);
+    if (len > 0) memcpy(dst, bytes, len); // an empty section: both may be NULL, which memcpy may not be given
+
     arrput(e->end, arrlenu(e->bytes));
     arrput(e->line, line);
     arrput(e->source, source);
@@ -290,6 +298,7 @@ static void read_text(Encoder* e, FILE* f, const char* name, int sections) {
     } while (got > 0);
     check_read(f, name);
     size_t len = arrlenu(text), start = 0;
+
     const char* sep;
     while (sections && (sep = memmem(text + start, len - start, "\n\n", 2))) {
         size_t end = (size_t)(sep - text) + 2;

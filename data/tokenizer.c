@@ -267,6 +267,20 @@ static VocabEntry* load_encoder(Tokenizer* tok, const char* path) {
     return vocab;
 }
 
+// Every token of two or more bytes but the special ones ("<|endoftext|>") is made by a merge: a
+// vocab.bpe cut short (at a line boundary, where no line is broken) or taken from another
+// vocabulary leaves some without one, and would encode text into other tokens than GPT-2's.
+// Returns the first token that should be made by a merge and is not (made[id]: one makes it), or -1.
+static int unmade_token(const Tokenizer* tok, const char* made) {
+    for (int id = 0; id < tok->vocab_size; id++) {
+        const char* bytes = tok->token_bytes + tok->token_offset[id];
+        size_t len = tok->token_offset[id + 1] - tok->token_offset[id];
+        int special = len >= 4 && memcmp(bytes, "<|", 2) == 0 && memcmp(bytes + len - 2, "|>", 2) == 0;
+        if (len >= 2 && !special && !made[id]) return id;
+    }
+    return -1;
+}
+
 // Reads vocab.bpe: a "#version" line, then one merge "LEFT RIGHT" per line, lowest rank first.
 static void load_merges(Tokenizer* tok, VocabEntry* vocab, const char* path) {
     size_t len;
@@ -275,6 +289,7 @@ static void load_merges(Tokenizer* tok, VocabEntry* vocab, const char* path) {
     if (strncmp(text, "#version", 8) != 0) fatal("%s: the first line must be \"#version: ...\"", path);
     char* line = strchr(text, '\n');
     char* merged = NULL;
+    char* made = xcalloc((size_t)tok->vocab_size, 1, "merged tokens"); // made[id]: a merge makes token id
     int rank = 0;
     for (int line_number = 2; line && line[1] != '\0'; line_number++) {
         line++;
@@ -300,10 +315,18 @@ static void load_merges(Tokenizer* tok, VocabEntry* vocab, const char* path) {
             fatal("%s line %d: the merge \"%s %s\" appears twice", path, line_number, line, right);
         Merge m = {rank++, vocab[merged_index].value};
         hmput(tok->merges, pair, m);
+        made[m.merged] = 1;
         line = end;
     }
+    int unmade = unmade_token(tok, made);
+    free(made);
     arrfree(merged);
     free(text);
+    if (unmade >= 0) {
+        size_t len = tok->token_offset[unmade + 1] - tok->token_offset[unmade];
+        fatal("%s: %d merges, but none makes token %d (\"%.*s\") of encoder.json: the file is cut short or belongs "
+              "to another vocabulary", path, rank, unmade, (int)len, tok->token_bytes + tok->token_offset[unmade]);
+    }
 }
 
 Tokenizer* tokenizer_load(const char* dir) {

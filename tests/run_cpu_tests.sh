@@ -52,10 +52,11 @@ run divergence tests/e2e/test_divergence.sh "$DATA"
 run config tests/e2e/test_config.sh "$DATA"
 run recipe_cpu tests/e2e/test_recipe_cpu.sh "$DATA"
 run bad_input tests/e2e/test_bad_input.sh "$DATA"
+run adversarial tests/e2e/test_adversarial.sh "$DATA"
 export FUZZ_VOCAB_DIR=$DATA/gpt2 # for fuzz_tokenizer
 # Each fuzzer is one process on one core, so they run JOBS at a time, each for FUZZ_SECONDS (on CI's
 # 2 cores that halves their 4 minutes); their outputs are shown in turn once a batch is done.
-fuzzers=(fuzz_tokenfile fuzz_modelfile fuzz_tokenizer fuzz_jsonl)
+fuzzers=(fuzz_tokenfile fuzz_modelfile fuzz_statefile fuzz_tokenizer fuzz_jsonl)
 fuzz_out=$(mktemp -d)
 trap 'rm -rf "$fuzz_out"' EXIT
 show() { cat "$1"; return "$2"; } # show OUTPUT STATUS: a finished fuzzer's output and result

@@ -3,7 +3,7 @@
 # comments are read; an option after -f overrides the file's, one before it is overridden; the long
 # form, --config=FILE and -fFILE work; a value that only looks like -f (--prompt -f) is not read as
 # one; an unknown option, a missing value, a bad value (from the existing option checks) and a
-# nested config are refused naming the file and the line, with exit status 1. Runs use -x 0 on a
+# nested config and a NUL byte are refused naming the file and the line, with exit status 1. Runs use -x 0 on a
 # tiny model: they build it and stop.
 set -euo pipefail
 BUILD=${BUILD:-.}
@@ -29,7 +29,7 @@ sed -i "s|OUT|$tmp/out|" "$tmp/small.conf"
 # model LAYERS ARGS...: runs with ARGS and checks the model line's layer count and T 32
 model() {
     local want=$1; shift
-    "$bin" "${data[@]}" "$@" > "$tmp/run.out" || fail "train_gpt_cpu $* exited with $?"
+    "$bin" "${data[@]}" --overwrite "$@" > "$tmp/run.out" || fail "train_gpt_cpu $* exited with $?"
     grep -q "^model: L $want, C 64, NH 4" "$tmp/run.out" || fail "$*: want L $want: $(grep '^model' "$tmp/run.out")"
     grep -q "^batch: B [0-9]* x T 32 .* = 256 tokens per step" "$tmp/run.out" || fail "$*: $(grep '^batch' "$tmp/run.out")"
 }
@@ -67,6 +67,8 @@ refused 'recompute 3\n' "recompute in $tmp/bad.conf line 1" "outside 0..2"
 refused 'schedule wavy\n' "schedule in $tmp/bad.conf line 1" "unknown schedule 'wavy'"
 refused 'help 1\n' "$tmp/bad.conf line 1" "unknown option 'help'"
 refused "config $tmp/small.conf\n" "$tmp/bad.conf line 1" "cannot read another"
+refused 'layers 2\0foo bar\n' "$tmp/bad.conf line 1" "a NUL byte"
+refused 'seed 1\n\nlr 5e-4\0lr 1e-1\n' "$tmp/bad.conf line 3" "a NUL byte"
 status=0
 "$bin" -f "$tmp/missing.conf" > "$tmp/missing.out" 2>&1 || status=$?
 [ "$status" -eq 1 ] && grep -q "cannot read config file $tmp/missing.conf" "$tmp/missing.out" || fail "a missing file: $(cat "$tmp/missing.out")"

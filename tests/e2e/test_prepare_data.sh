@@ -45,4 +45,11 @@ expect_error "missing.txt" "$BUILD/prepare_data" --vocab "$DATA/gpt2" -o "$tmp/x
 expect_error "encoder.json" "$BUILD/prepare_data" --vocab "$tmp" -o "$tmp/x" "$input"
 expect_error "--bogus" "$BUILD/prepare_data" --bogus
 echo "tiny" > "$tmp/tiny.txt"
+: > "$tmp/empty.txt"; : > "$tmp/empty.jsonl"
+expect_error "holds no documents" "$BUILD/prepare_data" --vocab "$DATA/gpt2" -o "$tmp/x" "$tmp/empty.txt"
+expect_error "holds no documents" "$BUILD/prepare_data" --vocab "$DATA/gpt2" -o "$tmp/x" "$tmp/empty.jsonl"
+# vocab.bpe cut at a line boundary: every line is a good merge, but too few of them
+mkdir "$tmp/cut"; cp "$DATA/gpt2/encoder.json" "$tmp/cut/"; head -n 30000 "$DATA/gpt2/vocab.bpe" > "$tmp/cut/vocab.bpe"
+expect_error "vocab.bpe: 29999 merges, but none makes token" \
+    "$BUILD/prepare_data" --vocab "$tmp/cut" -o "$tmp/x" "$tmp/tiny.txt"
 expect_error "val" "$BUILD/prepare_data" --vocab "$DATA/gpt2" --val-tokens 1000 -o "$tmp/x" "$tmp/tiny.txt"

@@ -37,7 +37,10 @@ static void check_state_header(const int64_t header[TRAIN_STATE_HEADER_INTS], in
     // the divergence guard's fields: updates <= last applied step <= step, a history within its window
     if (st.updates < 0 || st.updates > st.last_applied || st.last_applied > st.step) __builtin_trap();
     if (st.history.count < 0 || st.history.count > STEP_HISTORY || st.history.count > st.updates) __builtin_trap();
-    if ((uint64_t)file_bytes != 512 + 2 * STEP_HISTORY * 4 + 3 * 4 * (uint64_t)st.opt_count) __builtin_trap();
+    // version 3 ends with the checksums of the three arrays, 4 bytes per parameter tensor
+    uint64_t checksums = header[1] >= 3 ? 3 * 4 * NUM_PARAMETER_TENSORS : 0;
+    if ((uint64_t)file_bytes != 512 + 2 * STEP_HISTORY * 4 + 3 * 4 * (uint64_t)st.opt_count + checksums)
+        __builtin_trap();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

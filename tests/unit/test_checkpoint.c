@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "checkpoints/checkpoint.h"
+#include "common/crc32c.h"
 #include "common/util.h"
 #include "tests/lib/testutil.h"
 
@@ -115,7 +116,7 @@ static void test_model_round_trip(void) {
     test_fill_normal(params, n, 0.02f, &rng);
     params[0] = -0.0f;
     params[1] = 1e-40f; // subnormal
-    params[n - 1] = INFINITY;
+    params[n - 1] = 3e38f;
     char* p = test_tmp_path("model_fp32.bin");
     model_file_write(p, &tiny, params);
 
@@ -123,7 +124,10 @@ static void test_model_round_trip(void) {
     unsigned char* raw = read_all(p, &bytes);
     int header_ok = get_i32(raw, 0) == 20240326 && get_i32(raw, 1) == 3 && get_i32(raw, 2) == 16 &&
                     get_i32(raw, 3) == 100 && get_i32(raw, 4) == 2 && get_i32(raw, 5) == 2 &&
-                    get_i32(raw, 6) == 8 && get_i32(raw, 7) == 128 && get_i32(raw, 8) == 0 && get_i32(raw, 255) == 0;
+                    get_i32(raw, 6) == 8 && get_i32(raw, 7) == 128 && get_i32(raw, 255) == 0;
+    // the checksums in slots llm.c leaves zero: [8] the mark, [9] the header's, [10 + i] tensor i's
+    header_ok &= get_i32(raw, 8) == 0x43435243 && (uint32_t)get_i32(raw, 10) == crc32c(0, params, 4 * 128 * 8) &&
+                 get_i32(raw, 26) == 0;
     test_check(header_ok && bytes == 1024 + 4 * n && memcmp(raw + 1024, params, 4 * n) == 0,
                "model file bytes", "header %s, %zu bytes (want %zu)", header_ok ? "right" : "wrong", bytes, 1024 + 4 * n);
     free(raw);
@@ -284,7 +288,7 @@ static void test_state_round_trip(void) {
                  a->rank == b->rank && a->world == b->world;
     size_t k = st.opt_count * sizeof(float);
     int arrays = memcmp(got.master, st.master, k) == 0 && memcmp(got.m, st.m, k) == 0 && memcmp(got.v, st.v, k) == 0;
-    long long want_bytes = 512 + 2 * STEP_HISTORY * 4 + 3 * (long long)k;
+    long long want_bytes = 512 + 2 * STEP_HISTORY * 4 + 3 * (long long)k + 3 * NUM_PARAMETER_TENSORS * 4;
     test_check(fields && loader && arrays && history && bytes == want_bytes, "train state round trip bit-identical",
                "fields %s, loader %s, history %s, arrays %s, %lld bytes (want %lld)", fields ? "same" : "differ",
                loader ? "same" : "differs", history ? "same" : "differs", arrays ? "same" : "differ", bytes,
@@ -317,13 +321,14 @@ static void test_state_errors(void) {
     train_state_write(good, &st);
     train_state_free(&st);
     struct { const char* name; int field; int64_t value; long long size_change; const char* want; } cases[] = {
-        {"state wrong version", VERSION, 1, 0, "unsupported training state version 1 (expected 2)"},
+        {"state wrong version", VERSION, 1, 0, "unsupported training state version 1 (expected 2 to 3)"},
+        {"state newer version", VERSION, 4, 0, "unsupported training state version 4 (expected 2 to 3)"},
         {"state history beyond its window", HISTORY_COUNT, 129, 0, "more values than its window"},
         {"state history longer than the updates", UPDATES, 99, 0, "more values than its window or than updates"},
         {"state negative history", HISTORY_COUNT, -1, 0, "more values than its window"},
         {"state updates after the last applied step", LAST_APPLIED, 123456788999LL, 0, "more updates than steps"},
         {"state last applied step after the step", STEP, 123456789009LL, 0, "last applied step is not in 0..step"},
-        {"state non-finite history", FIRST_LOSS, nan_loss, 0, "non-finite value in the step history"},
+        {"state changed history", FIRST_LOSS, nan_loss, 0, "checksum mismatch in the header or the step history"},
         {"state truncated", -1, 0, -4, "truncated"},
         {"state trailing bytes", -1, 0, 12, "trailing bytes"},
         {"state optimizer range", OPT_OFFSET, 1, 0, "optimizer range"},
@@ -344,6 +349,83 @@ static void test_state_errors(void) {
     char* model = test_tmp_path("model_fp32.bin");
     test_expect_fatal("state given a model file", child_read_state, model, model, "not a training state but a model file");
     test_expect_fatal("state missing", child_read_state, test_tmp_path("no_state.bin"), "no_state.bin", "No such file");
+}
+
+// ---- checksums ---------------------------------------------------------------------------
+
+// Writes src's bytes to dst with the float at byte offset `at` replaced by value (flip: its lowest
+// bit flipped instead), and returns dst.
+static char* patched(const char* src, const char* dst_name, size_t at, float value, int flip) {
+    size_t bytes;
+    unsigned char* b = read_all(src, &bytes);
+    if (flip) b[at] ^= 1;
+    else memcpy(b + at, &value, 4);
+    char* dst = test_tmp_path(dst_name);
+    write_all(dst, b, bytes);
+    free(b);
+    return dst;
+}
+
+// Each damaged file is refused naming the tensor; a file without checksums (llm.c's, a version 2
+// state) still loads, and a non-finite value in it is refused naming the tensor and the index.
+static void test_checksums(void) {
+    test_check(crc32c(0, "123456789", 9) == 0xE3069283u, "CRC-32C of the standard test vector", "0x%08X",
+               crc32c(0, "123456789", 9));
+    size_t n = count_params(&tiny), C = (size_t)tiny.channels, L = (size_t)tiny.num_layers;
+    size_t qkvw = (size_t)tiny.padded_vocab_size * C + (size_t)tiny.max_seq_len * C + 2 * L * C; // its offset
+    float* params = xcalloc(n, sizeof(float), "params");
+    for (size_t i = 0; i < n; i++) params[i] = 0.001f * (float)(i % 1000);
+    char* good = test_tmp_path("model_crc.bin");
+    model_file_write(good, &tiny, params);
+    char* p = patched(good, "model_flip.bin", 1024 + 4 * (qkvw + 5), 0, 1);
+    test_expect_fatal("model one flipped bit", child_read_model, p, p, "checksum mismatch in tensor qkvw");
+    p = patched(good, "model_flip_header.bin", 4 * 200, 0, 1);
+    test_expect_fatal("model flipped bit in the header", child_read_model, p, p, "checksum mismatch in the header");
+    // llm.c's layout: no checksums (slots 8..25 zero), then an inf in the last tensor
+    size_t bytes;
+    unsigned char* raw = read_all(good, &bytes);
+    memset(raw + 4 * 8, 0, 4 * 18);
+    float inf = INFINITY;
+    memcpy(raw + 1024 + 4 * (n - 3), &inf, 4);
+    p = test_tmp_path("model_llmc_inf.bin");
+    write_all(p, raw, bytes);
+    test_expect_fatal("model non-finite value", child_read_model, p, p, "non-finite value in tensor lnfb at index 5");
+    free(raw);
+    free(params);
+
+    TrainState st = make_state(&tiny, 100, n - 150, 9);
+    good = test_tmp_path("state_crc.bin");
+    train_state_write(good, &st);
+    size_t arrays = 512 + 2 * STEP_HISTORY * 4, k = st.opt_count;
+    p = patched(good, "state_flip_m.bin", arrays + 4 * (k + qkvw - 100 + 3), 0, 1);
+    test_expect_fatal("state one flipped bit in m", child_read_state, p, p,
+                      "checksum mismatch in AdamW m of tensor qkvw");
+    p = patched(good, "state_flip_trailer.bin", arrays + 12 * k + 4 * (2 * NUM_PARAMETER_TENSORS + 15), 0, 1);
+    test_expect_fatal("state flipped bit in a checksum", child_read_state, p, p, "in AdamW v of tensor lnfb");
+    char err[512] = "";
+    TrainState got;
+    int rc = train_state_load(p, &got, err, sizeof(err));
+    test_check(rc == -1 && strstr(err, "checksum mismatch") != NULL, "state load returns the problem", "rc %d, \"%s\"",
+               rc, err);
+
+    // Version 2: the same file without the header checksum and the trailing checksums.
+    raw = read_all(good, &bytes);
+    int64_t two = 2, zero = 0;
+    memcpy(raw + 8, &two, 8);
+    memcpy(raw + 8 * 27, &zero, 8);
+    char* v2 = test_tmp_path("state_v2.bin");
+    write_all(v2, raw, bytes - 3 * NUM_PARAMETER_TENSORS * 4);
+    rc = train_state_load(v2, &got, err, sizeof(err));
+    int same = rc == 0 && got.step == st.step && memcmp(got.v, st.v, 4 * k) == 0;
+    test_check(same, "a version 2 state still loads", "rc %d, \"%s\"", rc, rc ? err : "");
+    if (rc == 0) train_state_free(&got);
+    float nan = NAN;
+    memcpy(raw + arrays + 8 * k + 4 * (k - 1), &nan, 4);
+    write_all(v2, raw, bytes - 3 * NUM_PARAMETER_TENSORS * 4);
+    test_expect_fatal("state non-finite AdamW v", child_read_state, v2, v2,
+                      "non-finite value in AdamW v of tensor fcprojw at index 493");
+    free(raw);
+    train_state_free(&st);
 }
 
 // ---- atomic writes -----------------------------------------------------------------------
@@ -554,6 +636,42 @@ static void test_confirmed_and_set_aside(void) {
                latest_model, aside ? "right" : "wrong");
 }
 
+static void child_claim_fresh(const void* dir) { checkpoint_dir_claim(dir, 0, 0, 0); }
+
+// The lock refuses a second claim while the first holder lives; a fresh run is refused a directory
+// holding an earlier run, --overwrite deletes exactly the run's files, and an interrupted overwrite
+// is finished by the next claim.
+static void test_claim(void) {
+    char* dir = test_tmp_path("claimed");
+    mkdir(dir, 0755);
+    const char* run[] = {"log.csv", "model_00000003.bin", "state_00000003_00000.bin", "state_00000002_00000.bin.tmp.9",
+                         "model_00000001.bin.diverged", "state_00000001_00000.bin.corrupt"};
+    const char* foreign[] = {"notes.txt", "state_00000003_00001.bin", "model_x.bin", "log.csv~"};
+    for (size_t i = 0; i < sizeof(foreign) / sizeof(foreign[0]); i++) touch(dir, foreign[i]);
+    for (size_t i = 0; i < sizeof(run) / sizeof(run[0]); i++) touch(dir, run[i]);
+    test_expect_fatal("claim of a directory holding a run", child_claim_fresh, dir, "holds an earlier run",
+                      "log.csv and checkpoints up to step 3");
+    // Interrupted: the trash directory made, one file moved into it; the next claim (even a resume) ends it.
+    char trash[600], moved[700];
+    snprintf(trash, sizeof(trash), "%s/overwritten_00000.deleting", dir);
+    mkdir(trash, 0755);
+    snprintf(moved, sizeof(moved), "%s/log.csv", dir);
+    char to[700];
+    snprintf(to, sizeof(to), "%s/log.csv", trash);
+    rename(moved, to);
+    checkpoint_dir_claim(dir, 0, 1, 0);
+    int gone = 1, kept = 1;
+    for (size_t i = 0; i < sizeof(run) / sizeof(run[0]); i++) gone &= !exists(dir, run[i]);
+    for (size_t i = 0; i < sizeof(foreign) / sizeof(foreign[0]); i++) kept &= exists(dir, foreign[i]);
+    test_check(gone && kept && access(trash, F_OK) != 0, "an interrupted overwrite is finished",
+               "run files %s, other files %s, trash %s", gone ? "deleted" : "left", kept ? "kept" : "deleted",
+               access(trash, F_OK) == 0 ? "left" : "deleted");
+    char want[64];
+    snprintf(want, sizeof(want), "(pid %d,", (int)getpid());
+    test_expect_fatal("a second claim while the first holds the lock", child_claim_fresh, dir,
+                      "is in use by another run", want);
+}
+
 int main(void) {
     test_tmpdir_create("test_checkpoint");
     test_model_round_trip();
@@ -562,10 +680,12 @@ int main(void) {
     test_find_nonfinite();
     test_state_round_trip();
     test_state_errors();
+    test_checksums();
     test_kill_during_write();
     test_failed_writes();
     test_checkpoint_dir();
     test_confirmed_and_set_aside();
+    test_claim();
     test_tmpdir_remove();
     return test_summary("test_checkpoint");
 }

@@ -237,6 +237,14 @@ static void test_malformed_vocabulary(const char* data_dir) {
     expect_load_error("merge giving an unknown token", dir, "vocab.bpe line 2", "merged token");
     write_file(merges, "#version: 0.2\n\xc4\xa0 t\n\xc4\xa0 t\n");
     expect_load_error("repeated merge", dir, "vocab.bpe line 3", "appears twice");
+    // The real vocab.bpe cut after its first 1000 merges, at a line boundary: every line is a good one.
+    char* real_bpe = read_file(real_merges, &len);
+    char* cut = real_bpe;
+    for (int lines = 0; lines < 1001; lines++) cut = strchr(cut, '\n') + 1;
+    *cut = '\0';
+    write_file(merges, real_bpe);
+    free(real_bpe);
+    expect_load_error("vocab.bpe cut at a line boundary", dir, "vocab.bpe: 1000 merges", "none makes token");
 
     // The real vocab.bpe in the scratch directory loads: the errors above came from the edits.
     unlink(merges);
