@@ -87,9 +87,10 @@ static Options default_options(void) {
     return o;
 }
 
-static void print_usage(void) {
+// prog: the name the program was started with (train_gpt or train_gpt_cpu), without its directory.
+static void print_usage(const char* prog) {
     Options d = default_options();
-    printf("usage: train_gpt [options]\n"
+    printf("usage: %s [options]\n"
            "  -f, --config FILE         options from FILE, one 'name value' per line (long names without\n"
            "                            dashes, # comments); options after -f override the file's\n"
            "data\n"
@@ -150,6 +151,8 @@ static void print_usage(void) {
            "  -o, --out DIR             log.csv, model files and training state (default %s)\n"
            "  -n, --checkpoint-every N  save model and training state every N steps, 0 = only at\n"
            "                            the end and on SIGINT/SIGTERM (default %d)\n"
+           "                            Ctrl-C (or SIGTERM) stops after the current step and saves;\n"
+           "                            a second Ctrl-C quits at once without saving\n"
            "  -y, --resume 0|1          resume from the latest training state in DIR (default %d)\n"
            "      --keep K              keep the K newest checkpoints, 0 = all (default %d)\n"
            "memory\n"
@@ -173,7 +176,7 @@ static void print_usage(void) {
            "      --inject-nan-loss STEPS  make the loss of these steps (e.g. 5,9-12) NaN on the last rank\n"
            "      --inject-nan-grad STEPS  make a gradient value of these steps NaN on the last rank\n"
            "  -h, --help                this help\n",
-           d.train_pattern, d.val_pattern, d.shuffle, d.vocab_dir, d.model, d.seed, d.T,
+           prog, d.train_pattern, d.val_pattern, d.shuffle, d.vocab_dir, d.model, d.seed, d.T,
            (double)d.lr, d.warmup, d.schedule, (double)d.final_lr_frac, (double)d.weight_decay,
            (double)d.grad_clip, (double)d.beta1, (double)d.beta2, 2.0 * log(GPT2_VOCAB_SIZE), STEP_HISTORY,
            (double)d.skip_loss_z,
@@ -308,7 +311,11 @@ static Options parse_options(int argc, char** argv) {
         case OPT_HELLASWAG: o.hellaswag = optarg; break;
         case OPT_HELLASWAG_LIMIT: o.hellaswag_limit = (int)parse_int_option(optarg, name, 0, HELLASWAG_MAX_EXAMPLES); break;
         case OPT_HELLASWAG_DUMP: o.hellaswag_dump = optarg; break;
-        case 'h': print_usage(); exit(0);
+        case 'h': {
+            const char* slash = strrchr(argv[0], '/');
+            print_usage(slash ? slash + 1 : argv[0]);
+            exit(0);
+        }
         case ':': fatal("option %s needs a value (see --help)", argv[optind - 1]);
         default: fatal("unknown option %s (see --help)", argv[optind - 1]);
         }
@@ -535,9 +542,17 @@ static void __attribute__((noreturn)) stop_diverged(const Options* o, const Guar
 // ---- checkpoints, log, signals -----------------------------------------------------------
 
 static volatile sig_atomic_t stop_signal = 0;
+// Says at once what will happen, since a slow step may take long to end. write(2), not printf: a
+// signal handler may only call async-signal-safe functions. stdout, so that only rank 0 says it.
 static void on_stop_signal(int sig) {
+    static const char on_int[] =
+        "\nCtrl-C: stopping after this step and saving; press Ctrl-C again to quit without saving\n";
+    static const char on_term[] = "\nSIGTERM: stopping after this step and saving\n";
     stop_signal = sig;
     signal(sig, SIG_DFL); // a second Ctrl-C stops at once; the checkpoint files stay consistent
+    ssize_t written = sig == SIGINT ? write(STDOUT_FILENO, on_int, sizeof on_int - 1)
+                                    : write(STDOUT_FILENO, on_term, sizeof on_term - 1);
+    (void)written; // nothing to do when it fails
 }
 
 // Names the first non-finite value of this rank's optimizer state in `where` and returns 1, or returns 0.
@@ -778,6 +793,7 @@ typedef struct {
     long long total_batch;  // tokens per optimizer step, all GPUs together
     int seqs;               // sequences per GPU per step
     int B, accum;           // the micro-batch, and micro-batches per step
+    long long train_tokens; // in the training files
     int max_steps;
     DataLoader train, val;
     int do_val;             // -v > 0: the validation loader is open
@@ -824,17 +840,54 @@ static void plan_step_batch(Run* r) {
     r->seqs = seqs;
 }
 
+// n with a comma between thousands, as the start-up and closing lines print counts of tokens.
+static const char* with_commas(char* buf, size_t size, long long n) {
+    char digits[32];
+    int len = snprintf(digits, sizeof digits, "%lld", n), out = 0;
+    for (int i = 0; i < len && out + 2 < (int)size; i++) {
+        if (i > 0 && digits[i - 1] != '-' && (len - i) % 3 == 0) buf[out++] = ',';
+        buf[out++] = digits[i];
+    }
+    buf[out] = '\0';
+    return buf;
+}
+
+// The start-up line of a loader: its file, or its glob and how many shards matched, and its tokens;
+// returns the tokens.
+static long long print_data_line(const char* what, const char* pattern, const DataLoader* dl) {
+    long long tokens = 0;
+    for (int i = 0; i < dl->nshards; i++) tokens += dl->shard_tokens[i];
+    char count[32];
+    if (strcmp(pattern, dl->shard_paths[0]) == 0) printf("%s: %s, %s tokens\n", what, pattern,
+                                                          with_commas(count, sizeof count, tokens));
+    else printf("%s: %s (%d shard%s), %s tokens\n", what, pattern, dl->nshards, dl->nshards == 1 ? "" : "s",
+                with_commas(count, sizeof count, tokens));
+    return tokens;
+}
+
 // The training and validation loaders, the HellaSwag examples, the steps (-x, or one epoch) and the
 // output directory.
 static void open_data(Run* r) {
     const Options* o = r->o;
     dataloader_init(&r->train, o->train_pattern, r->seqs, o->T, r->rank, r->world, o->shuffle, o->seed,
                     r->cfg.vocab_size);
+    r->train_tokens = print_data_line("train", o->train_pattern, &r->train);
     r->do_val = o->val_every > 0;
     if (r->do_val) dataloader_init(&r->val, o->val_pattern, 1, o->T, r->rank, r->world, 0, 0, r->cfg.vocab_size);
     r->val_seqs = (long long)o->val_batches * r->seqs;
     if (r->do_val && r->val_seqs > dataloader_batches_per_epoch(&r->val))
         r->val_seqs = dataloader_batches_per_epoch(&r->val);
+    if (r->do_val) {
+        print_data_line("val", o->val_pattern, &r->val);
+        // Compared by value: the user's own data with the default validation file is most likely a
+        // forgotten -j, and its validation loss would say nothing about the user's text.
+        Options d = default_options();
+        if (strcmp(o->train_pattern, d.train_pattern) != 0 && strcmp(o->val_pattern, d.val_pattern) == 0)
+            printf("warning: -i is given but -j is not: the validation loss is measured on the default %s "
+                   "(give -j FILE, or -v 0 for none)\n", d.val_pattern);
+    } else {
+        printf("val: none (-v 0)\n");
+    }
     if (o->hellaswag_dump && !o->hellaswag) fatal("--hellaswag-dump needs --hellaswag FILE");
     if (o->hellaswag) {
         hellaswag_run_open(&r->hellaswag, o->hellaswag, o->hellaswag_limit, o->hellaswag_dump, o->T,
@@ -880,6 +933,12 @@ static void build_model(Run* r, const DistEnv* env) {
     printf("batch: B %d x T %d x %d GPU(s) x %d accumulation = %lld tokens per step, %d steps%s\n",
            r->B, o->T, r->world, r->accum, r->total_batch, r->max_steps,
            o->group_sequences ? ", gradients summed per group of sequences (--batch-invariant)" : "");
+    char tokens[32];
+    printf("schedule: %s tokens (%.3g epochs), lr %g, warmup %d, then %s to %g at step %d; weight decay %g, "
+           "grad clip %g, seed %llu\n", with_commas(tokens, sizeof tokens, r->total_batch * r->max_steps),
+           (double)r->total_batch * r->max_steps / (double)r->train_tokens, (double)o->lr, o->warmup, o->schedule,
+           (double)(strcmp(o->schedule, "constant") == 0 ? o->lr : o->lr * o->final_lr_frac), r->max_steps,
+           (double)o->weight_decay, (double)o->grad_clip, o->seed);
     if (r->file_weights) {
         gpt2_set_weights(&r->model, r->file_weights);
         free(r->file_weights);

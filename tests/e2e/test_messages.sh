@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# What train_gpt_cpu tells its user, on a small GPT-2 (2 layers, C 64, T 64) and tinyshakespeare:
+#  1. --help names the program as it was started (its file name, without the directory);
+#  2. start-up: the training and validation files with their token counts (tiktoken's split of
+#     tinyshakespeare: 305,260 and 32,768 tokens), a glob with its shard count, a warning when -i is
+#     given and -j is not (and none when both are), the schedule line;
+#  3. Ctrl-C: the first one says at once that the run stops after this step and saves, and it does
+#     (exit status 130, the checkpoint of that step); a second one quits without saving.
+set -euo pipefail
+BUILD=${BUILD:-.}
+DATA=$(cd "${1:?usage: tests/e2e/test_messages.sh DATA_DIR (the directory scripts/get_data.sh fills)}" && pwd)
+cd "$(dirname "$0")/../.."
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL $*"; exit 1; }
+train_file=$DATA/tinyshakespeare/tiny_shakespeare_train.bin
+val_file=$DATA/tinyshakespeare/tiny_shakespeare_val.bin
+# wait_for PATTERN FILE: until a line of FILE matches, for at most 5 minutes
+wait_for() {
+    for ((i = 0; i < 6000; i++)); do grep -q "$1" "$2" 2>/dev/null && return 0; sleep 0.05; done
+    fail "waited 5 minutes for '$1' in $2: $(tail -n 3 "$2")"
+}
+small=(--layers 2 --channels 64 --heads 4 --max-seq 64 -t 64 -b 4 -s 0)
+
+# 1. the program's own name
+cp "$BUILD/train_gpt_cpu" "$tmp/my_trainer"
+"$tmp/my_trainer" --help > "$tmp/help.out"
+[ "$(head -n 1 "$tmp/help.out")" = "usage: my_trainer [options]" ] || fail "--help: $(head -n 1 "$tmp/help.out")"
+grep -q "a second Ctrl-C quits at once without saving" "$tmp/help.out" || fail "--help does not say what Ctrl-C does"
+echo "PASS --help names the program and says what Ctrl-C does"
+
+# 2. start-up lines; -x 0 builds the model and stops
+"$BUILD/train_gpt_cpu" "${small[@]}" -x 0 -i "$train_file" -j "$val_file" -o "$tmp/start" > "$tmp/start.out"
+grep -qx "train: $train_file, 305,260 tokens" "$tmp/start.out" || fail "no train line: $(head -n 3 "$tmp/start.out")"
+grep -qx "val: $val_file, 32,768 tokens" "$tmp/start.out" || fail "no val line: $(head -n 3 "$tmp/start.out")"
+grep -q "^warning" "$tmp/start.out" && fail "a warning with both -i and -j given: $(grep warning "$tmp/start.out")"
+grep -q "^schedule: 0 tokens (0 epochs), lr 0.0003, warmup 0, then cosine" "$tmp/start.out" ||
+    fail "no schedule line: $(grep schedule "$tmp/start.out")"
+echo "PASS start-up: the files and their token counts, the schedule, no warning"
+mkdir "$tmp/shards"
+cp "$train_file" "$tmp/shards/a_train.bin"
+cp "$train_file" "$tmp/shards/b_train.bin"
+"$BUILD/train_gpt_cpu" "${small[@]}" -x 0 -i "$tmp/shards/*_train.bin" -o "$tmp/start" > "$tmp/glob.out"
+grep -qx "train: $tmp/shards/\*_train.bin (2 shards), 610,520 tokens" "$tmp/glob.out" ||
+    fail "no glob line: $(head -n 3 "$tmp/glob.out")"
+grep -q "^warning: -i is given but -j is not: the validation loss is measured on the default" "$tmp/glob.out" ||
+    fail "no warning for -i without -j: $(head -n 4 "$tmp/glob.out")"
+echo "PASS a glob with its shard count, and the warning for -i without -j"
+
+# 3. Ctrl-C. Steps of 16 sequences, so that the signals arrive in the middle of one.
+ctrl_c() { # ctrl_c NAME SIGNALS: runs in the background, sends SIGINT SIGNALS times during step 2
+    local out=$tmp/$1.out
+    "$BUILD/train_gpt_cpu" "${small[@]}" -d 4096 -v 0 -x 50 -i "$train_file" -o "$tmp/$1" > "$out" &
+    local pid=$!
+    wait_for "^step     1/50" "$out"
+    kill -INT "$pid"
+    wait_for "Ctrl-C: stopping" "$out"
+    [ "$2" -eq 2 ] && kill -INT "$pid"
+    status=0; wait "$pid" || status=$?
+}
+ctrl_c once 1
+grep -qx "Ctrl-C: stopping after this step and saving; press Ctrl-C again to quit without saving" "$tmp/once.out" ||
+    fail "the first Ctrl-C printed: $(tail -n 4 "$tmp/once.out")"
+[ "$status" -eq 130 ] || fail "Ctrl-C: exit status $status, expected 130"
+step=$(sed -n 's/^stopped by signal 2 after step \([0-9]*\).*/\1/p' "$tmp/once.out")
+[ -n "$step" ] && [ -f "$tmp/once/state_$(printf %08d "$step")_00000.bin" ] || fail "Ctrl-C: no checkpoint: $(ls "$tmp/once")"
+echo "PASS Ctrl-C: the message at once, a checkpoint of step $step, exit status 130"
+ctrl_c twice 2
+[ "$status" -eq 130 ] || fail "a second Ctrl-C: exit status $status, expected 130"
+ls "$tmp/twice" | grep -q '^state_' && fail "a second Ctrl-C saved a checkpoint: $(ls "$tmp/twice")"
+grep -q "^stopped by signal" "$tmp/twice.out" && fail "a second Ctrl-C let the run finish its step"
+echo "PASS a second Ctrl-C quits without saving"
