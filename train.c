@@ -811,6 +811,8 @@ typedef struct {
     float max_loss;         // --max-loss, resolved
     double peak_flops, flops_per_token; // for the MFU
     double train_seconds;   // the timed steps' time: all but a run's first step
+    double steps_seconds;   // every step's time, for the closing summary's tokens per second
+    double started;         // wall_seconds() when training started
     int timed_steps;
     int stop;               // the largest signal any rank has received; all ranks stop after the same step
 } Run;
@@ -1022,6 +1024,7 @@ static void start_training(Run* r) {
     r->flops_per_token =
         6.0 * (double)r->model.num_parameters + 6.0 * r->cfg.num_layers * r->cfg.channels * (double)o->T;
     r->step = r->start_step;
+    r->started = wall_seconds();
     if (r->start_step == 0 && (r->do_val || r->hs)) {
         char val_field[32] = "", hs_field[32] = "";
         evaluate(&r->model, r->do_val ? &r->val : NULL, (int)r->val_seqs, r->B, r->hs, 0, val_field, hs_field,
@@ -1145,6 +1148,7 @@ static void train_step(Run* r) {
     // waits for the GPU within every step (its losses, its gradient norm), so in a steady run the
     // loop keeps its pace.
     double seconds = wall_seconds() - t0;
+    r->steps_seconds += seconds;
     r->step++;
     r->stop = stop_requested();
     print_step(r, loss, norm, lr, seconds, &d);
@@ -1158,8 +1162,75 @@ static void train_step(Run* r) {
         save_checkpoint(&r->model, &r->train, r->step, r->rng, &r->guard, o, r->rank, r->world);
 }
 
-// After the loop: the checkpoint of a run that had no step to take, the memory report, and
-// everything closed. Returns the exit status: 128 + the signal that stopped the run, else 0.
+// The evaluations of a whole run as log.csv holds them (a resumed run's earlier rows too), each as
+// its field's text: the last validation loss, the best one, the last HellaSwag accuracy.
+typedef struct {
+    char last_val[32], best_val[32], hellaswag[32];
+    long long last_val_step, best_val_step, hellaswag_step; // -1: none
+} Evaluations;
+
+static Evaluations read_evaluations(const char* log_path) {
+    Evaluations e = {.last_val_step = -1, .best_val_step = -1, .hellaswag_step = -1};
+    FILE* f = fopen(log_path, "r");
+    if (!f) return e;
+    char line[1024];
+    double best = INFINITY;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        char *fields[9], *rest = line; // step,train_loss,val_loss,lr,grad_norm,ms,tok_per_s,skipped,hellaswag
+        int n = 0;
+        while (n < 9 && rest) fields[n++] = strsep(&rest, ",");
+        char* end;
+        long long step = strtoll(fields[0], &end, 10);
+        if (n < 9 || end == fields[0]) continue; // the header
+        if (*fields[2]) {
+            snprintf(e.last_val, sizeof e.last_val, "%s", fields[2]);
+            e.last_val_step = step;
+            if (strtod(fields[2], NULL) < best) {
+                best = strtod(fields[2], NULL);
+                snprintf(e.best_val, sizeof e.best_val, "%s", fields[2]);
+                e.best_val_step = step;
+            }
+        }
+        if (*fields[8]) {
+            snprintf(e.hellaswag, sizeof e.hellaswag, "%s", fields[8]);
+            e.hellaswag_step = step;
+        }
+    }
+    fclose(f);
+    return e;
+}
+
+// The closing summary on rank 0: what this run did and how fast, the evaluations of the whole run,
+// and the files to take away.
+static void print_summary(const Run* r) {
+    const Options* o = r->o;
+    long long steps = r->step - r->start_step, skipped = r->step - r->guard.updates;
+    char tokens[32], wall[32], rate[32];
+    format_eta(wall, sizeof wall, wall_seconds() - r->started);
+    with_commas(rate, sizeof rate, r->steps_seconds > 0.0 ? llround(steps * r->total_batch / r->steps_seconds) : 0);
+    printf("summary: %lld steps (%lld to %lld), %s tokens in %s: %s tokens/s over the steps' %.1f s\n", steps,
+           r->start_step, r->step, with_commas(tokens, sizeof tokens, steps * r->total_batch), wall, rate,
+           r->steps_seconds);
+    Evaluations e = read_evaluations(r->log_path);
+    if (e.last_val_step >= 0)
+        printf("validation loss: %s at step %lld, the best %s at step %lld\n", e.last_val, e.last_val_step,
+               e.best_val, e.best_val_step);
+    if (e.hellaswag_step >= 0) printf("hellaswag: %s at step %lld\n", e.hellaswag, e.hellaswag_step);
+    printf("skipped steps: %lld of %lld\n", skipped, r->step);
+    long long saved = checkpoint_latest_step(o->out_dir, r->rank);
+    if (saved >= 0) {
+        char path[4096];
+        checkpoint_model_path(path, sizeof path, o->out_dir, saved);
+        printf("model file: %s\n", path);
+        checkpoint_state_path(path, sizeof path, o->out_dir, saved, r->rank);
+        printf("training state: %s%s\n", path, r->world > 1 ? " (and one per rank)" : "");
+    }
+    printf("log: %s\n", r->log_path);
+}
+
+// After the loop: the checkpoint of a run that had no step to take, the memory report, the summary,
+// and everything closed. Returns the exit status: 128 + the signal that stopped the run, else 0.
 static int finish_training(Run* r) {
     const Options* o = r->o;
     if (r->max_steps == r->start_step)
@@ -1167,6 +1238,7 @@ static int finish_training(Run* r) {
     report_memory_use(&r->model, r->free_before);
     if (r->log) fclose(r->log);
     if (r->stop) printf("stopped by signal %d after step %lld; resume with -y 1\n", r->stop, r->step);
+    if (r->rank == 0) print_summary(r);
     if (r->tok) tokenizer_free(r->tok);
     if (r->do_val) dataloader_free(&r->val);
     if (r->hs) hellaswag_run_close(r->hs);

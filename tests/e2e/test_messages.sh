@@ -5,7 +5,10 @@
 #     tinyshakespeare: 305,260 and 32,768 tokens), a glob with its shard count, a warning when -i is
 #     given and -j is not (and none when both are), the schedule line;
 #  3. Ctrl-C: the first one says at once that the run stops after this step and saves, and it does
-#     (exit status 130, the checkpoint of that step); a second one quits without saving.
+#     (exit status 130, the checkpoint of that step); a second one quits without saving;
+#  4. the closing summary against log.csv, computed here with awk: steps, tokens, tokens per second
+#     over the steps' times, the last and the best validation loss and their steps, a skipped step
+#     (an injected NaN loss), the newest model and state files, the log.
 set -euo pipefail
 BUILD=${BUILD:-.}
 DATA=$(cd "${1:?usage: tests/e2e/test_messages.sh DATA_DIR (the directory scripts/get_data.sh fills)}" && pwd)
@@ -70,3 +73,23 @@ ctrl_c twice 2
 ls "$tmp/twice" | grep -q '^state_' && fail "a second Ctrl-C saved a checkpoint: $(ls "$tmp/twice")"
 grep -q "^stopped by signal" "$tmp/twice.out" && fail "a second Ctrl-C let the run finish its step"
 echo "PASS a second Ctrl-C quits without saving"
+
+# 4. the summary of 7 steps, validation every 2 (so the last one is off the cadence), step 3 skipped
+"$BUILD/train_gpt_cpu" "${small[@]}" -x 7 -v 2 -m 1 -n 3 --inject-nan-loss 3 -l 1e-3 -o "$tmp/sum" > "$tmp/sum.out"
+log=$tmp/sum/log.csv
+line() { grep "^$1" "$tmp/sum.out" || fail "no line '$1' in: $(tail -n 8 "$tmp/sum.out")"; }
+want=$(awk -F, 'NR > 1 && $2 != "" { n++ } END { printf "summary: %d steps (0 to %d) %d tokens in ", n, n, 256 * n }' "$log")
+[ "$(line summary: | sed 's/ in .*/ in /' | tr -d ,)" = "$want" ] || fail "'$(line summary:)', want '$want...'"
+rate=$(line summary: | sed -n 's/.*: \([0-9,]*\) tokens\/s over .*/\1/p' | tr -d ,)
+awk -F, -v rate="$rate" 'NR > 1 && $2 != "" { n++; ms += $6 } END {
+    want = 256 * n / (ms / 1000); exit !(rate > 0 && rate / want > 0.99 && rate / want < 1.01) }' "$log" ||
+    fail "tokens/s $rate is not 1792 tokens over the sum of log.csv's ms"
+want=$(awk -F, 'NR > 1 && $3 != "" { last = $3; at = $1; if (best == "" || $3 + 0 < best + 0) { best = $3; bat = $1 } }
+    END { printf "validation loss: %s at step %d, the best %s at step %d", last, at, best, bat }' "$log")
+[ "$(line "validation loss:")" = "$want" ] || fail "'$(line "validation loss:")', want '$want'"
+[ "$(line "skipped steps:")" = "skipped steps: 1 of 7" ] || fail "'$(line "skipped steps:")', want 1 of 7"
+[ "$(line "model file:")" = "model file: $tmp/sum/model_00000007.bin" ] || fail "$(line "model file:")"
+[ "$(line "training state:")" = "training state: $tmp/sum/state_00000007_00000.bin" ] || fail "$(line "training state:")"
+[ "$(line "log:")" = "log: $log" ] || fail "$(line "log:")"
+[ -f "$tmp/sum/model_00000007.bin" ] && [ -f "$tmp/sum/state_00000007_00000.bin" ] || fail "$(ls "$tmp/sum")"
+echo "PASS the summary agrees with log.csv: $(line summary:)"
