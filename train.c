@@ -4,6 +4,7 @@
 #include <getopt.h>
 #include <math.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "checkpoints/checkpoint.h"
+#include "common/atomic_file.h"
 #include "common/config_file.h"
 #include "common/dist.h"
 #include "common/rendezvous.h"
@@ -59,6 +61,7 @@ typedef struct {
     const char* prompt_file;    // --prompt-file
     int checkpoint_every;       // -n
     int resume;                 // -y
+    const char* allow_change;   // --allow-change: options a resume may change (NULL: none)
     int keep;                   // --keep
     int recompute;              // -r (-1: the lowest that fits with -b auto, else 0)
     int group_sequences;        // --batch-invariant: sequences per gradient sum (0: off)
@@ -153,7 +156,13 @@ static void print_usage(const char* prog) {
            "                            the end and on SIGINT/SIGTERM (default %d)\n"
            "                            Ctrl-C (or SIGTERM) stops after the current step and saves;\n"
            "                            a second Ctrl-C quits at once without saving\n"
-           "  -y, --resume 0|1          resume from the latest training state in DIR (default %d)\n"
+           "  -y, --resume 0|1          resume from the latest training state in DIR (default %d), with\n"
+           "                            the options recorded in DIR/run.conf: -y 1 -o DIR is enough.\n"
+           "                            Options that change the run (data, model, batch, schedule,\n"
+           "                            optimizer, seed) differing from the recorded ones are refused\n"
+           "      --allow-change LIST   ... unless LIST names them (e.g. steps,lr): the run goes on\n"
+           "                            with the new values from the resumed step (a new -x rescales\n"
+           "                            the learning-rate decay from there on)\n"
            "      --keep K              keep the K newest checkpoints, 0 = all (default %d)\n"
            "memory\n"
            "  -r, --recompute 0|1|2     recompute GELU (1) and also layernorms (2) in the backward\n"
@@ -198,7 +207,7 @@ enum { OPT_LAYERS = 1000, OPT_CHANNELS, OPT_HEADS, OPT_MAX_SEQ, OPT_SEED, OPT_VO
        OPT_TEMPERATURE, OPT_TOP_K, OPT_TOP_P, OPT_PROMPT, OPT_PROMPT_FILE, OPT_SHUFFLE, OPT_GRAD_CLIP,
        OPT_BETA1, OPT_BETA2, OPT_NCCL_DIR, OPT_NCCL_TIMEOUT, OPT_MAX_LOSS, OPT_SKIP_LOSS_Z, OPT_SKIP_NORM_Z, OPT_MAX_SKIPS,
        OPT_INJECT_NAN_LOSS, OPT_INJECT_NAN_GRAD, OPT_MEMORY_LIMIT, OPT_HELLASWAG, OPT_HELLASWAG_LIMIT,
-       OPT_HELLASWAG_DUMP, OPT_BATCH_INVARIANT };
+       OPT_HELLASWAG_DUMP, OPT_BATCH_INVARIANT, OPT_ALLOW_CHANGE };
 
 // Whether step is in a list of steps and ranges such as "5,9-12"; exits naming the option when the
 // list is malformed (parse_options checks each list once, with step 0).
@@ -243,12 +252,13 @@ static Options parse_options(int argc, char** argv) {
         {"skip-norm-z", 1, 0, OPT_SKIP_NORM_Z}, {"max-skips", 1, 0, OPT_MAX_SKIPS},
         {"inject-nan-loss", 1, 0, OPT_INJECT_NAN_LOSS}, {"inject-nan-grad", 1, 0, OPT_INJECT_NAN_GRAD},
         {"hellaswag", 1, 0, OPT_HELLASWAG}, {"hellaswag-limit", 1, 0, OPT_HELLASWAG_LIMIT},
-        {"hellaswag-dump", 1, 0, OPT_HELLASWAG_DUMP},
+        {"hellaswag-dump", 1, 0, OPT_HELLASWAG_DUMP}, {"allow-change", 1, 0, OPT_ALLOW_CHANGE},
         {0, 0, 0, 0}};
     const long long BIG = 1LL << 40;
     static const char shorts[] = ":i:j:e:o:b:t:d:x:l:u:q:k:c:v:m:s:g:n:y:r:z:hf:";
     argv = config_expand_argv(&argc, argv, longs, shorts); // -f FILE: the file's options in its place
     opterr = 0; // we print our own message
+    optind = 0; // a fresh scan: a resume parses the recorded options and then the command line again
     int c, index;
     while ((c = getopt_long(argc, argv, shorts, longs, &index)) != -1) {
         char name[4400]; // the option as the messages name it: -b, --lr, or "lr in FILE line N"
@@ -311,6 +321,7 @@ static Options parse_options(int argc, char** argv) {
         case OPT_HELLASWAG: o.hellaswag = optarg; break;
         case OPT_HELLASWAG_LIMIT: o.hellaswag_limit = (int)parse_int_option(optarg, name, 0, HELLASWAG_MAX_EXAMPLES); break;
         case OPT_HELLASWAG_DUMP: o.hellaswag_dump = optarg; break;
+        case OPT_ALLOW_CHANGE: o.allow_change = optarg; break;
         case 'h': {
             const char* slash = strrchr(argv[0], '/');
             print_usage(slash ? slash + 1 : argv[0]);
@@ -321,6 +332,191 @@ static Options parse_options(int argc, char** argv) {
         }
     }
     if (optind < argc) fatal("unexpected argument '%s' (see --help)", argv[optind]);
+    return o;
+}
+
+// ---- the run's options, recorded in its output directory ------------------------------------
+// A run writes its options to DIR/run.conf (the -f format), so that -y 1 -o DIR resumes with them.
+// On resume the options are the recorded ones with the command line's on top; those that change
+// the run are refused when they differ from the recorded value, unless --allow-change names them.
+
+typedef enum { V_TEXT, V_INT, V_LONG, V_SEED, V_FLOAT, V_DOUBLE, V_BATCH } ValueKind;
+
+enum { FREE, CHANGES_RUN, CHANGES_RUN_UNLESS_INVARIANT };
+static const struct {
+    const char* name; // the long option
+    char letter;      // its one-letter name, or 0
+    ValueKind kind;
+    size_t offset;    // in Options
+    // FREE: never changes the trained bits or the log's losses (evaluation cadence, sampling,
+    // checkpoints, memory); CHANGES_RUN: data, model, batch, schedule, optimizer, seed, the guard's
+    // thresholds, the validation batches; CHANGES_RUN_UNLESS_INVARIANT: -b, whose micro-batches
+    // sum the gradients in another order unless --batch-invariant fixes it.
+    int changes;
+} recorded_options[] = {
+    {"train", 'i', V_TEXT, offsetof(Options, train_pattern), CHANGES_RUN},
+    {"val", 'j', V_TEXT, offsetof(Options, val_pattern), CHANGES_RUN},
+    {"shuffle", 0, V_INT, offsetof(Options, shuffle), CHANGES_RUN},
+    {"vocab", 0, V_TEXT, offsetof(Options, vocab_dir), FREE},
+    {"model", 'e', V_TEXT, offsetof(Options, model), CHANGES_RUN},
+    {"layers", 0, V_INT, offsetof(Options, layers), CHANGES_RUN},
+    {"channels", 0, V_INT, offsetof(Options, channels), CHANGES_RUN},
+    {"heads", 0, V_INT, offsetof(Options, heads), CHANGES_RUN},
+    {"max-seq", 0, V_INT, offsetof(Options, max_seq), CHANGES_RUN},
+    {"seed", 0, V_SEED, offsetof(Options, seed), CHANGES_RUN},
+    {"batch", 'b', V_BATCH, offsetof(Options, B), CHANGES_RUN_UNLESS_INVARIANT},
+    {"seq-len", 't', V_INT, offsetof(Options, T), CHANGES_RUN},
+    {"total-batch", 'd', V_LONG, offsetof(Options, total_batch), CHANGES_RUN},
+    {"steps", 'x', V_INT, offsetof(Options, max_steps), CHANGES_RUN},
+    {"lr", 'l', V_FLOAT, offsetof(Options, lr), CHANGES_RUN},
+    {"warmup", 'u', V_INT, offsetof(Options, warmup), CHANGES_RUN},
+    {"schedule", 'k', V_TEXT, offsetof(Options, schedule), CHANGES_RUN},
+    {"final-lr-frac", 'q', V_FLOAT, offsetof(Options, final_lr_frac), CHANGES_RUN},
+    {"weight-decay", 'c', V_FLOAT, offsetof(Options, weight_decay), CHANGES_RUN},
+    {"grad-clip", 0, V_FLOAT, offsetof(Options, grad_clip), CHANGES_RUN},
+    {"beta1", 0, V_FLOAT, offsetof(Options, beta1), CHANGES_RUN},
+    {"beta2", 0, V_FLOAT, offsetof(Options, beta2), CHANGES_RUN},
+    {"batch-invariant", 0, V_INT, offsetof(Options, group_sequences), CHANGES_RUN},
+    {"zero", 'z', V_INT, offsetof(Options, zero_stage), CHANGES_RUN},
+    {"max-loss", 0, V_FLOAT, offsetof(Options, max_loss), CHANGES_RUN},
+    {"skip-loss-z", 0, V_FLOAT, offsetof(Options, skip_loss_z), CHANGES_RUN},
+    {"skip-norm-z", 0, V_FLOAT, offsetof(Options, skip_norm_z), CHANGES_RUN},
+    {"max-skips", 0, V_INT, offsetof(Options, max_skips), FREE},
+    {"val-batches", 'm', V_INT, offsetof(Options, val_batches), CHANGES_RUN},
+    {"val-every", 'v', V_INT, offsetof(Options, val_every), FREE},
+    {"hellaswag", 0, V_TEXT, offsetof(Options, hellaswag), FREE},
+    {"hellaswag-limit", 0, V_INT, offsetof(Options, hellaswag_limit), FREE},
+    {"hellaswag-dump", 0, V_TEXT, offsetof(Options, hellaswag_dump), FREE},
+    {"sample-every", 's', V_INT, offsetof(Options, sample_every), FREE},
+    {"gen-tokens", 'g', V_INT, offsetof(Options, gen_tokens), FREE},
+    {"temperature", 0, V_FLOAT, offsetof(Options, temperature), FREE},
+    {"top-k", 0, V_INT, offsetof(Options, top_k), FREE},
+    {"top-p", 0, V_FLOAT, offsetof(Options, top_p), FREE},
+    {"checkpoint-every", 'n', V_INT, offsetof(Options, checkpoint_every), FREE},
+    {"keep", 0, V_INT, offsetof(Options, keep), FREE},
+    {"recompute", 'r', V_INT, offsetof(Options, recompute), FREE},
+    {"memory-limit", 0, V_DOUBLE, offsetof(Options, memory_limit), FREE},
+};
+enum { N_RECORDED = sizeof recorded_options / sizeof recorded_options[0] };
+
+// Recorded option i of o as text, as parse_options reads it back to the same value; "" for a file
+// not given.
+static const char* recorded_value(const Options* o, int i, char* buf, size_t n) {
+    const char* field = (const char*)o + recorded_options[i].offset;
+    switch (recorded_options[i].kind) {
+    case V_TEXT: snprintf(buf, n, "%s", *(const char* const*)field ? *(const char* const*)field : ""); break;
+    case V_INT: snprintf(buf, n, "%d", *(const int*)field); break;
+    case V_LONG: snprintf(buf, n, "%lld", *(const long long*)field); break;
+    case V_SEED: snprintf(buf, n, "%llu", *(const unsigned long long*)field); break;
+    case V_FLOAT: // the fewest digits that read back to the same float: 0.001, not 0.00100000005
+        for (int digits = 6; digits <= 9; digits++) {
+            snprintf(buf, n, "%.*g", digits, (double)*(const float*)field);
+            if ((float)strtod(buf, NULL) == *(const float*)field) break;
+        }
+        break;
+    case V_DOUBLE: snprintf(buf, n, "%.17g", *(const double*)field); break;
+    case V_BATCH:
+        if (*(const int*)field) snprintf(buf, n, "%d", *(const int*)field);
+        else snprintf(buf, n, "auto");
+        break;
+    }
+    return buf;
+}
+
+// An option as the messages name it: -x, or --lr where it has no letter.
+static const char* recorded_flag(int i, char* buf, size_t n) {
+    if (recorded_options[i].letter) snprintf(buf, n, "-%c", recorded_options[i].letter);
+    else snprintf(buf, n, "--%s", recorded_options[i].name);
+    return buf;
+}
+
+static void run_conf_path(char* buf, size_t n, const char* dir) { snprintf(buf, n, "%s/run.conf", dir); }
+
+// Writes DIR/run.conf (atomically): every recorded option whose value is not the default,
+// so the file reads like a config the user wrote (default values are left out; they are what the
+// program gives back when it reads the file).
+static void write_run_conf(const Options* o) {
+    char path[4096], value[4200], line[4400], fallback[4200];
+    run_conf_path(path, sizeof path, o->out_dir);
+    Options d = default_options();
+    AtomicFile f;
+    atomic_open(&f, path);
+    const char* header = "# The options of the run in this directory, as -f reads them. -y 1 -o DIR resumes with\n"
+                         "# them; an option that changes the run is refused unless --allow-change names it.\n";
+    atomic_write(&f, header, strlen(header));
+    for (int i = 0; i < N_RECORDED; i++) {
+        if (strcmp(recorded_value(o, i, value, sizeof value), recorded_value(&d, i, fallback, sizeof fallback)) == 0)
+            continue;
+        int len = snprintf(line, sizeof line, "%s %s\n", recorded_options[i].name, value);
+        atomic_write(&f, line, (size_t)len);
+    }
+    atomic_commit(&f);
+}
+
+// Whether --allow-change's list names recorded option i (by its long name or letter, with or
+// without dashes); exits naming an entry that is no recorded option.
+static int change_allowed(const char* list, int i) {
+    if (!list) return 0;
+    int allowed = 0;
+    char copy[1024];
+    snprintf(copy, sizeof copy, "%s", list);
+    char* rest = copy;
+    for (char* entry; (entry = strsep(&rest, ","));) {
+        while (*entry == '-') entry++;
+        int found = -1;
+        for (int k = 0; k < N_RECORDED; k++)
+            if (strcmp(entry, recorded_options[k].name) == 0 ||
+                (recorded_options[k].letter && entry[0] == recorded_options[k].letter && !entry[1]))
+                found = k;
+        if (found < 0) fatal("option --allow-change: '%s' is not an option a run records (see --help)", entry);
+        if (found == i) allowed = 1;
+    }
+    return allowed;
+}
+
+// -y 1: the options recorded in DIR/run.conf with the command line's on top (the command line alone
+// when the directory has no run.conf). Exits naming the command line's options that change the run
+// when their values differ from the recorded ones and --allow-change does not name them.
+static Options options_for_resume(const Options* given, int argc, char** argv) {
+    static char path[4096]; // the expanded argv keeps pointers into its arguments
+    change_allowed(given->allow_change, -1); // a misspelt name is refused even when nothing differs
+    run_conf_path(path, sizeof path, given->out_dir);
+    if (access(path, F_OK) != 0) return *given;
+    char* recorded_argv[] = {argv[0], "--config", path, NULL};
+    Options recorded = parse_options(3, recorded_argv);
+    char** both = xmalloc((size_t)(argc + 3) * sizeof(char*), "options");
+    both[0] = argv[0];
+    both[1] = "--config";
+    both[2] = path;
+    memcpy(both + 3, argv + 1, (size_t)argc * sizeof(char*)); // with argv's closing NULL
+    Options o = parse_options(argc + 2, both);
+    free(both);
+    char refused[4096] = "", names[1024] = "", was[4200], now[4200], flag[64];
+    for (int i = 0; i < N_RECORDED; i++) {
+        int changes = recorded_options[i].changes == CHANGES_RUN ||
+                      (recorded_options[i].changes == CHANGES_RUN_UNLESS_INVARIANT && !recorded.group_sequences);
+        recorded_value(&recorded, i, was, sizeof was);
+        if (!changes || strcmp(was, recorded_value(&o, i, now, sizeof now)) == 0) continue;
+        recorded_flag(i, flag, sizeof flag);
+        if (change_allowed(o.allow_change, i)) {
+            char letter = recorded_options[i].letter;
+            int schedule = letter && strchr("xluqk", letter); // -x, -l, -u, -q, -k
+            printf("--allow-change: %s is %s from the resumed step on (%s in %s)%s\n", flag, now, was, path,
+                   schedule ? "; the learning-rate schedule is recomputed with it, so the rate moves to the new "
+                              "schedule's value at the resumed step" : "");
+            continue;
+        }
+        size_t at = strlen(refused);
+        snprintf(refused + at, sizeof refused - at, "%s%s %.500s (recorded: %.500s)", at ? ", " : "", flag, now, was);
+        at = strlen(names);
+        snprintf(names + at, sizeof names - at, "%s%s", at ? "," : "", recorded_options[i].name);
+    }
+    if (*refused)
+        fatal("resuming %s: the command line changes options recorded in %s: %s. They change the run's bits or "
+              "its schedule. Leave them out to resume as recorded (-y 1 -o %s is enough), or add --allow-change "
+              "%s to go on with the new values from the resumed step", given->out_dir, path, refused,
+              given->out_dir, names);
+    printf("resuming with the options recorded in %s\n", path);
     return o;
 }
 
@@ -1008,6 +1204,7 @@ static void resume_from_checkpoint(Run* r) {
 static void start_training(Run* r) {
     const Options* o = r->o;
     r->log = r->rank == 0 ? open_log(o->out_dir, o->resume ? r->start_step : -1) : NULL;
+    write_run_conf(o); // by every rank: with several machines each may have its own -o
     snprintf(r->log_path, sizeof r->log_path, "%s/log.csv", o->out_dir);
     if (r->rank == 0 && o->sample_every > 0) {
         char path[4096];
@@ -1255,6 +1452,7 @@ int main(int argc, char** argv) {
     Options o = parse_options(argc, argv);
     DistEnv env = dist_env_detect();
     if (o.prompt || o.prompt_file) return generate_from_prompt(&o, &env);
+    if (o.resume) o = options_for_resume(&o, argc, argv);
     // Only rank 0 prints; errors go to stderr from every rank.
     if (env.rank != 0 && !freopen("/dev/null", "w", stdout)) fatal("rank %d: cannot silence stdout", env.rank);
 

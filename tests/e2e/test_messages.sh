@@ -66,7 +66,8 @@ grep -qx "Ctrl-C: stopping after this step and saving; press Ctrl-C again to qui
     fail "the first Ctrl-C printed: $(tail -n 4 "$tmp/once.out")"
 [ "$status" -eq 130 ] || fail "Ctrl-C: exit status $status, expected 130"
 step=$(sed -n 's/^stopped by signal 2 after step \([0-9]*\).*/\1/p' "$tmp/once.out")
-[ -n "$step" ] && [ -f "$tmp/once/state_$(printf %08d "$step")_00000.bin" ] || fail "Ctrl-C: no checkpoint: $(ls "$tmp/once")"
+[ -n "$step" ] && [ -f "$tmp/once/state_$(printf %08d "$step")_00000.bin" ] ||
+    fail "Ctrl-C: no checkpoint: $(ls "$tmp/once")"
 echo "PASS Ctrl-C: the message at once, a checkpoint of step $step, exit status 130"
 ctrl_c twice 2
 [ "$status" -eq 130 ] || fail "a second Ctrl-C: exit status $status, expected 130"
@@ -78,7 +79,8 @@ echo "PASS a second Ctrl-C quits without saving"
 "$BUILD/train_gpt_cpu" "${small[@]}" -x 7 -v 2 -m 1 -n 3 --inject-nan-loss 3 -l 1e-3 -o "$tmp/sum" > "$tmp/sum.out"
 log=$tmp/sum/log.csv
 line() { grep "^$1" "$tmp/sum.out" || fail "no line '$1' in: $(tail -n 8 "$tmp/sum.out")"; }
-want=$(awk -F, 'NR > 1 && $2 != "" { n++ } END { printf "summary: %d steps (0 to %d) %d tokens in ", n, n, 256 * n }' "$log")
+want=$(awk -F, 'NR > 1 && $2 != "" { n++ }
+    END { printf "summary: %d steps (0 to %d) %d tokens in ", n, n, 256 * n }' "$log")
 [ "$(line summary: | sed 's/ in .*/ in /' | tr -d ,)" = "$want" ] || fail "'$(line summary:)', want '$want...'"
 rate=$(line summary: | sed -n 's/.*: \([0-9,]*\) tokens\/s over .*/\1/p' | tr -d ,)
 awk -F, -v rate="$rate" 'NR > 1 && $2 != "" { n++; ms += $6 } END {
@@ -89,7 +91,8 @@ want=$(awk -F, 'NR > 1 && $3 != "" { last = $3; at = $1; if (best == "" || $3 + 
 [ "$(line "validation loss:")" = "$want" ] || fail "'$(line "validation loss:")', want '$want'"
 [ "$(line "skipped steps:")" = "skipped steps: 1 of 7" ] || fail "'$(line "skipped steps:")', want 1 of 7"
 [ "$(line "model file:")" = "model file: $tmp/sum/model_00000007.bin" ] || fail "$(line "model file:")"
-[ "$(line "training state:")" = "training state: $tmp/sum/state_00000007_00000.bin" ] || fail "$(line "training state:")"
+[ "$(line "training state:")" = "training state: $tmp/sum/state_00000007_00000.bin" ] ||
+    fail "$(line "training state:")"
 [ "$(line "log:")" = "log: $log" ] || fail "$(line "log:")"
 [ -f "$tmp/sum/model_00000007.bin" ] && [ -f "$tmp/sum/state_00000007_00000.bin" ] || fail "$(ls "$tmp/sum")"
 echo "PASS the summary agrees with log.csv: $(line summary:)"
