@@ -980,6 +980,14 @@ static int generate_from_prompt(const Options* o, const DistEnv* env) {
 
 // ---- the phases of a training run ----------------------------------------------------------
 
+// The time a kind of work has taken so far, for the ETA.
+typedef struct {
+    double seconds;
+    int count;
+} Cost;
+
+static double mean_cost(const Cost* c) { return c->count ? c->seconds / c->count : 0.0; }
+
 // What a training run holds, set up phase by phase in main.
 typedef struct {
     const Options* o;
@@ -1010,6 +1018,7 @@ typedef struct {
     double steps_seconds;   // every step's time, for the closing summary's tokens per second
     double started;         // wall_seconds() when training started
     int timed_steps;
+    Cost evals, samples, saves; // the evaluations, samples and checkpoints done so far
     int stop;               // the largest signal any rank has received; all ranks stop after the same step
 } Run;
 
@@ -1224,8 +1233,11 @@ static void start_training(Run* r) {
     r->started = wall_seconds();
     if (r->start_step == 0 && (r->do_val || r->hs)) {
         char val_field[32] = "", hs_field[32] = "";
+        double t0 = wall_seconds();
         evaluate(&r->model, r->do_val ? &r->val : NULL, (int)r->val_seqs, r->B, r->hs, 0, val_field, hs_field,
                  sizeof val_field);
+        r->evals.seconds += wall_seconds() - t0;
+        r->evals.count++;
         if (r->log) fprintf(r->log, "0,,%s,,,,,,%s\n", val_field, hs_field), fflush(r->log);
     }
 }
@@ -1287,6 +1299,26 @@ static GuardDecision update_unless_diverging(Run* r, float loss, float norm, flo
     return d;
 }
 
+// How many of the steps from..to do a kind of work that comes every `every` steps (never when 0) and
+// after the last step, `to`.
+static long long due_between(long long from, long long to, int every) {
+    if (from > to) return 0;
+    long long multiples = every > 0 ? to / every - (from - 1) / every : 0;
+    return multiples + (every <= 0 || to % every != 0);
+}
+
+// The time left: the steps, and the evaluations, samples and checkpoints still due from this step
+// on (this step's own are still to come), each at the mean of its kind so far. A kind not yet done
+// counts nothing until it is (a fresh run measures its validation at step 0).
+static double seconds_left(const Run* r, double mean_step) {
+    const Options* o = r->o;
+    long long s = r->step, last = r->max_steps;
+    int sampling = o->sample_every > 0 && o->gen_tokens > 0; // on rank 0; the others wait for it
+    return mean_step * (double)(last - s) + mean_cost(&r->evals) * (double)due_between(s, last, o->val_every) +
+           (sampling ? mean_cost(&r->samples) * (double)due_between(s, last, o->sample_every) : 0.0) +
+           mean_cost(&r->saves) * (double)due_between(s, last, o->checkpoint_every);
+}
+
 // The step's line: loss, norm, learning rate, time, throughput, MFU, ETA, the z-scores, a skip.
 static void print_step(Run* r, float loss, float norm, float lr, double seconds, const GuardDecision* d) {
     const Options* o = r->o;
@@ -1296,7 +1328,7 @@ static void print_step(Run* r, float loss, float norm, float lr, double seconds,
     }
     double mean_step = r->timed_steps ? r->train_seconds / r->timed_steps : seconds;
     char eta[32];
-    format_eta(eta, sizeof eta, mean_step * (double)(r->max_steps - r->step));
+    format_eta(eta, sizeof eta, seconds_left(r, mean_step));
     char mfu[32] = "";
     if (r->peak_flops > 0.0)
         snprintf(mfu, sizeof mfu, " | MFU %.1f%%",
@@ -1315,9 +1347,13 @@ static void print_step(Run* r, float loss, float norm, float lr, double seconds,
 static void evaluate_and_log(Run* r, float loss, float norm, float lr, double seconds, int skipped) {
     const Options* o = r->o;
     char val_field[32] = "", hs_field[32] = "";
-    if (r->step == r->max_steps || (o->val_every > 0 && r->step % o->val_every == 0))
+    if (r->step == r->max_steps || (o->val_every > 0 && r->step % o->val_every == 0)) {
+        double t0 = wall_seconds();
         evaluate(&r->model, r->do_val ? &r->val : NULL, (int)r->val_seqs, r->B, r->hs, r->step, val_field,
                  hs_field, sizeof val_field);
+        r->evals.seconds += wall_seconds() - t0;
+        r->evals.count++;
+    }
     if (r->log) {
         fprintf(r->log, "%lld,%.9g,%s,%.7g,%.7g,%.3f,%.1f,%d,%s\n", r->step, loss, val_field, lr, norm,
                 1e3 * seconds, r->total_batch / seconds, skipped, hs_field);
@@ -1353,10 +1389,18 @@ static void train_step(Run* r) {
     if (o->max_skips > 0 && r->step - r->guard.last_applied >= o->max_skips)
         stop_diverged(o, &r->guard, r->step, r->rank);
     if (r->rank == 0 && o->sample_every > 0 && o->gen_tokens > 0 &&
-        (r->step % o->sample_every == 0 || r->step == r->max_steps))
+        (r->step % o->sample_every == 0 || r->step == r->max_steps)) {
+        double t0 = wall_seconds();
         print_sample(&r->model, o, r->tok, &r->rng);
-    if (r->step == r->max_steps || r->stop || (o->checkpoint_every > 0 && r->step % o->checkpoint_every == 0))
+        r->samples.seconds += wall_seconds() - t0;
+        r->samples.count++;
+    }
+    if (r->step == r->max_steps || r->stop || (o->checkpoint_every > 0 && r->step % o->checkpoint_every == 0)) {
+        double t0 = wall_seconds();
         save_checkpoint(&r->model, &r->train, r->step, r->rng, &r->guard, o, r->rank, r->world);
+        r->saves.seconds += wall_seconds() - t0;
+        r->saves.count++;
+    }
 }
 
 // The evaluations of a whole run as log.csv holds them (a resumed run's earlier rows too), each as
