@@ -1496,9 +1496,9 @@ int main(int argc, char** argv) {
     Options o = parse_options(argc, argv);
     DistEnv env = dist_env_detect();
     if (o.prompt || o.prompt_file) return generate_from_prompt(&o, &env);
-    if (o.resume) o = options_for_resume(&o, argc, argv);
     // Only rank 0 prints; errors go to stderr from every rank.
     if (env.rank != 0 && !freopen("/dev/null", "w", stdout)) fatal("rank %d: cannot silence stdout", env.rank);
+    if (o.resume) o = options_for_resume(&o, argc, argv);
 
     Run run = {.o = &o, .rank = env.rank, .world = env.world};
     run.file_weights = resolve_model(&o, &run.cfg); // a preset, custom sizes or a model file

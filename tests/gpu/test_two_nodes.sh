@@ -94,9 +94,9 @@ if r=$(compare_logs "$WORK/bf16-1/log.csv" "$WORK/bf16-2-0/log.csv" train_loss 1
 else fail "BF16 1 GPU vs 2 nodes: $r"; fi
 
 # 2. Who writes what, and the rendezvous printed.
-if [ "$(ls "$WORK/fp32-2-0" | tr '\n' ' ')" = "log.csv model_00000020.bin state_00000020_00000.bin " ] &&
-   [ "$(ls "$WORK/fp32-2-1" | tr '\n' ' ')" = "state_00000020_00001.bin " ]; then
-    pass "files: rank 0 writes log.csv, the model and its state; rank 1 only its state"
+if [ "$(ls "$WORK/fp32-2-0" | tr '\n' ' ')" = "log.csv model_00000020.bin run.conf state_00000020_00000.bin " ] &&
+   [ "$(ls "$WORK/fp32-2-1" | tr '\n' ' ')" = "run.conf state_00000020_00001.bin " ]; then
+    pass "files: rank 0 writes log.csv, the model, the options and its state; rank 1 its options and state"
 else
     fail "files: rank 0 wrote $(ls "$WORK/fp32-2-0" | tr '\n' ' '); rank 1 $(ls "$WORK/fp32-2-1" | tr '\n' ' ')"
 fi
