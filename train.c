@@ -730,7 +730,7 @@ static void __attribute__((noreturn)) stop_diverged(const Options* o, const Guar
     if (good >= 0) snprintf(resume, sizeof resume, "-y 1 resumes from step %lld, the newest good checkpoint in %s", good, o->out_dir);
     else snprintf(resume, sizeof resume, "%s holds no good checkpoint", o->out_dir);
     fatal("training diverged: steps %lld..%lld were all skipped (--max-skips %d), so the weights after step %lld "
-          "are not good. Stopped without saving%s; %s (lower -l, keep --grad-clip on)",
+          "are not good. Stopped without saving%s; %s (lower -l with --allow-change lr, keep --grad-clip on)",
           g->last_applied + 1, step, o->max_skips, g->last_applied,
           aside ? "; their checkpoints were renamed to *.diverged" : "", resume);
 }
