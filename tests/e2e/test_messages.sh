@@ -110,7 +110,8 @@ eta=$(sed -n 's/.* | eta \([0-9]*\)m\([0-9]*\)s.*/\1 \2/p' <<< "$at5")
 awk -v t5="${at5%% *}" -v end="$(tail -n 1 "$tmp/eta.out" | cut -d' ' -f1)" -v eta="$eta" -F, '
     NR > 1 && $1 >= 2 && $1 <= 5 && $2 != "" { ms += $6; n++ }
     END { split(eta, e, " "); predicted = 60 * e[1] + e[2]; actual = end - t5
-          printf "ETA at step 5: %d s predicted, %.1f s taken (the steps alone: %.1f s)\n", predicted, actual, ms / n * 11 / 1000
+          printf "ETA at step 5: %d s predicted, %.1f s taken (the steps alone: %.1f s)\n", predicted, actual,
+              ms / n * 11 / 1000
           d = predicted - actual; exit !(d * d <= (0.25 * actual + 1) ^ 2) }' "$tmp/eta/log.csv" > "$tmp/eta.txt" ||
     fail "$(cat "$tmp/eta.txt")"
 echo "PASS $(cat "$tmp/eta.txt")"
