@@ -4,6 +4,7 @@
 #include <getopt.h>
 #include <math.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "checkpoints/checkpoint.h"
+#include "common/atomic_file.h"
 #include "common/config_file.h"
 #include "common/dist.h"
 #include "common/rendezvous.h"
@@ -61,6 +63,7 @@ typedef struct {
     const char* prompt_file;    // --prompt-file
     int checkpoint_every;       // -n
     int resume;                 // -y
+    const char* allow_change;   // --allow-change: options a resume may change (NULL: none)
     int keep;                   // --keep
     int overwrite;              // --overwrite: delete an earlier run in -o first
     int recompute;              // -r (-1: the lowest that fits with -b auto, else 0)
@@ -90,9 +93,10 @@ static Options default_options(void) {
     return o;
 }
 
-static void print_usage(void) {
+// prog: the name the program was started with (train_gpt or train_gpt_cpu), without its directory.
+static void print_usage(const char* prog) {
     Options d = default_options();
-    printf("usage: train_gpt [options]\n"
+    printf("usage: %s [options]\n"
            "  -f, --config FILE         options from FILE, one 'name value' per line (long names without\n"
            "                            dashes, # comments); options after -f override the file's\n"
            "data\n"
@@ -153,7 +157,15 @@ static void print_usage(void) {
            "  -o, --out DIR             log.csv, model files and training state (default %s)\n"
            "  -n, --checkpoint-every N  save model and training state every N steps, 0 = only at\n"
            "                            the end and on SIGINT/SIGTERM (default %d)\n"
-           "  -y, --resume 0|1          resume from the latest training state in DIR (default %d)\n"
+           "                            Ctrl-C (or SIGTERM) stops after the current step and saves;\n"
+           "                            a second Ctrl-C quits at once without saving\n"
+           "  -y, --resume 0|1          resume from the latest training state in DIR (default %d), with\n"
+           "                            the options recorded in DIR/run.conf: -y 1 -o DIR is enough.\n"
+           "                            Options that change the run (data, model, batch, schedule,\n"
+           "                            optimizer, seed) differing from the recorded ones are refused\n"
+           "      --allow-change LIST   ... unless LIST names them (e.g. steps,lr): the run goes on\n"
+           "                            with the new values from the resumed step (a new -x rescales\n"
+           "                            the learning-rate decay from there on)\n"
            "      --keep K              keep the K newest checkpoints, 0 = all (default %d)\n"
            "      --overwrite           delete the earlier run's log.csv and checkpoints in DIR first;\n"
            "                            without it (or -y 1) a DIR holding them is refused\n"
@@ -178,7 +190,7 @@ static void print_usage(void) {
            "      --inject-nan-loss STEPS  make the loss of these steps (e.g. 5,9-12) NaN on the last rank\n"
            "      --inject-nan-grad STEPS  make a gradient value of these steps NaN on the last rank\n"
            "  -h, --help                this help\n",
-           d.train_pattern, d.val_pattern, d.shuffle, d.vocab_dir, d.model, d.seed, d.T,
+           prog, d.train_pattern, d.val_pattern, d.shuffle, d.vocab_dir, d.model, d.seed, d.T,
            (double)d.lr, d.warmup, d.schedule, (double)d.final_lr_frac, (double)d.weight_decay,
            (double)d.grad_clip, (double)d.beta1, (double)d.beta2, 2.0 * log(GPT2_VOCAB_SIZE), STEP_HISTORY,
            (double)d.skip_loss_z,
@@ -200,7 +212,7 @@ enum { OPT_LAYERS = 1000, OPT_CHANNELS, OPT_HEADS, OPT_MAX_SEQ, OPT_SEED, OPT_VO
        OPT_TEMPERATURE, OPT_TOP_K, OPT_TOP_P, OPT_PROMPT, OPT_PROMPT_FILE, OPT_SHUFFLE, OPT_GRAD_CLIP,
        OPT_BETA1, OPT_BETA2, OPT_NCCL_DIR, OPT_NCCL_TIMEOUT, OPT_MAX_LOSS, OPT_SKIP_LOSS_Z, OPT_SKIP_NORM_Z, OPT_MAX_SKIPS,
        OPT_INJECT_NAN_LOSS, OPT_INJECT_NAN_GRAD, OPT_MEMORY_LIMIT, OPT_HELLASWAG, OPT_HELLASWAG_LIMIT,
-       OPT_HELLASWAG_DUMP, OPT_BATCH_INVARIANT, OPT_OVERWRITE };
+       OPT_HELLASWAG_DUMP, OPT_BATCH_INVARIANT, OPT_OVERWRITE, OPT_ALLOW_CHANGE };
 
 // Whether step is in a list of steps and ranges such as "5,9-12"; exits naming the option when the
 // list is malformed (parse_options checks each list once, with step 0).
@@ -246,11 +258,13 @@ static Options parse_options(int argc, char** argv) {
         {"inject-nan-loss", 1, 0, OPT_INJECT_NAN_LOSS}, {"inject-nan-grad", 1, 0, OPT_INJECT_NAN_GRAD},
         {"hellaswag", 1, 0, OPT_HELLASWAG}, {"hellaswag-limit", 1, 0, OPT_HELLASWAG_LIMIT},
         {"hellaswag-dump", 1, 0, OPT_HELLASWAG_DUMP}, {"overwrite", 0, 0, OPT_OVERWRITE},
+        {"allow-change", 1, 0, OPT_ALLOW_CHANGE},
         {0, 0, 0, 0}};
     const long long BIG = 1LL << 40;
     static const char shorts[] = ":i:j:e:o:b:t:d:x:l:u:q:k:c:v:m:s:g:n:y:r:z:hf:";
     argv = config_expand_argv(&argc, argv, longs, shorts); // -f FILE: the file's options in its place
     opterr = 0; // we print our own message
+    optind = 0; // a fresh scan: a resume parses the recorded options and then the command line again
     int c, index;
     while ((c = getopt_long(argc, argv, shorts, longs, &index)) != -1) {
         char name[4400]; // the option as the messages name it: -b, --lr, or "lr in FILE line N"
@@ -314,12 +328,202 @@ static Options parse_options(int argc, char** argv) {
         case OPT_HELLASWAG: o.hellaswag = optarg; break;
         case OPT_HELLASWAG_LIMIT: o.hellaswag_limit = (int)parse_int_option(optarg, name, 0, HELLASWAG_MAX_EXAMPLES); break;
         case OPT_HELLASWAG_DUMP: o.hellaswag_dump = optarg; break;
-        case 'h': print_usage(); exit(0);
+        case OPT_ALLOW_CHANGE: o.allow_change = optarg; break;
+        case 'h': {
+            const char* slash = strrchr(argv[0], '/');
+            print_usage(slash ? slash + 1 : argv[0]);
+            exit(0);
+        }
         case ':': fatal("option %s needs a value (see --help)", argv[optind - 1]);
         default: fatal("unknown option %s (see --help)", argv[optind - 1]);
         }
     }
     if (optind < argc) fatal("unexpected argument '%s' (see --help)", argv[optind]);
+    return o;
+}
+
+// ---- the run's options, recorded in its output directory ------------------------------------
+// A run writes its options to DIR/run.conf (the -f format), so that -y 1 -o DIR resumes with them.
+// On resume the options are the recorded ones with the command line's on top; those that change
+// the run are refused when they differ from the recorded value, unless --allow-change names them.
+
+typedef enum { V_TEXT, V_INT, V_LONG, V_SEED, V_FLOAT, V_DOUBLE, V_BATCH } ValueKind;
+
+enum { FREE, CHANGES_RUN, CHANGES_RUN_UNLESS_INVARIANT };
+static const struct {
+    const char* name; // the long option
+    char letter;      // its one-letter name, or 0
+    ValueKind kind;
+    size_t offset;    // in Options
+    // FREE: never changes the trained bits or the log's losses (evaluation cadence, sampling,
+    // checkpoints, memory); CHANGES_RUN: data, model, batch, schedule, optimizer, seed, the guard's
+    // thresholds, the validation batches; CHANGES_RUN_UNLESS_INVARIANT: -b, whose micro-batches
+    // sum the gradients in another order unless --batch-invariant fixes it.
+    int changes;
+} recorded_options[] = {
+    {"train", 'i', V_TEXT, offsetof(Options, train_pattern), CHANGES_RUN},
+    {"val", 'j', V_TEXT, offsetof(Options, val_pattern), CHANGES_RUN},
+    {"shuffle", 0, V_INT, offsetof(Options, shuffle), CHANGES_RUN},
+    {"vocab", 0, V_TEXT, offsetof(Options, vocab_dir), FREE},
+    {"model", 'e', V_TEXT, offsetof(Options, model), CHANGES_RUN},
+    {"layers", 0, V_INT, offsetof(Options, layers), CHANGES_RUN},
+    {"channels", 0, V_INT, offsetof(Options, channels), CHANGES_RUN},
+    {"heads", 0, V_INT, offsetof(Options, heads), CHANGES_RUN},
+    {"max-seq", 0, V_INT, offsetof(Options, max_seq), CHANGES_RUN},
+    {"seed", 0, V_SEED, offsetof(Options, seed), CHANGES_RUN},
+    {"batch", 'b', V_BATCH, offsetof(Options, B), CHANGES_RUN_UNLESS_INVARIANT},
+    {"seq-len", 't', V_INT, offsetof(Options, T), CHANGES_RUN},
+    {"total-batch", 'd', V_LONG, offsetof(Options, total_batch), CHANGES_RUN},
+    {"steps", 'x', V_INT, offsetof(Options, max_steps), CHANGES_RUN},
+    {"lr", 'l', V_FLOAT, offsetof(Options, lr), CHANGES_RUN},
+    {"warmup", 'u', V_INT, offsetof(Options, warmup), CHANGES_RUN},
+    {"schedule", 'k', V_TEXT, offsetof(Options, schedule), CHANGES_RUN},
+    {"final-lr-frac", 'q', V_FLOAT, offsetof(Options, final_lr_frac), CHANGES_RUN},
+    {"weight-decay", 'c', V_FLOAT, offsetof(Options, weight_decay), CHANGES_RUN},
+    {"grad-clip", 0, V_FLOAT, offsetof(Options, grad_clip), CHANGES_RUN},
+    {"beta1", 0, V_FLOAT, offsetof(Options, beta1), CHANGES_RUN},
+    {"beta2", 0, V_FLOAT, offsetof(Options, beta2), CHANGES_RUN},
+    {"batch-invariant", 0, V_INT, offsetof(Options, group_sequences), CHANGES_RUN},
+    {"zero", 'z', V_INT, offsetof(Options, zero_stage), CHANGES_RUN},
+    {"max-loss", 0, V_FLOAT, offsetof(Options, max_loss), CHANGES_RUN},
+    {"skip-loss-z", 0, V_FLOAT, offsetof(Options, skip_loss_z), CHANGES_RUN},
+    {"skip-norm-z", 0, V_FLOAT, offsetof(Options, skip_norm_z), CHANGES_RUN},
+    {"max-skips", 0, V_INT, offsetof(Options, max_skips), FREE},
+    {"val-batches", 'm', V_INT, offsetof(Options, val_batches), CHANGES_RUN},
+    {"val-every", 'v', V_INT, offsetof(Options, val_every), FREE},
+    {"hellaswag", 0, V_TEXT, offsetof(Options, hellaswag), FREE},
+    {"hellaswag-limit", 0, V_INT, offsetof(Options, hellaswag_limit), FREE},
+    {"hellaswag-dump", 0, V_TEXT, offsetof(Options, hellaswag_dump), FREE},
+    {"sample-every", 's', V_INT, offsetof(Options, sample_every), FREE},
+    {"gen-tokens", 'g', V_INT, offsetof(Options, gen_tokens), FREE},
+    {"temperature", 0, V_FLOAT, offsetof(Options, temperature), FREE},
+    {"top-k", 0, V_INT, offsetof(Options, top_k), FREE},
+    {"top-p", 0, V_FLOAT, offsetof(Options, top_p), FREE},
+    {"checkpoint-every", 'n', V_INT, offsetof(Options, checkpoint_every), FREE},
+    {"keep", 0, V_INT, offsetof(Options, keep), FREE},
+    {"recompute", 'r', V_INT, offsetof(Options, recompute), FREE},
+    {"memory-limit", 0, V_DOUBLE, offsetof(Options, memory_limit), FREE},
+};
+enum { N_RECORDED = sizeof recorded_options / sizeof recorded_options[0] };
+
+// Recorded option i of o as text, as parse_options reads it back to the same value; "" for a file
+// not given.
+static const char* recorded_value(const Options* o, int i, char* buf, size_t n) {
+    const char* field = (const char*)o + recorded_options[i].offset;
+    switch (recorded_options[i].kind) {
+    case V_TEXT: snprintf(buf, n, "%s", *(const char* const*)field ? *(const char* const*)field : ""); break;
+    case V_INT: snprintf(buf, n, "%d", *(const int*)field); break;
+    case V_LONG: snprintf(buf, n, "%lld", *(const long long*)field); break;
+    case V_SEED: snprintf(buf, n, "%llu", *(const unsigned long long*)field); break;
+    case V_FLOAT: // the fewest digits that read back to the same float: 0.001, not 0.00100000005
+        for (int digits = 6; digits <= 9; digits++) {
+            snprintf(buf, n, "%.*g", digits, (double)*(const float*)field);
+            if ((float)strtod(buf, NULL) == *(const float*)field) break;
+        }
+        break;
+    case V_DOUBLE: snprintf(buf, n, "%.17g", *(const double*)field); break;
+    case V_BATCH:
+        if (*(const int*)field) snprintf(buf, n, "%d", *(const int*)field);
+        else snprintf(buf, n, "auto");
+        break;
+    }
+    return buf;
+}
+
+// An option as the messages name it: -x, or --lr where it has no letter.
+static const char* recorded_flag(int i, char* buf, size_t n) {
+    if (recorded_options[i].letter) snprintf(buf, n, "-%c", recorded_options[i].letter);
+    else snprintf(buf, n, "--%s", recorded_options[i].name);
+    return buf;
+}
+
+static void run_conf_path(char* buf, size_t n, const char* dir) { snprintf(buf, n, "%s/run.conf", dir); }
+
+// Writes DIR/run.conf (atomically): every recorded option whose value is not the default,
+// so the file reads like a config the user wrote (default values are left out; they are what the
+// program gives back when it reads the file).
+static void write_run_conf(const Options* o) {
+    char path[4096], value[4200], line[4400], fallback[4200];
+    run_conf_path(path, sizeof path, o->out_dir);
+    Options d = default_options();
+    AtomicFile f;
+    atomic_open(&f, path);
+    const char* header = "# The options of the run in this directory, as -f reads them. -y 1 -o DIR resumes with\n"
+                         "# them; an option that changes the run is refused unless --allow-change names it.\n";
+    atomic_write(&f, header, strlen(header));
+    for (int i = 0; i < N_RECORDED; i++) {
+        if (strcmp(recorded_value(o, i, value, sizeof value), recorded_value(&d, i, fallback, sizeof fallback)) == 0)
+            continue;
+        int len = snprintf(line, sizeof line, "%s %s\n", recorded_options[i].name, value);
+        atomic_write(&f, line, (size_t)len);
+    }
+    atomic_commit(&f);
+}
+
+// Whether --allow-change's list names recorded option i (by its long name or letter, with or
+// without dashes); exits naming an entry that is no recorded option.
+static int change_allowed(const char* list, int i) {
+    if (!list) return 0;
+    int allowed = 0;
+    char copy[1024];
+    snprintf(copy, sizeof copy, "%s", list);
+    char* rest = copy;
+    for (char* entry; (entry = strsep(&rest, ","));) {
+        while (*entry == '-') entry++;
+        int found = -1;
+        for (int k = 0; k < N_RECORDED; k++)
+            if (strcmp(entry, recorded_options[k].name) == 0 ||
+                (recorded_options[k].letter && entry[0] == recorded_options[k].letter && !entry[1]))
+                found = k;
+        if (found < 0) fatal("option --allow-change: '%s' is not an option a run records (see --help)", entry);
+        if (found == i) allowed = 1;
+    }
+    return allowed;
+}
+
+// -y 1: the options recorded in DIR/run.conf with the command line's on top (the command line alone
+// when the directory has no run.conf). Exits naming the command line's options that change the run
+// when their values differ from the recorded ones and --allow-change does not name them.
+static Options options_for_resume(const Options* given, int argc, char** argv) {
+    static char path[4096]; // the expanded argv keeps pointers into its arguments
+    change_allowed(given->allow_change, -1); // a misspelt name is refused even when nothing differs
+    run_conf_path(path, sizeof path, given->out_dir);
+    if (access(path, F_OK) != 0) return *given;
+    char* recorded_argv[] = {argv[0], "--config", path, NULL};
+    Options recorded = parse_options(3, recorded_argv);
+    char** both = xmalloc((size_t)(argc + 3) * sizeof(char*), "options");
+    both[0] = argv[0];
+    both[1] = "--config";
+    both[2] = path;
+    memcpy(both + 3, argv + 1, (size_t)argc * sizeof(char*)); // with argv's closing NULL
+    Options o = parse_options(argc + 2, both);
+    free(both);
+    char refused[4096] = "", names[1024] = "", was[4200], now[4200], flag[64];
+    for (int i = 0; i < N_RECORDED; i++) {
+        int changes = recorded_options[i].changes == CHANGES_RUN ||
+                      (recorded_options[i].changes == CHANGES_RUN_UNLESS_INVARIANT && !recorded.group_sequences);
+        recorded_value(&recorded, i, was, sizeof was);
+        if (!changes || strcmp(was, recorded_value(&o, i, now, sizeof now)) == 0) continue;
+        recorded_flag(i, flag, sizeof flag);
+        if (change_allowed(o.allow_change, i)) {
+            char letter = recorded_options[i].letter;
+            int schedule = letter && strchr("xluqk", letter); // -x, -l, -u, -q, -k
+            printf("--allow-change: %s is %s from the resumed step on (%s in %s)%s\n", flag, now, was, path,
+                   schedule ? "; the learning-rate schedule is recomputed with it, so the rate moves to the new "
+                              "schedule's value at the resumed step" : "");
+            continue;
+        }
+        size_t at = strlen(refused);
+        snprintf(refused + at, sizeof refused - at, "%s%s %.500s (recorded: %.500s)", at ? ", " : "", flag, now, was);
+        at = strlen(names);
+        snprintf(names + at, sizeof names - at, "%s%s", at ? "," : "", recorded_options[i].name);
+    }
+    if (*refused)
+        fatal("resuming %s: the command line changes options recorded in %s: %s. They change the run's bits or "
+              "its schedule. Leave them out to resume as recorded (-y 1 -o %s is enough), or add --allow-change "
+              "%s to go on with the new values from the resumed step", given->out_dir, path, refused,
+              given->out_dir, names);
+    printf("resuming with the options recorded in %s\n", path);
     return o;
 }
 
@@ -533,7 +737,7 @@ static void __attribute__((noreturn)) stop_diverged(const Options* o, const Guar
     if (good >= 0) snprintf(resume, sizeof resume, "-y 1 resumes from step %lld, the newest good checkpoint in %s", good, o->out_dir);
     else snprintf(resume, sizeof resume, "%s holds no good checkpoint", o->out_dir);
     fatal("training diverged: steps %lld..%lld were all skipped (--max-skips %d), so the weights after step %lld "
-          "are not good. Stopped without saving%s; %s (lower -l, keep --grad-clip on)",
+          "are not good. Stopped without saving%s; %s (lower -l with --allow-change lr, keep --grad-clip on)",
           g->last_applied + 1, step, o->max_skips, g->last_applied,
           aside ? "; their checkpoints were renamed to *.diverged" : "", resume);
 }
@@ -541,9 +745,17 @@ static void __attribute__((noreturn)) stop_diverged(const Options* o, const Guar
 // ---- checkpoints, log, signals -----------------------------------------------------------
 
 static volatile sig_atomic_t stop_signal = 0;
+// Says at once what will happen, since a slow step may take long to end. write(2), not printf: a
+// signal handler may only call async-signal-safe functions. stdout, so that only rank 0 says it.
 static void on_stop_signal(int sig) {
+    static const char on_int[] =
+        "\nCtrl-C: stopping after this step and saving; press Ctrl-C again to quit without saving\n";
+    static const char on_term[] = "\nSIGTERM: stopping after this step and saving\n";
     stop_signal = sig;
     signal(sig, SIG_DFL); // a second Ctrl-C stops at once; the checkpoint files stay consistent
+    ssize_t written = sig == SIGINT ? write(STDOUT_FILENO, on_int, sizeof on_int - 1)
+                                    : write(STDOUT_FILENO, on_term, sizeof on_term - 1);
+    (void)written; // nothing to do when it fails
 }
 
 // Names the first non-finite value of this rank's optimizer state in `where` and returns 1, or returns 0.
@@ -775,6 +987,14 @@ static int generate_from_prompt(const Options* o, const DistEnv* env) {
 
 // ---- the phases of a training run ----------------------------------------------------------
 
+// The time a kind of work has taken so far, for the ETA.
+typedef struct {
+    double seconds;
+    int count;
+} Cost;
+
+static double mean_cost(const Cost* c) { return c->count ? c->seconds / c->count : 0.0; }
+
 // What a training run holds, set up phase by phase in main.
 typedef struct {
     const Options* o;
@@ -784,6 +1004,7 @@ typedef struct {
     long long total_batch;  // tokens per optimizer step, all GPUs together
     int seqs;               // sequences per GPU per step
     int B, accum;           // the micro-batch, and micro-batches per step
+    long long train_tokens; // in the training files
     int max_steps;
     DataLoader train, val;
     int do_val;             // -v > 0: the validation loader is open
@@ -801,7 +1022,10 @@ typedef struct {
     float max_loss;         // --max-loss, resolved
     double peak_flops, flops_per_token; // for the MFU
     double train_seconds;   // the timed steps' time: all but a run's first step
+    double steps_seconds;   // every step's time, for the closing summary's tokens per second
+    double started;         // wall_seconds() when training started
     int timed_steps;
+    Cost evals, samples, saves; // the evaluations, samples and checkpoints done so far
     int stop;               // the largest signal any rank has received; all ranks stop after the same step
 } Run;
 
@@ -830,17 +1054,54 @@ static void plan_step_batch(Run* r) {
     r->seqs = seqs;
 }
 
+// n with a comma between thousands, as the start-up and closing lines print counts of tokens.
+static const char* with_commas(char* buf, size_t size, long long n) {
+    char digits[32];
+    int len = snprintf(digits, sizeof digits, "%lld", n), out = 0;
+    for (int i = 0; i < len && out + 2 < (int)size; i++) {
+        if (i > 0 && digits[i - 1] != '-' && (len - i) % 3 == 0) buf[out++] = ',';
+        buf[out++] = digits[i];
+    }
+    buf[out] = '\0';
+    return buf;
+}
+
+// The start-up line of a loader: its file, or its glob and how many shards matched, and its tokens;
+// returns the tokens.
+static long long print_data_line(const char* what, const char* pattern, const DataLoader* dl) {
+    long long tokens = 0;
+    for (int i = 0; i < dl->nshards; i++) tokens += dl->shard_tokens[i];
+    char count[32];
+    if (strcmp(pattern, dl->shard_paths[0]) == 0) printf("%s: %s, %s tokens\n", what, pattern,
+                                                          with_commas(count, sizeof count, tokens));
+    else printf("%s: %s (%d shard%s), %s tokens\n", what, pattern, dl->nshards, dl->nshards == 1 ? "" : "s",
+                with_commas(count, sizeof count, tokens));
+    return tokens;
+}
+
 // The training and validation loaders, the HellaSwag examples, the steps (-x, or one epoch) and the
 // output directory.
 static void open_data(Run* r) {
     const Options* o = r->o;
     dataloader_init(&r->train, o->train_pattern, r->seqs, o->T, r->rank, r->world, o->shuffle, o->seed,
                     r->cfg.vocab_size);
+    r->train_tokens = print_data_line("train", o->train_pattern, &r->train);
     r->do_val = o->val_every > 0;
     if (r->do_val) dataloader_init(&r->val, o->val_pattern, 1, o->T, r->rank, r->world, 0, 0, r->cfg.vocab_size);
     r->val_seqs = (long long)o->val_batches * r->seqs;
     if (r->do_val && r->val_seqs > dataloader_batches_per_epoch(&r->val))
         r->val_seqs = dataloader_batches_per_epoch(&r->val);
+    if (r->do_val) {
+        print_data_line("val", o->val_pattern, &r->val);
+        // Compared by value: the user's own data with the default validation file is most likely a
+        // forgotten -j, and its validation loss would say nothing about the user's text.
+        Options d = default_options();
+        if (strcmp(o->train_pattern, d.train_pattern) != 0 && strcmp(o->val_pattern, d.val_pattern) == 0)
+            printf("warning: -i is given but -j is not: the validation loss is measured on the default %s "
+                   "(give -j FILE, or -v 0 for none)\n", d.val_pattern);
+    } else {
+        printf("val: none (-v 0)\n");
+    }
     if (o->hellaswag_dump && !o->hellaswag) fatal("--hellaswag-dump needs --hellaswag FILE");
     if (o->hellaswag) {
         hellaswag_run_open(&r->hellaswag, o->hellaswag, o->hellaswag_limit, o->hellaswag_dump, o->T,
@@ -887,6 +1148,12 @@ static void build_model(Run* r, const DistEnv* env) {
     printf("batch: B %d x T %d x %d GPU(s) x %d accumulation = %lld tokens per step, %d steps%s\n",
            r->B, o->T, r->world, r->accum, r->total_batch, r->max_steps,
            o->group_sequences ? ", gradients summed per group of sequences (--batch-invariant)" : "");
+    char tokens[32];
+    printf("schedule: %s tokens (%.3g epochs), lr %g, warmup %d, then %s to %g at step %d; weight decay %g, "
+           "grad clip %g, seed %llu\n", with_commas(tokens, sizeof tokens, r->total_batch * r->max_steps),
+           (double)r->total_batch * r->max_steps / (double)r->train_tokens, (double)o->lr, o->warmup, o->schedule,
+           (double)(strcmp(o->schedule, "constant") == 0 ? o->lr : o->lr * o->final_lr_frac), r->max_steps,
+           (double)o->weight_decay, (double)o->grad_clip, o->seed);
     if (r->file_weights) {
         gpt2_set_weights(&r->model, r->file_weights);
         free(r->file_weights);
@@ -985,6 +1252,7 @@ static void resume_from_checkpoint(Run* r) {
 static void start_training(Run* r) {
     const Options* o = r->o;
     r->log = r->rank == 0 ? open_log(o->out_dir, o->resume ? r->start_step : -1) : NULL;
+    write_run_conf(o); // by every rank: with several machines each may have its own -o
     snprintf(r->log_path, sizeof r->log_path, "%s/log.csv", o->out_dir);
     if (r->rank == 0 && o->sample_every > 0) {
         char path[4096];
@@ -1001,10 +1269,14 @@ static void start_training(Run* r) {
     r->flops_per_token =
         6.0 * (double)r->model.num_parameters + 6.0 * r->cfg.num_layers * r->cfg.channels * (double)o->T;
     r->step = r->start_step;
+    r->started = wall_seconds();
     if (r->start_step == 0 && (r->do_val || r->hs)) {
         char val_field[32] = "", hs_field[32] = "";
+        double t0 = wall_seconds();
         evaluate(&r->model, r->do_val ? &r->val : NULL, (int)r->val_seqs, r->B, r->hs, 0, val_field, hs_field,
                  sizeof val_field);
+        r->evals.seconds += wall_seconds() - t0;
+        r->evals.count++;
         if (r->log) fprintf(r->log, "0,,%s,,,,,,%s\n", val_field, hs_field), fflush(r->log);
     }
 }
@@ -1066,6 +1338,26 @@ static GuardDecision update_unless_diverging(Run* r, float loss, float norm, flo
     return d;
 }
 
+// How many of the steps from..to do a kind of work that comes every `every` steps (never when 0) and
+// after the last step, `to`.
+static long long due_between(long long from, long long to, int every) {
+    if (from > to) return 0;
+    long long multiples = every > 0 ? to / every - (from - 1) / every : 0;
+    return multiples + (every <= 0 || to % every != 0);
+}
+
+// The time left: the steps, and the evaluations, samples and checkpoints still due from this step
+// on (this step's own are still to come), each at the mean of its kind so far. A kind not yet done
+// counts nothing until it is (a fresh run measures its validation at step 0).
+static double seconds_left(const Run* r, double mean_step) {
+    const Options* o = r->o;
+    long long s = r->step, last = r->max_steps;
+    int sampling = o->sample_every > 0 && o->gen_tokens > 0; // on rank 0; the others wait for it
+    return mean_step * (double)(last - s) + mean_cost(&r->evals) * (double)due_between(s, last, o->val_every) +
+           (sampling ? mean_cost(&r->samples) * (double)due_between(s, last, o->sample_every) : 0.0) +
+           mean_cost(&r->saves) * (double)due_between(s, last, o->checkpoint_every);
+}
+
 // The step's line: loss, norm, learning rate, time, throughput, MFU, ETA, the z-scores, a skip.
 static void print_step(Run* r, float loss, float norm, float lr, double seconds, const GuardDecision* d) {
     const Options* o = r->o;
@@ -1075,7 +1367,7 @@ static void print_step(Run* r, float loss, float norm, float lr, double seconds,
     }
     double mean_step = r->timed_steps ? r->train_seconds / r->timed_steps : seconds;
     char eta[32];
-    format_eta(eta, sizeof eta, mean_step * (double)(r->max_steps - r->step));
+    format_eta(eta, sizeof eta, seconds_left(r, mean_step));
     char mfu[32] = "";
     if (r->peak_flops > 0.0)
         snprintf(mfu, sizeof mfu, " | MFU %.1f%%",
@@ -1094,9 +1386,13 @@ static void print_step(Run* r, float loss, float norm, float lr, double seconds,
 static void evaluate_and_log(Run* r, float loss, float norm, float lr, double seconds, int skipped) {
     const Options* o = r->o;
     char val_field[32] = "", hs_field[32] = "";
-    if (r->step == r->max_steps || (o->val_every > 0 && r->step % o->val_every == 0))
+    if (r->step == r->max_steps || (o->val_every > 0 && r->step % o->val_every == 0)) {
+        double t0 = wall_seconds();
         evaluate(&r->model, r->do_val ? &r->val : NULL, (int)r->val_seqs, r->B, r->hs, r->step, val_field,
                  hs_field, sizeof val_field);
+        r->evals.seconds += wall_seconds() - t0;
+        r->evals.count++;
+    }
     if (r->log) {
         fprintf(r->log, "%lld,%.9g,%s,%.7g,%.7g,%.3f,%.1f,%d,%s\n", r->step, loss, val_field, lr, norm,
                 1e3 * seconds, r->total_batch / seconds, skipped, hs_field);
@@ -1124,6 +1420,7 @@ static void train_step(Run* r) {
     // waits for the GPU within every step (its losses, its gradient norm), so in a steady run the
     // loop keeps its pace.
     double seconds = wall_seconds() - t0;
+    r->steps_seconds += seconds;
     r->step++;
     r->stop = stop_requested();
     print_step(r, loss, norm, lr, seconds, &d);
@@ -1131,14 +1428,89 @@ static void train_step(Run* r) {
     if (o->max_skips > 0 && r->step - r->guard.last_applied >= o->max_skips)
         stop_diverged(o, &r->guard, r->step, r->rank);
     if (r->rank == 0 && o->sample_every > 0 && o->gen_tokens > 0 &&
-        (r->step % o->sample_every == 0 || r->step == r->max_steps))
+        (r->step % o->sample_every == 0 || r->step == r->max_steps)) {
+        double t0 = wall_seconds();
         print_sample(&r->model, o, r->tok, &r->rng);
-    if (r->step == r->max_steps || r->stop || (o->checkpoint_every > 0 && r->step % o->checkpoint_every == 0))
+        r->samples.seconds += wall_seconds() - t0;
+        r->samples.count++;
+    }
+    if (r->step == r->max_steps || r->stop || (o->checkpoint_every > 0 && r->step % o->checkpoint_every == 0)) {
+        double t0 = wall_seconds();
         save_checkpoint(&r->model, &r->train, r->step, r->rng, &r->guard, o, r->rank, r->world);
+        r->saves.seconds += wall_seconds() - t0;
+        r->saves.count++;
+    }
 }
 
-// After the loop: the checkpoint of a run that had no step to take, the memory report, and
-// everything closed. Returns the exit status: 128 + the signal that stopped the run, else 0.
+// The evaluations of a whole run as log.csv holds them (a resumed run's earlier rows too), each as
+// its field's text: the last validation loss, the best one, the last HellaSwag accuracy.
+typedef struct {
+    char last_val[32], best_val[32], hellaswag[32];
+    long long last_val_step, best_val_step, hellaswag_step; // -1: none
+} Evaluations;
+
+static Evaluations read_evaluations(const char* log_path) {
+    Evaluations e = {.last_val_step = -1, .best_val_step = -1, .hellaswag_step = -1};
+    FILE* f = fopen(log_path, "r");
+    if (!f) return e;
+    char line[1024];
+    double best = INFINITY;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        char *fields[9], *rest = line; // step,train_loss,val_loss,lr,grad_norm,ms,tok_per_s,skipped,hellaswag
+        int n = 0;
+        while (n < 9 && rest) fields[n++] = strsep(&rest, ",");
+        char* end;
+        long long step = strtoll(fields[0], &end, 10);
+        if (n < 9 || end == fields[0]) continue; // the header
+        if (*fields[2]) {
+            snprintf(e.last_val, sizeof e.last_val, "%s", fields[2]);
+            e.last_val_step = step;
+            if (strtod(fields[2], NULL) < best) {
+                best = strtod(fields[2], NULL);
+                snprintf(e.best_val, sizeof e.best_val, "%s", fields[2]);
+                e.best_val_step = step;
+            }
+        }
+        if (*fields[8]) {
+            snprintf(e.hellaswag, sizeof e.hellaswag, "%s", fields[8]);
+            e.hellaswag_step = step;
+        }
+    }
+    fclose(f);
+    return e;
+}
+
+// The closing summary on rank 0: what this run did and how fast, the evaluations of the whole run,
+// and the files to take away.
+static void print_summary(const Run* r) {
+    const Options* o = r->o;
+    long long steps = r->step - r->start_step, skipped = r->step - r->guard.updates;
+    char tokens[32], wall[32], rate[32];
+    format_eta(wall, sizeof wall, wall_seconds() - r->started);
+    with_commas(rate, sizeof rate, r->steps_seconds > 0.0 ? llround(steps * r->total_batch / r->steps_seconds) : 0);
+    printf("summary: %lld steps (%lld to %lld), %s tokens in %s: %s tokens/s over the steps' %.1f s\n", steps,
+           r->start_step, r->step, with_commas(tokens, sizeof tokens, steps * r->total_batch), wall, rate,
+           r->steps_seconds);
+    Evaluations e = read_evaluations(r->log_path);
+    if (e.last_val_step >= 0)
+        printf("validation loss: %s at step %lld, the best %s at step %lld\n", e.last_val, e.last_val_step,
+               e.best_val, e.best_val_step);
+    if (e.hellaswag_step >= 0) printf("hellaswag: %s at step %lld\n", e.hellaswag, e.hellaswag_step);
+    printf("skipped steps: %lld of %lld\n", skipped, r->step);
+    long long saved = checkpoint_latest_step(o->out_dir, r->rank);
+    if (saved >= 0) {
+        char path[4096];
+        checkpoint_model_path(path, sizeof path, o->out_dir, saved);
+        printf("model file: %s\n", path);
+        checkpoint_state_path(path, sizeof path, o->out_dir, saved, r->rank);
+        printf("training state: %s%s\n", path, r->world > 1 ? " (and one per rank)" : "");
+    }
+    printf("log: %s\n", r->log_path);
+}
+
+// After the loop: the checkpoint of a run that had no step to take, the memory report, the summary,
+// and everything closed. Returns the exit status: 128 + the signal that stopped the run, else 0.
 static int finish_training(Run* r) {
     const Options* o = r->o;
     if (r->max_steps == r->start_step)
@@ -1146,6 +1518,7 @@ static int finish_training(Run* r) {
     report_memory_use(&r->model, r->free_before);
     if (r->log) fclose(r->log);
     if (r->stop) printf("stopped by signal %d after step %lld; resume with -y 1\n", r->stop, r->step);
+    if (r->rank == 0) print_summary(r);
     if (r->tok) tokenizer_free(r->tok);
     if (r->do_val) dataloader_free(&r->val);
     if (r->hs) hellaswag_run_close(r->hs);
@@ -1164,6 +1537,7 @@ int main(int argc, char** argv) {
     if (o.prompt || o.prompt_file) return generate_from_prompt(&o, &env);
     // Only rank 0 prints; errors go to stderr from every rank.
     if (env.rank != 0 && !freopen("/dev/null", "w", stdout)) fatal("rank %d: cannot silence stdout", env.rank);
+    if (o.resume) o = options_for_resume(&o, argc, argv);
 
     Run run = {.o = &o, .rank = env.rank, .world = env.world};
     run.file_weights = resolve_model(&o, &run.cfg); // a preset, custom sizes or a model file

@@ -15,8 +15,10 @@ typedef struct {
 } Origin;
 static Origin* origins;
 static int n_origins;
-// The expanded argv lives as long as the program: the parsed options point into it.
-static char** expanded_argv;
+// Every expanded argv lives as long as the program: the parsed options point into it (a program may
+// expand more than one, as train_gpt does to resume with the options recorded in a file).
+static char*** expanded_argvs;
+static int n_expanded;
 
 const char* config_origin(const char* arg) {
     for (int i = 0; i < n_origins; i++)
@@ -175,6 +177,9 @@ char** config_expand_argv(int* argc, char** argv, const struct option* longs, co
     }
     push(&out, NULL);
     *argc = out.n - 1;
-    expanded_argv = out.v;
-    return expanded_argv;
+    char*** grown = realloc(expanded_argvs, (size_t)(n_expanded + 1) * sizeof(char**));
+    if (!grown) fatal("out of host memory: options");
+    expanded_argvs = grown;
+    expanded_argvs[n_expanded++] = out.v;
+    return out.v;
 }

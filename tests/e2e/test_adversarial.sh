@@ -75,7 +75,7 @@ damaged() {
     local number=$1 what=$2 text=${*: -1} d=$tmp/damaged$runs
     run "make$number" train -x 2 -n 1 -o "$d"
     python3 tests/lib/state_file.py "$(state "$d" 2)" "${@:3:$#-3}"
-    run "resume$number" train -x 3 -y 1 -o "$d"
+    run "resume$number" train -x 3 --allow-change steps -y 1 -o "$d"
     if [ "$status" -eq 0 ] && has "resume$number" "$(state "$d" 2): $text" &&
         has "resume$number" "resumed from $(state "$d" 1) at step 1" && [ -f "$(state "$d" 2).corrupt" ] &&
         [ -f "$(state "$d" 3)" ]; then
@@ -124,7 +124,7 @@ fi
 # 8. impossible steps: 1e15 (checksum right), 20 with -x 10; a run at its -x is complete
 d=$tmp/steps
 run steps train -x 2 -n 1 -o "$d"
-run beyond train -x 1 -y 1 -o "$d"
+run beyond train -x 1 --allow-change steps -y 1 -o "$d"
 refused beyond "8. a checkpoint beyond -x" "$(state "$d" 2) is at step 2, beyond the run's 1 steps (-x)"
 run complete train -x 2 -y 1 -o "$d"
 if [ "$status" -eq 0 ] && has complete "already complete"; then
@@ -133,7 +133,7 @@ else
     fail "8. a run at its -x: exit $status, $(tail -n 2 "$tmp/complete.out")"
 fi
 python3 tests/lib/state_file.py "$(state "$d" 2)" set-step 1000000000000000
-run absurd train -x 10 -y 1 -o "$d"
+run absurd train -x 10 --allow-change steps -y 1 -o "$d"
 refused absurd "8. a step of 1e15" "holds the impossible step 1000000000000000 (-x allows at most"
 
 # kill -9 at random moments, for a few seconds, of runs resuming a checkpoint of step 1; then a new
@@ -143,7 +143,7 @@ run kill_start train -x 1 -n 1 -o "$d"
 end=$((SECONDS + 8))
 kills=0
 while [ "$SECONDS" -lt "$end" ]; do
-    (train -x 1000 -n 1 --keep 2 -y 1 -o "$d") > /dev/null 2>&1 &
+    (train -x 1000 --allow-change steps -n 1 --keep 2 -y 1 -o "$d") > /dev/null 2>&1 &
     p=$!
     sleep "$((RANDOM % 3)).$((RANDOM % 10))"
     kill -9 "$p" 2> /dev/null && kills=$((kills + 1))
@@ -151,7 +151,7 @@ while [ "$SECONDS" -lt "$end" ]; do
 done
 latest=$(ls "$d" | sed -n 's/^state_0*\([0-9][0-9]*\)_00000.bin$/\1/p' | sort -n | tail -n 1)
 latest=${latest:-0}
-run after_kill train -x $((latest + 1)) -n 1 --keep 2 -y 1 -o "$d"
+run after_kill train -x $((latest + 1)) --allow-change steps -n 1 --keep 2 -y 1 -o "$d"
 if [ "$status" -eq 0 ] && ! has after_kill "warning" && [ "$latest" -ge 1 ] &&
     [ -f "$(state "$d" $((latest + 1)))" ]; then
     pass "kill -9 $kills times: the lock died with each run; resumed from step $latest to $((latest + 1))"

@@ -116,7 +116,7 @@ mkdir -p "$tmp/full"
 "$san" "${small[@]}" -i "$train_bin" -o "$tmp/full" > /dev/null
 before=$(md5sum "$tmp/full/model_00000001.bin")
 status=0
-( trap '' XFSZ; ulimit -f 200; exec "$san" "${small[@]}" -x 2 -y 1 -i "$train_bin" -o "$tmp/full" ) > "$tmp/out" 2>&1 || status=$?
+( trap '' XFSZ; ulimit -f 200; exec "$san" "${small[@]}" -x 2 -y 1 --allow-change steps -i "$train_bin" -o "$tmp/full" ) > "$tmp/out" 2>&1 || status=$?
 [ "$status" -ne 0 ] || { echo "FAIL a full disk went unnoticed"; exit 1; }
 grep -qE "Sanitizer|runtime error" "$tmp/out" && { echo "FAIL sanitizer report on a full disk"; cat "$tmp/out"; exit 1; }
 grep -q "cannot write" "$tmp/out" || { echo "FAIL no clear message on a full disk"; cat "$tmp/out"; exit 1; }

@@ -9,7 +9,8 @@
 #     1e-4 relative of a float64 NumPy GPT-2 reading the model file (tests/lib/hellaswag_reference.py),
 #     the same predicted endings and accuracy; the scores do not depend on -b;
 #  3. a training run reports the accuracy at the start, every -v steps and at the end, in the step
-#     output and in log.csv's column hellaswag (empty at the other steps); --hellaswag-limit.
+#     output and in log.csv's column hellaswag (empty at the other steps), the last one in the
+#     closing summary; --hellaswag-limit.
 # Corrupted evaluation files are refused in tests/e2e/test_bad_input.sh.
 set -euo pipefail
 BUILD=${BUILD:-.}
@@ -123,4 +124,6 @@ done
     [ "$(cut -d, -f2 "$tmp/train_scores.csv" | sort -u | tr '\n' ' ')" = "0 1 2 3 4 5 example " ] ||
     fail "--hellaswag-dump of a run with --hellaswag-limit 6: $(cat "$tmp/train_scores.csv")"
 python3 scripts/plot_loss.py "$log" -o "$tmp/plot.png" > /dev/null || fail "plot_loss.py on a log with the column hellaswag"
+want="hellaswag: $(awk -F, -v c="$col" 'NR > 1 && $c != "" { last = $c } END { print last }' "$log") at step 5"
+grep -qx "$want" "$tmp/train.out" || fail "the summary lacks '$want': $(grep '^hellaswag' "$tmp/train.out")"
 echo "PASS accuracy at steps 0, 2, 4 and 5 of -x 5 -v 2 in the output and log.csv ($(grep '^step 5:' "$tmp/train.out")), the 6 examples of --hellaswag-limit 6"

@@ -25,7 +25,7 @@ same_run() { # same_run DIR_A DIR_B WHAT
 # 1. constant LR so that a run of 10 steps has the same schedule as the first half of 20
 (train -k constant -v 0 -x 20 -o "$tmp/straight") > /dev/null
 (train -k constant -v 0 -x 10 -o "$tmp/split") > /dev/null
-(train -k constant -v 0 -x 20 -y 1 -o "$tmp/split") > "$tmp/split.out"
+(train -k constant -v 0 -x 20 -y 1 --allow-change steps -o "$tmp/split") > "$tmp/split.out"
 grep -q "resumed from .*state_00000010_00000.bin at step 10" "$tmp/split.out" || fail "did not resume at step 10"
 same_run "$tmp/straight" "$tmp/split" "10 + resume + 10 steps"
 

@@ -40,7 +40,8 @@ split() {
     if ! "$2" "${ARGS[@]}" --seed 1337 -x 10 -o "$WORK/$1" > "$WORK/$1-first.out" 2>&1; then
         fail "$1: the first 10 steps failed: $(tail -n 2 "$WORK/$1-first.out")"; return
     fi
-    if ! "$3" "${ARGS[@]}" --seed 4242 -x 20 -y 1 -o "$WORK/$1" > "$WORK/$1-second.out" 2>&1; then
+    if ! "$3" "${ARGS[@]}" --seed 4242 -x 20 -y 1 --allow-change steps,seed -o "$WORK/$1" \
+        > "$WORK/$1-second.out" 2>&1; then
         fail "$1: the resumed run failed: $(tail -n 2 "$WORK/$1-second.out")"; return
     fi
     if grep -q "resumed from .*state_00000010_00000.bin at step 10" "$WORK/$1-second.out"; then

@@ -51,7 +51,8 @@ if awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.5) }'; then pass "BF
 # rounding). A constant learning rate, so that -x 10 and -x 20 follow the same schedule.
 "$BUILD/model-BF16/train_gpt" "${ARGS[@]}" -k constant -o "$WORK/bf16-straight" > /dev/null
 "$BUILD/model-BF16/train_gpt" "${ARGS[@]}" -k constant -x 10 -o "$WORK/bf16-split" > /dev/null
-"$BUILD/model-BF16/train_gpt" "${ARGS[@]}" -k constant -y 1 -o "$WORK/bf16-split" > "$WORK/bf16-resume.out"
+"$BUILD/model-BF16/train_gpt" "${ARGS[@]}" -k constant -y 1 --allow-change steps -o "$WORK/bf16-split" \
+    > "$WORK/bf16-resume.out"
 if grep -q "resumed from" "$WORK/bf16-resume.out" &&
    cmp -s <(cut -d, -f1,2,5 "$WORK/bf16-straight/log.csv") <(cut -d, -f1,2,5 "$WORK/bf16-split/log.csv") &&
    cmp -s "$WORK/bf16-straight/model_00000020.bin" "$WORK/bf16-split/model_00000020.bin"; then

@@ -94,9 +94,9 @@ if r=$(compare_logs "$WORK/bf16-1/log.csv" "$WORK/bf16-2-0/log.csv" train_loss 1
 else fail "BF16 1 GPU vs 2 nodes: $r"; fi
 
 # 2. Who writes what, and the rendezvous printed.
-if [ "$(ls "$WORK/fp32-2-0" | tr '\n' ' ')" = "log.csv model_00000020.bin state_00000020_00000.bin " ] &&
-   [ "$(ls "$WORK/fp32-2-1" | tr '\n' ' ')" = "state_00000020_00001.bin " ]; then
-    pass "files: rank 0 writes log.csv, the model and its state; rank 1 only its state"
+if [ "$(ls "$WORK/fp32-2-0" | tr '\n' ' ')" = "log.csv model_00000020.bin run.conf state_00000020_00000.bin " ] &&
+   [ "$(ls "$WORK/fp32-2-1" | tr '\n' ' ')" = "run.conf state_00000020_00001.bin " ]; then
+    pass "files: rank 0 writes log.csv, the model, the options and its state; rank 1 its options and state"
 else
     fail "files: rank 0 wrote $(ls "$WORK/fp32-2-0" | tr '\n' ' '); rank 1 $(ls "$WORK/fp32-2-1" | tr '\n' ' ')"
 fi
@@ -112,7 +112,8 @@ fi
 # 3. Resume, each rank from its own directory.
 two_nodes FP32 "$WORK/straight" -x 20 -n 10 --keep 0
 two_nodes FP32 "$WORK/split" -x 10 -n 10 --keep 0
-two_nodes FP32 "$WORK/split" -x 20 -n 10 --keep 0 -y 1 # all 20 steps are warmup (-u 700): -x changes no LR
+# all 20 steps are warmup (-u 700): -x changes no LR
+two_nodes FP32 "$WORK/split" -x 20 -n 10 --keep 0 -y 1 --allow-change steps
 if same_columns "$WORK/straight-0" "$WORK/split-0" &&
    cmp -s "$WORK/straight-0/model_00000020.bin" "$WORK/split-0/model_00000020.bin"; then
     pass "2-node resume continues bit for bit: losses, norms and the final model file"
