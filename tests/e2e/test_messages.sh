@@ -45,7 +45,7 @@ echo "PASS start-up: the files and their token counts, the schedule, no warning"
 mkdir "$tmp/shards"
 cp "$train_file" "$tmp/shards/a_train.bin"
 cp "$train_file" "$tmp/shards/b_train.bin"
-"$BUILD/train_gpt_cpu" "${small[@]}" -x 0 -i "$tmp/shards/*_train.bin" -o "$tmp/start" > "$tmp/glob.out"
+"$BUILD/train_gpt_cpu" "${small[@]}" -x 0 -i "$tmp/shards/*_train.bin" -o "$tmp/glob" > "$tmp/glob.out"
 grep -qx "train: $tmp/shards/\*_train.bin (2 shards), 610,520 tokens" "$tmp/glob.out" ||
     fail "no glob line: $(head -n 3 "$tmp/glob.out")"
 grep -q "^warning: -i is given but -j is not: the validation loss is measured on the default" "$tmp/glob.out" ||

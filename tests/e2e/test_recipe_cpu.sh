@@ -1,52 +1,82 @@
 #!/usr/bin/env bash
-# The CPU recipe end to end against its committed reference curve (recipes/ci-tiny.conf,
-# recipes/reference/ci-tiny.csv, made by train_gpt_cpu, fp32 and deterministic) with
-# scripts/compare_curves.py: the recipe passes; the same recipe with another seed, and with another
-# learning rate, fails on the curve (not on missing steps); a run that stops early fails; inputs
-# that cannot be read give exit status 2. About 4.5 minutes on 2 cores (three runs of 120 steps).
+# The CPU recipe end to end against its committed reference curve and envelope (recipes/ci-tiny.conf,
+# recipes/reference/ci-tiny.csv and ci-tiny.envelope.csv, made by train_gpt_cpu) with
+# scripts/compare_curves.py: the recipe passes (IDENTICAL on the reference's CPU, REPRODUCED on
+# another); another thread count and micro-batch pass too; a learning rate 1.5 times the recipe's
+# FAILs in an early window; a run that stops early FAILs naming the first missing step; an envelope
+# of other recipe settings, or one that lacks steps, is refused naming both files; without an
+# envelope the recipe's fixed tolerances judge and say so; unreadable inputs give exit status 2.
+# About 2.5 minutes on 2 cores (three runs of 120 steps).
 set -euo pipefail
 BUILD=${BUILD:-.}
-DATA=$(cd "${1:?usage: tests/test_recipe_cpu.sh DATA_DIR (the directory scripts/get_data.sh fills)}" && pwd)
+DATA=$(cd "${1:?usage: tests/e2e/test_recipe_cpu.sh DATA_DIR (the directory scripts/get_data.sh fills)}" && pwd)
 cd "$(dirname "$0")/../.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL $*"; exit 1; }
 ref=recipes/reference/ci-tiny.csv
+[ -f recipes/reference/ci-tiny.envelope.csv ] || fail "no envelope recipes/reference/ci-tiny.envelope.csv"
 data=(-i "$DATA/tinyshakespeare/tiny_shakespeare_train.bin" -j "$DATA/tinyshakespeare/tiny_shakespeare_val.bin")
 
-# compare RUN_DIR EXPECTED_STATUS: runs compare_curves.py, prints its output, checks the status
+# compare RUN_DIR EXPECTED_STATUS [ARGS...]: runs compare_curves.py, prints its output, checks the status
 compare() {
-    local status=0
-    python3 scripts/compare_curves.py "$1" "$ref" > "$1.compare" 2>&1 || status=$?
-    cat "$1.compare"
-    [ "$status" -eq "$2" ] || fail "compare_curves.py $1 exited with $status, want $2"
+    local run=$1 want=$2 status=0
+    shift 2
+    python3 scripts/compare_curves.py "$run" "$ref" "$@" > "$run.compare" 2>&1 || status=$?
+    cat "$run.compare"
+    [ "$status" -eq "$want" ] || fail "compare_curves.py $run exited with $status, want $want"
 }
 
 "$BUILD/train_gpt_cpu" -f recipes/ci-tiny.conf "${data[@]}" -o "$tmp/recipe" > "$tmp/recipe.out"
 compare "$tmp/recipe" 0
-grep -q "^PASS" "$tmp/recipe.compare" || fail "no PASS line"
+grep -Eq "^(IDENTICAL|REPRODUCED):" "$tmp/recipe.compare" || fail "no IDENTICAL or REPRODUCED line"
 [ -s "$tmp/recipe/compare_ci-tiny.png" ] || fail "no PNG of the curves"
-echo "PASS the CPU recipe reproduces its reference curve, PNG drawn"
+echo "PASS the CPU recipe reproduces its reference curve ($(grep -Eo "^(IDENTICAL|REPRODUCED)" "$tmp/recipe.compare")), PNG drawn"
 
-for variant in "seed:--seed 7" "lr:--lr 2e-3"; do
-    name=${variant%%:*}
-    # shellcheck disable=SC2086 # the option and its value are two words
-    "$BUILD/train_gpt_cpu" -f recipes/ci-tiny.conf "${data[@]}" ${variant#*:} -o "$tmp/$name" > "$tmp/$name.out"
-    compare "$tmp/$name" 1
-    grep -Eq "^FAIL: (mean \|train loss difference\||val loss of step)" "$tmp/$name.compare" ||
-        fail "another $name failed for another reason than its curve"
-    echo "PASS another $name (${variant#*:}) fails the verdict on its curve"
-done
+OMP_NUM_THREADS=1 "$BUILD/train_gpt_cpu" -f recipes/ci-tiny.conf "${data[@]}" -b 4 -o "$tmp/order" > "$tmp/order.out"
+compare "$tmp/order" 0
+echo "PASS one thread and B 4 reproduce it too ($(grep -Eo "^(IDENTICAL|REPRODUCED)" "$tmp/order.compare"))"
+
+lr=$(python3 -c "print($(sed -n 's/^lr  *//p' recipes/ci-tiny.conf) * 1.5)")
+"$BUILD/train_gpt_cpu" -f recipes/ci-tiny.conf "${data[@]}" -l "$lr" -o "$tmp/lr" > "$tmp/lr.out"
+compare "$tmp/lr" 1
+grep -Eq "^FAIL: steps [0-9]+-[0-9]+ \(order window\): .* it left at step [0-9]+" "$tmp/lr.compare" ||
+    fail "a learning rate 1.5 times the recipe's did not fail in an order window naming the step"
+echo "PASS a learning rate 1.5 times the recipe's ($lr) fails in an early window, naming the step"
 
 head -n 60 "$tmp/recipe/log.csv" > "$tmp/short.csv"
 compare "$tmp/short.csv" 1
-grep -q "^FAIL: the run lacks" "$tmp/short.csv.compare" || fail "a run that stops at step 58 is not refused for its missing steps"
-echo "PASS a run that stops early fails"
+grep -q "^FAIL: the run lacks step 59 " "$tmp/short.csv.compare" || fail "a run that stops at step 58 is not refused naming step 59"
+echo "PASS a run that stops early fails, naming its first missing step"
+
+# Envelopes that do not fit the reference, and a reference without one
+mkdir -p "$tmp/recipes/reference"
+sed 's/^lr .*/lr 2e-3/' recipes/ci-tiny.conf > "$tmp/recipes/ci-tiny.conf"
+cp "$ref" recipes/reference/ci-tiny.envelope.* "$tmp/recipes/reference/"
+status=0
+python3 scripts/compare_curves.py "$tmp/recipe" "$tmp/recipes/reference/ci-tiny.csv" > "$tmp/changed.out" 2>&1 || status=$?
+cat "$tmp/changed.out"
+[ "$status" -eq 2 ] && grep -q "envelope .*ci-tiny.envelope.csv was written for other settings of .*ci-tiny.conf.* the reference .*ci-tiny.csv" "$tmp/changed.out" ||
+    fail "an envelope of other recipe settings gave status $status"
+cp recipes/ci-tiny.conf "$tmp/recipes/ci-tiny.conf"
+grep -v "^order,[^,]*,117," recipes/reference/ci-tiny.envelope.csv > "$tmp/recipes/reference/ci-tiny.envelope.csv"
+status=0
+python3 scripts/compare_curves.py "$tmp/recipe" "$tmp/recipes/reference/ci-tiny.csv" > "$tmp/lacking.out" 2>&1 || status=$?
+cat "$tmp/lacking.out"
+[ "$status" -eq 2 ] && grep -q "does not fit the reference .*ci-tiny.csv: its order run .* has no train loss at step 117" "$tmp/lacking.out" ||
+    fail "an envelope that lacks a step gave status $status"
+rm "$tmp/recipes/reference/ci-tiny.envelope.csv"
+status=0
+python3 scripts/compare_curves.py "$tmp/lr" "$tmp/recipes/reference/ci-tiny.csv" > "$tmp/none.out" 2>&1 || status=$?
+cat "$tmp/none.out"
+[ "$status" -eq 1 ] && grep -q "^warning: no envelope" "$tmp/none.out" && grep -q "^FAIL: mean |train loss difference|" "$tmp/none.out" ||
+    fail "a reference without an envelope was not judged by the fixed tolerances with a warning (status $status)"
+echo "PASS envelopes that do not fit are refused naming both files; without one the fixed tolerances judge, saying so"
 
 cut -d, -f1,2 "$tmp/recipe/log.csv" > "$tmp/noval.csv"
 compare "$tmp/noval.csv" 2
 grep -q "no column val_loss" "$tmp/noval.csv.compare" || fail "a log without val_loss is not named"
 status=0
 python3 scripts/compare_curves.py "$tmp/recipe" "$tmp/recipe/log.csv" > "$tmp/norecipe.out" 2>&1 || status=$?
-[ "$status" -eq 2 ] && grep -q "cannot read the recipe" "$tmp/norecipe.out" || fail "a reference without its recipe gave status $status"
+[ "$status" -eq 2 ] && grep -q "cannot read" "$tmp/norecipe.out" || fail "a reference without its recipe gave status $status"
 echo "PASS unreadable inputs give status 2 and name the problem"
