@@ -33,6 +33,10 @@ int model_file_parse_header(const int32_t header[256], long long file_bytes, GPT
 float* model_file_read(const char* path, GPT2Config* cfg, size_t* nparams);
 // Writes an fp32 model file atomically, with checksums.
 void model_file_write(const char* path, const GPT2Config* cfg, const float* params);
+// The CRC-32C of each parameter tensor's part of values, which hold parameters [offset, offset + count)
+// (a tensor with no part there gets 0): the model file's and the training state's checksums.
+void checkpoint_tensor_crcs(const GPT2Config* cfg, const float* values, size_t offset, size_t count,
+                            uint32_t crc[NUM_PARAMETER_TENSORS]);
 
 // ---- training state ----------------------------------------------------------------------
 #define TRAIN_STATE_MAGIC 0x54504754 // "TGPT" little endian

@@ -78,6 +78,22 @@ int model_file_parse_header(const int32_t header[256], long long file_bytes, GPT
     return 0;
 }
 
+void checkpoint_tensor_crcs(const GPT2Config* cfg, const float* values, size_t offset, size_t count,
+                            uint32_t crc[NUM_PARAMETER_TENSORS]) {
+    size_t sizes[NUM_PARAMETER_TENSORS], starts[NUM_PARAMETER_TENSORS];
+    gpt2_parameter_sizes(cfg, sizes);
+    for (int t = 0; t < NUM_PARAMETER_TENSORS; t++) starts[t] = t ? starts[t - 1] + sizes[t - 1] : 0;
+    const size_t end_all = offset + count;
+    // One tensor a thread: a GPT-2 1.5B's weights are 6 GB and its training state 19, which one
+    // thread checks at about 5 GB/s.
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int t = 0; t < NUM_PARAMETER_TENSORS; t++) {
+        const size_t start = starts[t], end = start + sizes[t];
+        const size_t lo = start > offset ? start : offset, hi = end < end_all ? end : end_all;
+        crc[t] = lo < hi ? crc32c(0, values + (lo - offset), (hi - lo) * sizeof(float)) : 0;
+    }
+}
+
 float* model_file_read(const char* path, GPT2Config* cfg, size_t* nparams) {
     long long bytes = file_size(path);
     FILE* f = xfopen(path, "rb");
@@ -94,8 +110,7 @@ float* model_file_read(const char* path, GPT2Config* cfg, size_t* nparams) {
     uint32_t crc[NUM_PARAMETER_TENSORS]; // of each tensor's bytes as stored
     if (version == MODEL_FILE_VERSION_FP32) {
         xfread(params, sizeof(float), n, f, path);
-        for (size_t t = 0, at = 0; t < NUM_PARAMETER_TENSORS; at += sizes[t++])
-            crc[t] = crc32c(0, params + at, sizes[t] * sizeof(float));
+        checkpoint_tensor_crcs(cfg, params, 0, n, crc);
     } else {
         // bf16 is the top half of an fp32: widen in pieces to avoid a second full-size buffer.
         enum { PIECE = 1 << 16 };
@@ -142,8 +157,9 @@ void model_file_write(const char* path, const GPT2Config* cfg, const float* para
                            cfg->padded_vocab_size, MODEL_FILE_CRC_MARK};
     size_t sizes[NUM_PARAMETER_TENSORS];
     size_t n = gpt2_parameter_sizes(cfg, sizes);
-    for (size_t t = 0, at = 0; t < NUM_PARAMETER_TENSORS; at += sizes[t++])
-        header[H_TENSOR_CRC + t] = (int32_t)crc32c(0, params + at, sizes[t] * sizeof(float));
+    uint32_t crc[NUM_PARAMETER_TENSORS];
+    checkpoint_tensor_crcs(cfg, params, 0, n, crc);
+    for (int t = 0; t < NUM_PARAMETER_TENSORS; t++) header[H_TENSOR_CRC + t] = (int32_t)crc[t];
     header[H_HEADER_CRC] = (int32_t)header_crc(header);
     AtomicFile af;
     atomic_open(&af, path);

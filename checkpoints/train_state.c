@@ -50,18 +50,6 @@ static uint32_t header_crc(const int64_t header[TRAIN_STATE_HEADER_INTS], const 
     return crc32c(crc, history->norm, sizeof(history->norm));
 }
 
-// The CRC-32C of each parameter tensor's part of values, which hold parameters [offset, offset + count).
-static void tensor_crcs(const GPT2Config* cfg, const float* values, size_t offset, size_t count,
-                        uint32_t crc[NUM_PARAMETER_TENSORS]) {
-    size_t sizes[NUM_PARAMETER_TENSORS];
-    gpt2_parameter_sizes(cfg, sizes);
-    size_t start = 0, end_all = offset + count;
-    for (int t = 0; t < NUM_PARAMETER_TENSORS; start += sizes[t++]) {
-        size_t lo = start > offset ? start : offset, hi = start + sizes[t] < end_all ? start + sizes[t] : end_all;
-        crc[t] = lo < hi ? crc32c(0, values + (lo - offset), (hi - lo) * sizeof(float)) : 0;
-    }
-}
-
 // A reason the state cannot be right, or NULL; checked before writing and after reading.
 static const char* state_problem(const TrainState* st) {
     const char* problem = gpt2_config_problem(&st->config);
@@ -131,7 +119,7 @@ void train_state_write(const char* path, const TrainState* st) {
     h[H_CHECKSUM] = header_crc(h, &history);
     uint32_t crc[3][NUM_PARAMETER_TENSORS];
     const float* arrays[3] = {st->master, st->m, st->v};
-    for (int a = 0; a < 3; a++) tensor_crcs(&st->config, arrays[a], st->opt_offset, st->opt_count, crc[a]);
+    for (int a = 0; a < 3; a++) checkpoint_tensor_crcs(&st->config, arrays[a], st->opt_offset, st->opt_count, crc[a]);
     AtomicFile af;
     atomic_open(&af, path);
     atomic_write(&af, h, sizeof(h));
@@ -268,7 +256,7 @@ int train_state_load_stream(FILE* f, long long bytes, TrainState* st, char* err,
         int tensor;
         size_t index;
         uint32_t crc[NUM_PARAMETER_TENSORS];
-        if (checksummed) tensor_crcs(&st->config, *arrays[a], st->opt_offset, st->opt_count, crc);
+        if (checksummed) checkpoint_tensor_crcs(&st->config, *arrays[a], st->opt_offset, st->opt_count, crc);
         for (tensor = 0; checksummed && tensor < NUM_PARAMETER_TENSORS && ok; tensor++)
             if (crc[tensor] != stored[a][tensor]) {
                 snprintf(err, errlen, "checksum mismatch in %s of tensor %s: the file is damaged", array_names[a],

