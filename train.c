@@ -38,6 +38,9 @@ typedef struct {
     int B, T;                   // -b (0: auto), -t
     long long total_batch;      // -d, tokens per optimizer step (-1: B*T*world, 4*T*world with -b auto)
     double memory_limit;        // --memory-limit, GiB (0: the free memory)
+    const char* offload;        // --offload: auto | 0 | 1
+    double host_memory_limit;   // --host-memory-limit, GiB (0: MemAvailable)
+    int dry_run;                // --dry-run: print the plan and the fit, then exit
     int max_steps;              // -x (-1: one epoch)
     float lr;                   // -l
     int warmup;                 // -u
@@ -87,7 +90,7 @@ static Options default_options(void) {
         .max_loss = -1.0f, .skip_loss_z = 0.0f, .skip_norm_z = 0.0f, .max_skips = 8,
         .val_every = 20, .val_batches = 20, .sample_every = 20, .gen_tokens = 64,
         .temperature = 1.0f, .top_k = 0, .top_p = 1.0f,
-        .checkpoint_every = 0, .resume = 0, .keep = 0, .recompute = -1, .zero_stage = 0,
+        .checkpoint_every = 0, .resume = 0, .keep = 0, .recompute = -1, .zero_stage = 0, .offload = "auto",
         .shuffle = 0, .seed = 1337, .nccl_dir = NULL, .nccl_timeout = 300.0,
     };
     return o;
@@ -175,6 +178,13 @@ static void print_usage(const char* prog) {
            "                            -b auto, else 0)\n"
            "      --memory-limit GIB    plan -b auto for a card of GIB GiB (default: the free memory;\n"
            "                            on the CPU the host's available memory), less a %.1f GiB margin\n"
+           "      --offload auto|0|1    keep AdamW m, v and the master weights in pinned host memory,\n"
+           "                            streamed through the GPU at each update (the same bits); auto:\n"
+           "                            only when the run does not fit the GPU otherwise (default %s)\n"
+           "      --host-memory-limit GIB  the host memory offloading may plan with (default: MemAvailable;\n"
+           "                            with --dry-run, the host memory of the machine planned for)\n"
+           "      --dry-run             print the memory plan and what -b auto chooses for --memory-limit,\n"
+           "                            then exit, touching no GPU (runs where there is none)\n"
            "      --batch-invariant G   sum the parameter gradients over groups of G sequences, so that\n"
            "                            every -b that is a multiple of G trains the same bits on one GPU\n"
            "                            model (-b auto picks such a B); 0 = off. Costs smaller products and\n"
@@ -196,7 +206,7 @@ static void print_usage(const char* prog) {
            (double)d.skip_loss_z,
            (double)d.skip_norm_z, d.max_skips, d.val_every, d.val_batches, d.sample_every, d.gen_tokens,
            (double)d.temperature, d.top_k, (double)d.top_p, d.out_dir, d.checkpoint_every, d.resume, d.keep,
-           FIT_MARGIN_BYTES / 1073741824.0, d.group_sequences, d.zero_stage, d.nccl_timeout);
+           FIT_MARGIN_BYTES / 1073741824.0, d.offload, d.group_sequences, d.zero_stage, d.nccl_timeout);
 }
 
 static float parse_float(const char* s, const char* option, double lo, double hi) {
@@ -212,7 +222,8 @@ enum { OPT_LAYERS = 1000, OPT_CHANNELS, OPT_HEADS, OPT_MAX_SEQ, OPT_SEED, OPT_VO
        OPT_TEMPERATURE, OPT_TOP_K, OPT_TOP_P, OPT_PROMPT, OPT_PROMPT_FILE, OPT_SHUFFLE, OPT_GRAD_CLIP,
        OPT_BETA1, OPT_BETA2, OPT_NCCL_DIR, OPT_NCCL_TIMEOUT, OPT_MAX_LOSS, OPT_SKIP_LOSS_Z, OPT_SKIP_NORM_Z, OPT_MAX_SKIPS,
        OPT_INJECT_NAN_LOSS, OPT_INJECT_NAN_GRAD, OPT_MEMORY_LIMIT, OPT_HELLASWAG, OPT_HELLASWAG_LIMIT,
-       OPT_HELLASWAG_DUMP, OPT_BATCH_INVARIANT, OPT_OVERWRITE, OPT_ALLOW_CHANGE };
+       OPT_HELLASWAG_DUMP, OPT_BATCH_INVARIANT, OPT_OVERWRITE, OPT_ALLOW_CHANGE,
+       OPT_OFFLOAD, OPT_HOST_MEMORY_LIMIT, OPT_DRY_RUN };
 
 // Whether step is in a list of steps and ranges such as "5,9-12"; exits naming the option when the
 // list is malformed (parse_options checks each list once, with step 0).
@@ -258,6 +269,8 @@ static Options parse_options(int argc, char** argv) {
         {"inject-nan-loss", 1, 0, OPT_INJECT_NAN_LOSS}, {"inject-nan-grad", 1, 0, OPT_INJECT_NAN_GRAD},
         {"hellaswag", 1, 0, OPT_HELLASWAG}, {"hellaswag-limit", 1, 0, OPT_HELLASWAG_LIMIT},
         {"hellaswag-dump", 1, 0, OPT_HELLASWAG_DUMP}, {"overwrite", 0, 0, OPT_OVERWRITE},
+        {"offload", 1, 0, OPT_OFFLOAD}, {"host-memory-limit", 1, 0, OPT_HOST_MEMORY_LIMIT},
+        {"dry-run", 0, 0, OPT_DRY_RUN},
         {"allow-change", 1, 0, OPT_ALLOW_CHANGE},
         {0, 0, 0, 0}};
     const long long BIG = 1LL << 40;
@@ -324,6 +337,13 @@ static Options parse_options(int argc, char** argv) {
         case OPT_NCCL_DIR: o.nccl_dir = optarg; break;
         case OPT_NCCL_TIMEOUT: o.nccl_timeout = parse_float(optarg, name, 1.0, 1e6); break;
         case OPT_MEMORY_LIMIT: o.memory_limit = parse_float(optarg, name, 0.01, 1e6); break;
+        case OPT_OFFLOAD:
+            if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "0") != 0 && strcmp(optarg, "1") != 0)
+                fatal("--offload %s: use auto, 0 or 1", optarg);
+            o.offload = optarg;
+            break;
+        case OPT_HOST_MEMORY_LIMIT: o.host_memory_limit = parse_float(optarg, name, 0.01, 1e6); break;
+        case OPT_DRY_RUN: o.dry_run = 1; break;
         case OPT_BATCH_INVARIANT: o.group_sequences = (int)parse_int_option(optarg, name, 0, 1 << 20); break;
         case OPT_HELLASWAG: o.hellaswag = optarg; break;
         case OPT_HELLASWAG_LIMIT: o.hellaswag_limit = (int)parse_int_option(optarg, name, 0, HELLASWAG_MAX_EXAMPLES); break;
@@ -403,6 +423,8 @@ static const struct {
     {"keep", 0, V_INT, offsetof(Options, keep), FREE},
     {"recompute", 'r', V_INT, offsetof(Options, recompute), FREE},
     {"memory-limit", 0, V_DOUBLE, offsetof(Options, memory_limit), FREE},
+    {"offload", 0, V_TEXT, offsetof(Options, offload), FREE},
+    {"host-memory-limit", 0, V_DOUBLE, offsetof(Options, host_memory_limit), FREE},
 };
 enum { N_RECORDED = sizeof recorded_options / sizeof recorded_options[0] };
 
@@ -652,11 +674,56 @@ static void fit_micro_batch(GPT2BuildSpec* spec, int seqs, double memory, const 
               memory / GiB, source, FIT_MARGIN_BYTES / GiB, (memory - (double)FIT_MARGIN_BYTES) / GiB, advice);
     }
     // The head's slices are chosen after this (gpt2_fit_head_slice_tokens): the built plan says which.
-    printf("-b auto: B %d, -r %d for %d sequences per GPU per step: plan %.2f GiB (with the head's %d-token "
-           "slices) of %.2f GiB %s less a %.2f GiB margin\n", fit.spec.B, fit.spec.recompute, seqs,
-           fit.plan.total / GiB, GPT2_HEAD_SLICE_TOKENS, memory / GiB, source, FIT_MARGIN_BYTES / GiB);
+    printf("-b auto: B %d, -r %d%s for %d sequences per GPU per step: plan %.2f GiB (with the head's %d-token "
+           "slices) of %.2f GiB %s less a %.2f GiB margin\n", fit.spec.B, fit.spec.recompute,
+           fit.spec.offload ? ", AdamW's state offloaded to host memory" : "", seqs, fit.plan.total / GiB,
+           GPT2_HEAD_SLICE_TOKENS, memory / GiB, source, FIT_MARGIN_BYTES / GiB);
     spec->B = fit.spec.B;
     spec->recompute = fit.spec.recompute;
+    spec->offload = fit.spec.offload;
+}
+
+// The build of a run of o (model cfg, world ranks, seqs sequences per GPU per step) for `memory` bytes of
+// GPU (from `source`): -b auto (fit_micro_batch), or the
+// given B with -r 0 unless -r is given; offloading as --offload says (auto: when the run does not
+// fit otherwise; never on the CPU, whose memory is the host's); the head's slices. Exits when the
+// offloaded state needs more host memory than there is (or --host-memory-limit allows; in a dry run,
+// which plans for another machine, --host-memory-limit is that machine's host memory).
+static GPT2BuildSpec choose_build(const Options* o, const GPT2Config* cfg, int world, int seqs, double memory,
+                                  const char* source, int on_gpu, int dry_run) {
+    const double GiB = 1073741824.0;
+    GPT2BuildSpec spec = {.config = *cfg, .B = o->B, .T = o->T, .recompute = o->recompute,
+                          .zero_stage = o->zero_stage, .world = world, .group_sequences = o->group_sequences,
+                          .head_slice_tokens = GPT2_HEAD_SLICE_TOKENS};
+    spec.offload = strcmp(o->offload, "auto") == 0 ? (on_gpu ? GPT2_OFFLOAD_AUTO : 0) : atoi(o->offload);
+    if (spec.offload == 1 && spec.zero_stage == 1)
+        fatal("--offload 1 with -z 1: shard the optimizer state over the GPUs (-z 1) or offload it, not both");
+    if (spec.B == 0) {
+        fit_micro_batch(&spec, seqs, memory, source);
+    } else {
+        if (spec.recompute < 0) spec.recompute = 0;
+        spec.offload = gpt2_fit_offload(&spec, (size_t)memory);
+    }
+    spec.head_slice_tokens = gpt2_fit_head_slice_tokens(&spec, (size_t)memory);
+    if (spec.offload) {
+        size_t available, total;
+        host_memory(&available, &total);
+        double host = (double)available;
+        const char* host_source = "available (MemAvailable)";
+        if (o->host_memory_limit > 0 && (dry_run || o->host_memory_limit * GiB < host)) {
+            host = o->host_memory_limit * GiB;
+            host_source = "--host-memory-limit";
+        }
+        double need = (double)gpt2_memory_plan(&spec).host_optimizer;
+        if (need > host)
+            fatal("--offload: AdamW's state needs %.2f GiB of pinned host memory, and %.2f GiB are %s; free "
+                  "host memory, or fit the run to the GPU (a smaller -b, -r 2, a smaller model or -t)",
+                  need / GiB, host / GiB, host_source);
+        printf("offload: AdamW's m, v%s in pinned host memory, %.2f GiB of %.2f GiB %s\n",
+               sizeof(floatX) != sizeof(float) ? " and the master weights" : "", need / GiB, host / GiB,
+               host_source);
+    }
+    return spec;
 }
 
 // What the run holds on the GPU now against its plan: the free memory before the build less the free
@@ -777,6 +844,7 @@ static int find_nonfinite(const GPT2* model, const TrainState* st, char* where, 
 // its shard of the optimizer). Nothing is written unless every value of every rank is finite.
 static void save_checkpoint(GPT2* model, const DataLoader* train, long long step, uint64_t rng,
                             const Guard* guard, const Options* o, int rank, int world) {
+    const double started = wall_seconds();
     size_t n = model->num_parameters, count = model->opt_count;
     TrainState st = {0};
     st.config = model->config;
@@ -826,7 +894,7 @@ static void save_checkpoint(GPT2* model, const DataLoader* train, long long step
     checkpoint_state_path(path, sizeof path, o->out_dir, step, rank);
     train_state_write(path, &st);
     checkpoint_prune(o->out_dir, rank, o->keep, guard->last_applied);
-    printf("saved checkpoint of step %lld to %s\n", step, path);
+    printf("saved checkpoint of step %lld to %s in %.1f s\n", step, path, wall_seconds() - started);
     free(st.master);
     free(st.m);
     free(st.v);
@@ -1113,6 +1181,23 @@ static void open_data(Run* r) {
     checkpoint_dir_claim(o->out_dir, r->rank, o->resume, o->overwrite);
 }
 
+// --dry-run: what a run of these options would build on a card of --memory-limit GiB (with the host's
+// memory for offloading) and its memory plan, without touching a GPU.
+static int dry_run(const Run* r) {
+    const Options* o = r->o;
+    if (o->memory_limit <= 0) fatal("--dry-run needs --memory-limit GIB: the memory of the card to plan for");
+    const double GiB = 1073741824.0;
+    double memory = o->memory_limit * GiB;
+    GPT2BuildSpec spec = choose_build(o, &r->cfg, r->world, r->seqs, memory, "--memory-limit", 1, 1);
+    MemoryPlan plan = gpt2_memory_plan(&spec);
+    gpt2_print_memory_plan(&spec, &plan, 1);
+    printf("dry run: B %d, -r %d, offload %s, head slices of %d tokens: %.2f GiB of %.2f GiB --memory-limit less a "
+           "%.2f GiB margin%s\n", spec.B, spec.recompute, spec.offload ? "on" : "off", spec.head_slice_tokens,
+           plan.total / GiB, memory / GiB, FIT_MARGIN_BYTES / GiB,
+           plan.total + FIT_MARGIN_BYTES > memory ? " (does not fit: the run would fail to allocate)" : "");
+    return 0;
+}
+
 // The device and the ranks, then the model: its micro-batch (-b, or -b auto from the memory plan),
 // the build, and its weights from the model file or the seed.
 static void build_model(Run* r, const DistEnv* env) {
@@ -1126,14 +1211,10 @@ static void build_model(Run* r, const DistEnv* env) {
     }
     comm_init(r->rank, r->world, &rdv, o->nccl_timeout);
     size_t total_memory;
-    backend_memory(&r->free_before, &total_memory);
+    int on_gpu = backend_memory(&r->free_before, &total_memory);
     const char* memory_source;
     double memory = planning_memory(o, r->free_before, &memory_source);
-    GPT2BuildSpec spec = {.config = r->cfg, .B = o->B, .T = o->T, .recompute = o->recompute,
-                          .zero_stage = o->zero_stage, .world = r->world, .group_sequences = o->group_sequences};
-    if (spec.B == 0) fit_micro_batch(&spec, r->seqs, memory, memory_source);
-    else if (spec.recompute < 0) spec.recompute = 0;
-    spec.head_slice_tokens = gpt2_fit_head_slice_tokens(&spec, (size_t)memory);
+    GPT2BuildSpec spec = choose_build(o, &r->cfg, r->world, r->seqs, memory, memory_source, on_gpu, 0);
     r->B = spec.B;
     r->accum = r->seqs / spec.B;
     gpt2_build(&r->model, &spec);
@@ -1542,6 +1623,7 @@ int main(int argc, char** argv) {
     Run run = {.o = &o, .rank = env.rank, .world = env.world};
     run.file_weights = resolve_model(&o, &run.cfg); // a preset, custom sizes or a model file
     plan_step_batch(&run);
+    if (o.dry_run) return dry_run(&run);
     open_data(&run);
     build_model(&run, &env);
     resume_from_checkpoint(&run);

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 void fatal(const char* fmt, ...) {
     va_list ap;
@@ -71,4 +72,20 @@ long long parse_int_option(const char* s, const char* option, long long lo, long
     if (errno || end == s || *end != '\0') fatal("option %s: '%s' is not an integer", option, s);
     if (v < lo || v > hi) fatal("option %s: %lld is outside %lld..%lld", option, v, lo, hi);
     return v;
+}
+
+// MemAvailable, not MemFree: the kernel gives back page cache when a process asks for memory.
+void host_memory(size_t* available_bytes, size_t* total_bytes) {
+    long long available = -1, total = -1, kib;
+    char line[256];
+    FILE* f = fopen("/proc/meminfo", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        if (sscanf(line, "MemAvailable: %lld kB", &kib) == 1) available = kib * 1024;
+        if (sscanf(line, "MemTotal: %lld kB", &kib) == 1) total = kib * 1024;
+    }
+    if (f) fclose(f);
+    if (total < 0) total = (long long)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE);
+    if (available < 0) available = (long long)sysconf(_SC_AVPHYS_PAGES) * sysconf(_SC_PAGE_SIZE);
+    *available_bytes = (size_t)available;
+    *total_bytes = (size_t)total;
 }

@@ -31,6 +31,8 @@ long long parse_int_option(const char* s, const char* option, long long lo, long
 
 // Monotonic wall clock in seconds.
 double wall_seconds(void);
+// The host's memory: what allocations can still get (MemAvailable) and all of it (MemTotal).
+void host_memory(size_t* available_bytes, size_t* total_bytes);
 
 #ifdef __cplusplus
 }

@@ -8,9 +8,20 @@ static int plan_fits(const GPT2BuildSpec* spec, size_t memory, MemoryPlan* plan)
     return memory > FIT_MARGIN_BYTES && plan->total <= memory - FIT_MARGIN_BYTES;
 }
 
-// Whether the run fits at B = 1 with model cfg, T, recompute level r and ZeRO stage z.
+// The offload levels a run may choose from: run->offload, or both with GPT2_OFFLOAD_AUTO (not with
+// ZeRO stage 1, which shards the state instead).
+static void offload_range(const GPT2BuildSpec* run, int* lo, int* hi) {
+    *lo = run->offload == GPT2_OFFLOAD_AUTO ? 0 : run->offload;
+    *hi = run->offload == GPT2_OFFLOAD_AUTO ? (run->zero_stage == 1 ? 0 : 1) : run->offload;
+}
+
+// Whether the run fits at B = 1 with model cfg, T, recompute level r and ZeRO stage z (offloading
+// where run->offload allows it).
 static int fits_one_sequence(const GPT2BuildSpec* run, const GPT2Config* cfg, int T, int r, int z, size_t memory) {
     GPT2BuildSpec spec = *run;
+    int lo, hi;
+    offload_range(run, &lo, &hi);
+    spec.offload = z == 1 ? 0 : hi;
     spec.config = *cfg;
     spec.B = 1;
     spec.T = T;
@@ -24,17 +35,30 @@ static int fits_one_sequence(const GPT2BuildSpec* run, const GPT2Config* cfg, in
 int gpt2_fit(const GPT2BuildSpec* run, int seqs_per_gpu, int recompute_lo, int recompute_hi, size_t memory,
              Fit* fit) {
     int multiple = run->group_sequences > 0 ? run->group_sequences : 1;
+    int offload_lo, offload_hi;
+    offload_range(run, &offload_lo, &offload_hi);
     fit->spec = *run;
     fit->spec.head_slice_tokens = GPT2_HEAD_SLICE_TOKENS;
-    for (int B = seqs_per_gpu; B >= 1; B--) {
-        if (seqs_per_gpu % B != 0 || B % multiple != 0) continue;
-        for (int r = recompute_lo; r <= recompute_hi; r++) {
-            fit->spec.B = B;
-            fit->spec.recompute = r;
-            if (plan_fits(&fit->spec, memory, &fit->plan)) return 1;
+    for (int offload = offload_lo; offload <= offload_hi; offload++) {
+        for (int B = seqs_per_gpu; B >= 1; B--) {
+            if (seqs_per_gpu % B != 0 || B % multiple != 0) continue;
+            for (int r = recompute_lo; r <= recompute_hi; r++) {
+                fit->spec.B = B;
+                fit->spec.recompute = r;
+                fit->spec.offload = offload;
+                if (plan_fits(&fit->spec, memory, &fit->plan)) return 1;
+            }
         }
     }
     return 0;
+}
+
+int gpt2_fit_offload(const GPT2BuildSpec* spec, size_t memory) {
+    if (spec->offload != GPT2_OFFLOAD_AUTO) return spec->offload;
+    GPT2BuildSpec kept = *spec;
+    kept.offload = 0;
+    MemoryPlan plan;
+    return spec->zero_stage == 0 && !plan_fits(&kept, memory, &plan);
 }
 
 int gpt2_fit_head_slice_tokens(const GPT2BuildSpec* spec, size_t memory) {
@@ -79,5 +103,9 @@ void gpt2_fit_advice(char* buf, size_t n, const GPT2BuildSpec* run, int recomput
         append(buf, n, "-r 2 (or leave -r out: -b auto picks it)");
     if (world > 1 && zero_stage == 0 && fits_one_sequence(run, cfg, T, recompute_hi, 1, memory))
         append(buf, n, "-z 1 (ZeRO stage 1 shards the optimizer state over the GPUs)");
+    GPT2BuildSpec offloaded = *run;
+    offloaded.offload = 1;
+    if (run->offload == 0 && zero_stage == 0 && fits_one_sequence(&offloaded, cfg, T, recompute_hi, 0, memory))
+        append(buf, n, "--offload auto (AdamW's state in host memory)");
     if (!buf[0]) snprintf(buf, n, "nothing shorter or smaller fits either");
 }

@@ -19,6 +19,9 @@ extern "C" {
 // Checked on the GPU by tests/gpu/test_recipe_gpu.sh, which holds each run's peak to its --memory-limit.
 #define FIT_MARGIN_BYTES ((size_t)1 << 30)
 
+// GPT2BuildSpec.offload for gpt2_fit and gpt2_fit_offload: offload only when nothing fits without it.
+#define GPT2_OFFLOAD_AUTO (-1)
+
 typedef struct {
     GPT2BuildSpec spec; // the run with its B and recompute level chosen
     MemoryPlan plan;    // gpt2_memory_plan(&spec)
@@ -27,11 +30,17 @@ typedef struct {
 // The largest B that divides seqs_per_gpu (the per-GPU share of the total batch, in sequences of
 // T) and is a multiple of run->group_sequences (--batch-invariant's group, when set) and, for that
 // B, the lowest recompute level in recompute_lo..recompute_hi whose plan fits in `memory` bytes
-// less FIT_MARGIN_BYTES. run gives the model, T, zero_stage, world and group_sequences; fit->spec
-// is run with B and recompute chosen and the head's slices at GPT2_HEAD_SLICE_TOKENS. Returns 1 and
-// fills *fit, or 0 when nothing fits (not even B = 1 at recompute_hi).
+// less FIT_MARGIN_BYTES, in that order of cost; with run->offload GPT2_OFFLOAD_AUTO, offloading only
+// when no B and level fit without it. run gives the model, T, zero_stage, world, group_sequences and
+// offload; fit->spec is run with B, recompute and offload chosen and the head's slices at
+// GPT2_HEAD_SLICE_TOKENS. Returns 1 and fills *fit, or 0 when nothing fits (not even B = 1 at
+// recompute_hi, offloaded where allowed).
 int gpt2_fit(const GPT2BuildSpec* run, int seqs_per_gpu, int recompute_lo, int recompute_hi, size_t memory,
              Fit* fit);
+
+// For a run of a given B and recompute level: spec->offload, or with GPT2_OFFLOAD_AUTO 1 when its
+// plan without offload does not fit in `memory` less FIT_MARGIN_BYTES (and ZeRO is off), else 0.
+int gpt2_fit_offload(const GPT2BuildSpec* spec, size_t memory);
 
 // The head's slice tokens for a build of spec (its head_slice_tokens aside): the widest of
 // GPT2_HEAD_WIDEST_SLICE_TOKENS, its half, ... down to GPT2_HEAD_SLICE_TOKENS whose plan fits in
@@ -42,7 +51,8 @@ int gpt2_fit_head_slice_tokens(const GPT2BuildSpec* spec, size_t memory);
 
 // For a run that does not fit even at B = 1: what would, at B = 1 and recompute level recompute_hi,
 // written into buf as a list for a message (the longest T that divides run->T, the largest smaller
-// GPT-2 size at this T, -r 2 when recompute_hi is lower, ZeRO stage 1 on several GPUs), or "nothing
+// GPT-2 size at this T, -r 2 when recompute_hi is lower, ZeRO stage 1 on several GPUs, --offload
+// auto when run->offload is 0), or "nothing
 // shorter or smaller fits either". run gives the model, T, zero_stage and world.
 void gpt2_fit_advice(char* buf, size_t n, const GPT2BuildSpec* run, int recompute_hi, size_t memory);
 

@@ -75,22 +75,26 @@ static size_t shard_size(size_t n, int world) {
     return (shard + 63) / 64 * 64;
 }
 
+// The floats of a piece for arrays of n: GPT2_PIECE_FLOATS, or n when that is smaller.
+static size_t piece_floats(size_t n) { return n < GPT2_PIECE_FLOATS ? n : GPT2_PIECE_FLOATS; }
+
 MemoryPlan gpt2_memory_plan(const GPT2BuildSpec* spec) {
     const GPT2Config* cfg = &spec->config;
     size_t sizes[NUM_PARAMETER_TENSORS], n = gpt2_parameter_sizes(cfg, sizes);
     size_t shard = shard_size(n, spec->world), padded = shard * (size_t)spec->world;
     size_t opt_alloc = spec->zero_stage == 1 ? shard : n; // this rank's optimizer state
-    int has_master = sizeof(floatX) != sizeof(float);
+    size_t arrays = 2 + (sizeof(floatX) != sizeof(float)); // m, v and the master weights
     MemoryPlan p;
     p.parameters = padded * sizeof(floatX);
     p.gradients = (padded + sizes[P_WTE]) * sizeof(float); // and the encoder's share of wte's (gpt2_backward)
-    p.optimizer = (2 + (size_t)has_master) * opt_alloc * sizeof(float);
+    p.optimizer = arrays * (spec->offload ? piece_floats(opt_alloc) : opt_alloc) * sizeof(float);
+    p.host_optimizer = spec->offload ? arrays * opt_alloc * sizeof(float) : 0;
     Activations unused;
     Carver sizing = {NULL, 0};
     carve_activations(&unused, spec, &sizing);
     p.activations = sizing.used;
     p.attention_state = (size_t)cfg->num_layers * attention_saved_bytes(spec->B, spec->T, cfg->num_heads);
-    p.staging = padded * sizeof(float);
+    p.staging = piece_floats(padded) * sizeof(float);
     p.total = p.parameters + p.gradients + p.optimizer + p.activations + p.staging;
     return p;
 }
@@ -136,13 +140,17 @@ static void build(GPT2* model, const GPT2BuildSpec* spec, int training) {
     // With ZeRO the master shard is a whole shard long, so that it can be all-gathered.
     size_t opt_alloc = zero_stage == 1 ? model->shard : n;
 
+    if (spec->offload != 0 && spec->offload != 1) fatal("internal: a model built before its offload was chosen");
+    if (spec->offload && zero_stage == 1)
+        fatal("--offload 1 with -z 1 is not supported: shard the optimizer state (-z 1) or offload it, not both");
+    model->offload = training && spec->offload;
     model->training = training;
     model->plan = gpt2_memory_plan(spec);
     if (!training) { // the training plan less what only training holds
         model->plan.total -= model->plan.gradients + model->plan.optimizer;
-        model->plan.gradients = model->plan.optimizer = 0;
+        model->plan.gradients = model->plan.optimizer = model->plan.host_optimizer = 0;
     }
-    if (model->rank == 0) gpt2_print_memory_plan(model);
+    if (model->rank == 0) gpt2_print_memory_plan(spec, &model->plan, training);
 
     floatX* params = dev_malloc(padded * sizeof(floatX), "parameters");
     point_parameters(&model->params, params, model->param_sizes);
@@ -153,14 +161,27 @@ static void build(GPT2* model, const GPT2BuildSpec* spec, int training) {
         size_t wte = model->param_sizes[P_WTE];
         model->wte_encoder_grad = dev_malloc(wte * sizeof(float), "wte gradient of the encoder");
         dev_memset_zero(model->wte_encoder_grad, wte * sizeof(float));
-        if (sizeof(floatX) != sizeof(float)) {
-            model->master = dev_malloc(opt_alloc * sizeof(float), "master weights");
-            dev_memset_zero(model->master, opt_alloc * sizeof(float));
+        size_t bytes = opt_alloc * sizeof(float);
+        int has_master = sizeof(floatX) != sizeof(float);
+        if (spec->offload) { // the state in host memory, a piece of each array on the device
+            if (has_master) model->master = dev_malloc_host(bytes, "master weights (offloaded)");
+            model->adam_m = dev_malloc_host(bytes, "AdamW first moment (offloaded)");
+            model->adam_v = dev_malloc_host(bytes, "AdamW second moment (offloaded)");
+            if (has_master) memset(model->master, 0, bytes);
+            memset(model->adam_m, 0, bytes);
+            memset(model->adam_v, 0, bytes);
+            size_t piece = piece_floats(opt_alloc) * sizeof(float);
+            if (has_master) model->piece_master = dev_malloc(piece, "offloaded master weights' piece");
+            model->piece_m = dev_malloc(piece, "offloaded AdamW first moment's piece");
+            model->piece_v = dev_malloc(piece, "offloaded AdamW second moment's piece");
+        } else {
+            if (has_master) model->master = dev_malloc(bytes, "master weights");
+            model->adam_m = dev_malloc(bytes, "AdamW first moment");
+            model->adam_v = dev_malloc(bytes, "AdamW second moment");
+            if (has_master) dev_memset_zero(model->master, bytes);
+            dev_memset_zero(model->adam_m, bytes);
+            dev_memset_zero(model->adam_v, bytes);
         }
-        model->adam_m = dev_malloc(opt_alloc * sizeof(float), "AdamW first moment");
-        model->adam_v = dev_malloc(opt_alloc * sizeof(float), "AdamW second moment");
-        dev_memset_zero(model->adam_m, opt_alloc * sizeof(float));
-        dev_memset_zero(model->adam_v, opt_alloc * sizeof(float));
     }
 
     Carver carver = {dev_malloc(model->plan.activations, "activations"), 0};
@@ -184,70 +205,122 @@ void gpt2_free(GPT2* model) {
     dev_free(model->params.t[0]);
     dev_free(model->grads);
     dev_free(model->wte_encoder_grad);
-    dev_free(model->master);
-    dev_free(model->adam_m);
-    dev_free(model->adam_v);
+    if (model->offload) {
+        dev_free_host(model->master);
+        dev_free_host(model->adam_m);
+        dev_free_host(model->adam_v);
+        dev_free(model->piece_master);
+        dev_free(model->piece_m);
+        dev_free(model->piece_v);
+    } else {
+        dev_free(model->master);
+        dev_free(model->adam_m);
+        dev_free(model->adam_v);
+    }
     dev_free(model->acts.encoded);
     dev_free_host(model->staged_tokens);
     dev_free_host(model->host_losses);
     memset(model, 0, sizeof(*model));
 }
 
-void gpt2_print_memory_plan(const GPT2* model) {
-    const MemoryPlan* p = &model->plan;
+void gpt2_print_memory_plan(const GPT2BuildSpec* spec, const MemoryPlan* p, int training) {
     double MiB = 1024.0 * 1024.0;
     int has_master = sizeof(floatX) != sizeof(float);
-    printf("memory plan (B %d, T %d, recompute %d, %s attention, head slices of %d tokens):\n", model->B, model->T,
-           model->recompute, attention_name(), model->head_slice_tokens);
-    printf("  parameters   %10.1f MiB  (%zu x %zu bytes)\n", p->parameters / MiB, model->num_parameters, sizeof(floatX));
-    if (model->training) {
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    printf("memory plan (B %d, T %d, recompute %d, %s attention, head slices of %d tokens):\n", spec->B, spec->T,
+           spec->recompute, attention_name(), spec->head_slice_tokens);
+    printf("  parameters   %10.1f MiB  (%zu x %zu bytes)\n", p->parameters / MiB,
+           gpt2_parameter_sizes(&spec->config, sizes), sizeof(floatX));
+    if (training) {
         printf("  gradients    %10.1f MiB\n", p->gradients / MiB);
-        printf("  optimizer    %10.1f MiB  (AdamW m, v%s, fp32; %s)\n", p->optimizer / MiB,
-               has_master ? ", master weights" : "",
-               model->zero_stage == 1 ? "ZeRO 1: this rank's shard" : "all parameters");
+        if (spec->offload)
+            printf("  optimizer    %10.1f MiB  (a piece each of AdamW m, v%s; the state itself, %.1f MiB, in "
+                   "pinned host memory: --offload)\n", p->optimizer / MiB, has_master ? ", master weights" : "",
+                   p->host_optimizer / MiB);
+        else
+            printf("  optimizer    %10.1f MiB  (AdamW m, v%s, fp32; %s)\n", p->optimizer / MiB,
+                   has_master ? ", master weights" : "",
+                   spec->zero_stage == 1 ? "ZeRO 1: this rank's shard" : "all parameters");
     } else {
         printf("  gradients and optimizer: none (forward only)\n");
     }
     printf("  activations  %10.1f MiB  (of which attention state %.1f MiB)\n", p->activations / MiB,
            p->attention_state / MiB);
-    printf("  staging      %10.1f MiB  (fp32 weights while they are loaded or gathered)\n", p->staging / MiB);
+    printf("  staging      %10.1f MiB  (a piece of fp32 weights while they are loaded or gathered)\n",
+           p->staging / MiB);
     printf("  total        %10.1f MiB\n", p->total / MiB);
 }
 
 // ---- weights -----------------------------------------------------------------------------
 
-// Loads the weights from n fp32 values in device memory: the parameters (rounded to nearest
-// when floatX is bf16) and the master weights this rank keeps.
-static void load_weights(GPT2* model, const float* w) {
-    floatX_from_float(model->params.t[0], w, model->num_parameters);
-    if (model->master) dev_copy(model->master, w + model->opt_offset, model->opt_count * sizeof(float));
+// A source of fp32 weights: writes parameters [start, start + count) to dst (device memory).
+typedef void (*WeightSource)(float* dst, size_t start, size_t count, const void* context);
+
+// Loads the weights from source, tensor by tensor in pieces of at most GPT2_PIECE_FLOATS (a piece of
+// a tensor starts at a multiple of it, so at an even index: gpt2_initial_weights_range) through one
+// staging piece: the parameters (rounded to nearest when floatX is bf16) and the master weights this
+// rank keeps.
+static void load_weights(GPT2* model, WeightSource source, const void* context) {
+    size_t lo = model->opt_offset, hi = lo + model->opt_count;
+    float* staging = dev_malloc(piece_floats(model->num_parameters) * sizeof(float), "staging of the weights");
+    size_t first = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; first += model->param_sizes[i], i++) {
+        for (size_t s = first, end = first + model->param_sizes[i]; s < end; s += GPT2_PIECE_FLOATS) {
+            size_t e = end - s < GPT2_PIECE_FLOATS ? end : s + GPT2_PIECE_FLOATS;
+            source(staging, s, e - s, context);
+            floatX_from_float(model->params.t[0] + s, staging, e - s);
+            size_t a = s > lo ? s : lo, b = e < hi ? e : hi; // the master weights of the piece this rank keeps
+            if (!model->master || a >= b) continue;
+            if (model->offload) dev_download(model->master + (a - lo), staging + (a - s), (b - a) * sizeof(float));
+            else dev_copy(model->master + (a - lo), staging + (a - s), (b - a) * sizeof(float));
+        }
+    }
+    dev_free(staging);
+}
+
+typedef struct {
+    const GPT2Config* config;
+    unsigned long long seed;
+} InitialWeights;
+
+static void initial_weights_source(float* dst, size_t start, size_t count, const void* context) {
+    const InitialWeights* init = context;
+    gpt2_initial_weights_range(dst, init->config, init->seed, start, count);
+}
+
+static void host_weights_source(float* dst, size_t start, size_t count, const void* context) {
+    dev_upload(dst, (const float*)context + start, count * sizeof(float));
 }
 
 void gpt2_init_random(GPT2* model, unsigned long long seed) {
-    float* all = dev_malloc(model->num_parameters * sizeof(float), "initial weights");
-    gpt2_initial_weights(all, &model->config, seed);
-    load_weights(model, all);
-    dev_free(all);
+    InitialWeights init = {&model->config, seed};
+    load_weights(model, initial_weights_source, &init);
 }
 
-void gpt2_set_weights(GPT2* model, const float* host) {
-    float* all = dev_malloc(model->num_parameters * sizeof(float), "weights");
-    dev_upload(all, host, model->num_parameters * sizeof(float));
-    load_weights(model, all);
-    dev_free(all);
-}
+void gpt2_set_weights(GPT2* model, const float* host) { load_weights(model, host_weights_source, host); }
 
 void gpt2_get_weights(const GPT2* model, float* host) {
     size_t n = model->num_parameters;
     if (!model->master) { // the parameters are the fp32 weights, whole on every rank
         dev_download(host, model->params.t[0], n * sizeof(float));
+    } else if (model->offload) {
+        dev_synchronize(); // the last update's downloads
+        memcpy(host, model->master, n * sizeof(float));
     } else if (model->zero_stage == 0) {
         dev_download(host, model->master, n * sizeof(float));
-    } else { // each rank holds one shard of the master weights
-        float* all = dev_malloc(model->shard * model->world * sizeof(float), "gathered weights");
-        comm_allgather(all, model->master, model->shard, COMM_FLOAT);
-        dev_download(host, all, n * sizeof(float));
-        dev_free(all);
+    } else { // each rank holds one shard of the master weights: gathered a piece of each at a time
+        size_t shard = model->shard, world = model->world;
+        size_t piece = piece_floats(shard * world) / world;
+        float* gathered = dev_malloc(piece * world * sizeof(float), "staging of the gathered weights");
+        for (size_t s = 0; s < shard; s += piece) {
+            size_t len = shard - s < piece ? shard - s : piece;
+            comm_allgather(gathered, model->master + s, len, COMM_FLOAT);
+            for (size_t r = 0; r < world; r++) {
+                size_t at = r * shard + s, keep = at >= n ? 0 : n - at < len ? n - at : len;
+                if (keep) dev_download(host + at, gathered + r * len, keep * sizeof(float));
+            }
+        }
+        dev_free(gathered);
     }
 }
 
@@ -266,20 +339,42 @@ void gpt2_set_optimizer_state(GPT2* model, const float* weights, const float* m,
                               int t, unsigned long long seed) {
     size_t lo = model->opt_offset, count = model->opt_count, bytes = count * sizeof(float);
     floatX* params = model->params.t[0];
+    if (model->offload) dev_synchronize(); // no update's download may still land in the host arrays
     if (model->master) {
-        dev_upload(model->master, weights, bytes);
+        // The parameters are rounded from the master weights on the device: with offload a piece at a
+        // time through a staging piece.
+        float* staging = NULL;
+        if (model->offload) {
+            memcpy(model->master, weights, bytes);
+            staging = dev_malloc(piece_floats(count) * sizeof(float), "staging of the master weights");
+        } else {
+            dev_upload(model->master, weights, bytes);
+        }
         size_t offset = 0, a, b;
         for (int i = 0; i < NUM_PARAMETER_TENSORS; offset += model->param_sizes[i], i++) {
             optimizer_part(model, i, offset, &a, &b);
-            if (a >= b) continue;
-            if (t > 0) round_master_weights(params + a, model->master + (a - lo), b - a, a - offset, t, tensor_seed(seed, i));
-            else floatX_from_float(params + a, model->master + (a - lo), b - a); // as at init
+            for (size_t s = a; s < b; s += GPT2_PIECE_FLOATS) {
+                size_t len = b - s < GPT2_PIECE_FLOATS ? b - s : GPT2_PIECE_FLOATS;
+                const float* master = model->master + (s - lo);
+                if (staging) {
+                    dev_upload(staging, master, len * sizeof(float));
+                    master = staging;
+                }
+                if (t > 0) round_master_weights(params + s, master, len, s - offset, t, tensor_seed(seed, i));
+                else floatX_from_float(params + s, master, len); // as at init
+            }
         }
+        dev_free(staging);
     } else {
         dev_upload(params + lo, weights, bytes);
     }
-    dev_upload(model->adam_m, m, bytes);
-    dev_upload(model->adam_v, v, bytes);
+    if (model->offload) {
+        memcpy(model->adam_m, m, bytes);
+        memcpy(model->adam_v, v, bytes);
+    } else {
+        dev_upload(model->adam_m, m, bytes);
+        dev_upload(model->adam_v, v, bytes);
+    }
     if (model->zero_stage == 1)
         comm_allgather(params, params + model->rank * model->shard, model->shard, COMM_FLOATX);
 }
@@ -287,6 +382,14 @@ void gpt2_set_optimizer_state(GPT2* model, const float* weights, const float* m,
 void gpt2_get_optimizer_state(const GPT2* model, float* weights, float* m, float* v) {
     size_t bytes = model->opt_count * sizeof(float);
     const float* w = model->master ? model->master : (const float*)(const void*)(model->params.t[0] + model->opt_offset);
+    if (model->offload) {
+        dev_synchronize(); // the last update's downloads
+        if (model->master) memcpy(weights, w, bytes);
+        else dev_download(weights, w, bytes);
+        memcpy(m, model->adam_m, bytes);
+        memcpy(v, model->adam_v, bytes);
+        return;
+    }
     dev_download(weights, w, bytes);
     dev_download(m, model->adam_m, bytes);
     dev_download(v, model->adam_v, bytes);
@@ -537,10 +640,27 @@ void gpt2_update(GPT2* model, float norm, float lr, float beta1, float beta2, fl
         optimizer_part(model, i, offset, &a, &b);
         // weight decay on the 2-D weights only, not on biases and layernorm parameters
         int decay = i == P_WTE || i == P_WPE || i == P_QKVW || i == P_ATTPROJW || i == P_FCW || i == P_FCPROJW;
-        if (a < b)
-            adamw_update(params + a, model->master ? model->master + (a - lo) : NULL, grads + a,
-                         model->adam_m + (a - lo), model->adam_v + (a - lo), b - a, a - offset, lr,
-                         beta1, beta2, eps, decay ? weight_decay : 0.0f, grad_scale, t, tensor_seed(seed, i));
+        // Offloaded, each piece goes up, is updated and comes back, in order with the kernels: the
+        // same kernel on the same values, and a piece rounds as the whole part would (index0).
+        const size_t step = model->offload ? GPT2_PIECE_FLOATS : b - a;
+        for (size_t s = a; s < b; s += step) {
+            size_t len = b - s < step ? b - s : step, bytes = len * sizeof(float);
+            float *master = model->master ? model->master + (s - lo) : NULL;
+            float *m = model->adam_m + (s - lo), *v = model->adam_v + (s - lo);
+            float *dev_master = master, *dev_m = m, *dev_v = v;
+            if (model->offload) {
+                if (master) dev_upload_async(dev_master = model->piece_master, master, bytes);
+                dev_upload_async(dev_m = model->piece_m, m, bytes);
+                dev_upload_async(dev_v = model->piece_v, v, bytes);
+            }
+            adamw_update(params + s, dev_master, grads + s, dev_m, dev_v, len, s - offset, lr, beta1, beta2, eps,
+                         decay ? weight_decay : 0.0f, grad_scale, t, tensor_seed(seed, i));
+            if (model->offload) {
+                if (master) dev_download_async(master, dev_master, bytes);
+                dev_download_async(m, dev_m, bytes);
+                dev_download_async(v, dev_v, bytes);
+            }
+        }
     }
     if (model->zero_stage == 1) comm_allgather(params, params + model->rank * model->shard, model->shard, COMM_FLOATX);
 }

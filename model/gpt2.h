@@ -52,16 +52,24 @@ typedef struct {
     float* row;          // (Vp) one row of logits as fp32, for sampling
 } Activations;
 
-// The device memory of one rank, in bytes, exactly as gpt2_build allocates it. The peak is the total:
-// the fp32 staging copy of the weights exists only while they are loaded (init, model file, resume)
-// or gathered (a ZeRO checkpoint), but then everything else is allocated too.
+// Weights pass between the host and the device, and offloaded optimizer state through the device,
+// in pieces of at most this many floats (64 MiB): the staging and the offload buffers stay small.
+#define GPT2_PIECE_FLOATS ((size_t)1 << 24)
+
+// The device memory of one rank, in bytes, exactly as gpt2_build allocates it, and the host memory
+// that offloading takes. The peak is the total: the staging piece exists only while weights are
+// loaded (init, model file, resume) or gathered (a ZeRO checkpoint), but then everything else is
+// allocated too.
 typedef struct {
     size_t parameters, gradients;
-    size_t optimizer;        // AdamW m and v, and the master weights when floatX is not float
+    // AdamW m and v, and the master weights when floatX is not float; offloaded: the device's
+    // buffers for one piece of each, the state itself in host memory (host_optimizer)
+    size_t optimizer;
     size_t activations;      // one block: what the forward keeps, backward buffers, attention scratch
     size_t attention_state;  // of which the attention's saved state
-    size_t staging;          // fp32 weights while they are loaded or gathered
+    size_t staging;          // one piece of fp32 weights while they are loaded or gathered
     size_t total;
+    size_t host_optimizer;   // pinned host memory of the offloaded optimizer state (0 without offload)
 } MemoryPlan;
 
 // What a model is built for: everything its memory depends on, and how its gradients are summed.
@@ -77,6 +85,10 @@ typedef struct {
     // sequences (group_rows = group_sequences T, kernels.h), so every micro-batch B that is a
     // multiple of it trains the same bits; 0: one sum per micro-batch.
     int group_sequences;
+    // --offload: 1 keeps AdamW m, v and the master weights in pinned host memory, and gpt2_update
+    // streams them through the device piece by piece (the same kernel on the same values: the same
+    // bits); 0 keeps them on the device. Not with zero_stage 1.
+    int offload;
 } GPT2BuildSpec;
 
 // The plan of gpt2_build(spec) on one of spec->world ranks: the sizes come from the same code that
@@ -104,9 +116,13 @@ typedef struct {
     // with ZeRO stage 0, its own shard with stage 1.
     int zero_stage, rank, world;
     size_t shard, opt_offset, opt_count;
+    // In device memory, or with offload in pinned host memory (dev_malloc_host).
     float* master;       // fp32 master weights when floatX is not float, else NULL (params are fp32)
     float* adam_m;
     float* adam_v;
+    int offload;         // GPT2BuildSpec's
+    // With offload: the device's piece of master (when there is one), m and v, GPT2_PIECE_FLOATS each.
+    float *piece_master, *piece_m, *piece_v;
     int B, T, recompute; // the largest batch the activations were allocated for
     int head_slice_tokens; // the head's slices (gpt2_head_slice_sequences)
     int fwd_B, fwd_T;    // shape of the last forward, which the backward differentiates
@@ -134,8 +150,9 @@ void gpt2_build(GPT2* model, const GPT2BuildSpec* spec);
 // model can still run it. One process, no recompute; backward and update must not be called.
 void gpt2_build_forward_only(GPT2* model, const GPT2Config* cfg, int B, int T);
 void gpt2_free(GPT2* model);
-// Prints where the memory goes (parameters, gradients, optimizer, activations by kind).
-void gpt2_print_memory_plan(const GPT2* model);
+// Prints where the memory of a build of spec goes (plan: gpt2_memory_plan(spec), less gradients and
+// optimizer when not training): parameters, gradients, optimizer, activations, staging.
+void gpt2_print_memory_plan(const GPT2BuildSpec* spec, const MemoryPlan* plan, int training);
 
 // GPT-2 init from the seed: gpt2_initial_weights (init.h), then loaded as gpt2_set_weights loads.
 void gpt2_init_random(GPT2* model, unsigned long long seed);

@@ -49,6 +49,7 @@ run hellaswag tests/e2e/test_hellaswag.sh "$DATA"
 run hf tests/e2e/test_hf.sh "$DATA"
 run resume tests/e2e/test_resume.sh "$DATA"
 run resume_options tests/e2e/test_resume_options.sh "$DATA"
+run offload tests/e2e/test_offload.sh "$DATA"
 run messages tests/e2e/test_messages.sh "$DATA"
 run divergence tests/e2e/test_divergence.sh "$DATA"
 run config tests/e2e/test_config.sh "$DATA"
@@ -75,6 +76,7 @@ for ((i = 0; i < ${#fuzzers[@]}; i += JOBS)); do
     done
 done
 run cuda_compile make --no-print-directory -j"$JOBS" BUILD="$BUILD" test-cuda-compile
+run offload_plan tests/e2e/test_offload_plan.sh "$BUILD/cuda-compile/BF16/train_gpt-flash"
 
 [ -n "$failures" ] && echo "failed:$failures"
 echo "$passed passed, $failed failed"

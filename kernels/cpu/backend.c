@@ -23,20 +23,8 @@ const char* backend_describe(void) { return description; }
 
 double backend_peak_flops(void) { return 0.0; } // MFU is a GPU measure
 
-// MemAvailable, not MemFree: the kernel gives back page cache when a process asks for memory.
 int backend_memory(size_t* free_bytes, size_t* total_bytes) {
-    long long available = -1, total = -1, kib;
-    char line[256];
-    FILE* f = fopen("/proc/meminfo", "r");
-    while (f && fgets(line, sizeof line, f)) {
-        if (sscanf(line, "MemAvailable: %lld kB", &kib) == 1) available = kib * 1024;
-        if (sscanf(line, "MemTotal: %lld kB", &kib) == 1) total = kib * 1024;
-    }
-    if (f) fclose(f);
-    if (total < 0) total = (long long)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE);
-    if (available < 0) available = (long long)sysconf(_SC_AVPHYS_PAGES) * sysconf(_SC_PAGE_SIZE);
-    *free_bytes = (size_t)available;
-    *total_bytes = (size_t)total;
+    host_memory(free_bytes, total_bytes);
     return 0;
 }
 

@@ -115,7 +115,8 @@ $(BUILD)/profile_step: $(call cuda_obj,scripts/profile_step.cu $(COMMON_SRC) mod
 # Every ATTN x PRECISION for all four architectures without a warning in our code. A target per
 # PRECISION, so that `make -j` builds the two side by side, each in a BUILD dir of its own where the
 # naive variant follows the flash one and reuses its objects of the sources that do not depend on
-# ATTN (the two variants' programs have the same names there: the naive ones are left).
+# ATTN (the two variants' programs have the same names there: the naive ones are left, and the flash
+# train_gpt as train_gpt-flash, whose --dry-run tests/e2e/test_offload_plan.sh asks).
 CUDA_CHECK_ARCH = 80 86 89 90
 CUDA_CHECK_TARGETS = $(addprefix cuda-compile-,BF16 FP32)
 .PHONY: $(CUDA_CHECK_TARGETS)
@@ -127,6 +128,7 @@ $(CUDA_CHECK_TARGETS): cuda-compile-%:
 	    [ $$a = flash ] && tests="$$tests $$dir/tests/test_attention_gpu"; \
 	    $(MAKE) -f $(TOP_MAKEFILE) --no-print-directory BUILD=$$dir ATTN=$$a PRECISION=$* GPU_ARCH="$(CUDA_CHECK_ARCH)" \
 	        CUDA_WERROR=1 $$dir/train_gpt $$dir/profile_step $$tests || exit 1; \
+	    if [ $$a = flash ]; then cp $$dir/train_gpt $$dir/train_gpt-flash; fi; \
 	    echo "PASS ATTN=$$a PRECISION=$* compiles for sm $(CUDA_CHECK_ARCH) without warnings"; \
 	done
 

@@ -75,8 +75,9 @@ static void test_plan_sizes(void) {
     MemoryPlan p = plan_of(&d12, 4, 1024, 0, 0, 1, GPT2_HEAD_SLICE_TOKENS);
     test_check(p.parameters == n * 4 && p.gradients == (n + wte) * 4, "plan: d12 parameters and gradients",
                "%zu and %zu bytes, want %zu and %zu", p.parameters, p.gradients, n * 4, (n + wte) * 4);
-    test_check(p.optimizer == 2 * n * 4 && p.staging == n * 4, "plan: d12 AdamW m, v and the fp32 staging",
-               "optimizer %zu, staging %zu bytes", p.optimizer, p.staging);
+    test_check(p.optimizer == 2 * n * 4 && p.staging == GPT2_PIECE_FLOATS * 4 && p.host_optimizer == 0,
+               "plan: d12 AdamW m, v and a piece of fp32 staging", "optimizer %zu, staging %zu, host %zu bytes",
+               p.optimizer, p.staging, p.host_optimizer);
     int bad = 0;
     for (int r = 0; r <= 2; r++) {
         int shapes[][2] = {{1, 64}, {4, 1024}, {3, 67}, {64, 1024}, {2, 16384}};
@@ -195,7 +196,7 @@ static void test_fit_example(void) {
     test_check(a && b && big.spec.B == 64 && big.spec.recompute == 0 && small.spec.B < 64,
                "fit: d12 T 1024: all 64 sequences at -r 0 on 141 GiB, fewer on 8 GiB",
                "8 GiB: B %d -r %d; 141 GiB: B %d -r %d", small.spec.B, small.spec.recompute, big.spec.B, big.spec.recompute);
-    test_check(c && fixed.spec.recompute == 1 && fixed.spec.B >= small.spec.B, "fit: an explicit -r is kept",
+    test_check(c && fixed.spec.recompute == 1 && fixed.spec.B <= small.spec.B, "fit: an explicit -r is kept",
                "B %d -r %d", fixed.spec.B, fixed.spec.recompute);
     printf("  d12 T 1024, 64 sequences: 8 GiB -> B %d -r %d (%.2f GiB planned); 141 GiB -> B %d -r %d\n",
            small.spec.B, small.spec.recompute, small.plan.total / (double)GiB, big.spec.B, big.spec.recompute);
@@ -295,11 +296,41 @@ static void test_head_slices(void) {
                "%d of %d cases wrong", wrong, cases);
 }
 
+// --offload: the plan keeps a piece of each array on the device and the state in host memory;
+// GPT2_OFFLOAD_AUTO offloads only where no B and recompute level fit without it, never with ZeRO.
+static void test_offload(void) {
+    GPT2Config d12 = preset("d12", 1024), d48 = preset("d48", 1024);
+    const size_t n = 124475904;
+    GPT2BuildSpec spec = build_spec(&d12, 4, 1024, 0, 0, 1, GPT2_HEAD_SLICE_TOKENS);
+    spec.offload = 1;
+    MemoryPlan off = gpt2_memory_plan(&spec), on = plan_of(&d12, 4, 1024, 0, 0, 1, GPT2_HEAD_SLICE_TOKENS);
+    test_check(off.optimizer == 2 * GPT2_PIECE_FLOATS * 4 && off.host_optimizer == 2 * n * 4 &&
+               off.total == on.total - on.optimizer + off.optimizer,
+               "plan: d12 offloaded: a piece of m and v on the device, all of them in host memory",
+               "device %zu, host %zu bytes", off.optimizer, off.host_optimizer);
+    int wrong = 0, offloaded = 0;
+    for (size_t gib = 1; gib <= 141; gib++) {
+        GPT2BuildSpec run = run_of(&d48, 1024, 0, 1, 0), kept = run;
+        run.offload = GPT2_OFFLOAD_AUTO;
+        Fit auto_fit, kept_fit;
+        int a = fit_run(run, 64, 0, 2, gib * GiB, &auto_fit), k = fit_run(kept, 64, 0, 2, gib * GiB, &kept_fit);
+        if (k && (!a || auto_fit.spec.offload != 0 || auto_fit.spec.B != kept_fit.spec.B)) wrong++;
+        if (!k && a && auto_fit.spec.offload != 1) wrong++;
+        offloaded += !k && a;
+        GPT2BuildSpec sharded = run_of(&d48, 1024, 1, 8, 0);
+        sharded.offload = GPT2_OFFLOAD_AUTO;
+        if (fit_run(sharded, 8, 0, 2, gib * GiB, &auto_fit) && auto_fit.spec.offload) wrong++;
+    }
+    test_check(wrong == 0 && offloaded > 0, "fit: d48 --offload auto offloads exactly where nothing fits without it",
+               "%d budgets of 1..141 GiB offloaded, %d wrong", offloaded, wrong);
+}
+
 int main(void) {
     test_head_slices();
     test_plan_sizes();
     test_fit_grid();
     test_fit_example();
     test_advice();
+    test_offload();
     return test_summary("memory_fit");
 }

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# --offload with train_gpt_cpu (the same code path as the GPU's: model/gpt2.c streams AdamW's state
+# through the device in pieces of GPT2_PIECE_FLOATS, which on the CPU are copies). A model whose wte
+# (50304 x 320 = 16.1M values) is two pieces:
+#  1. --offload 1 trains the bits of --offload 0: the same losses, model file and training state;
+#  2. a checkpoint written with offload resumes without it, and one written without it resumes with
+#     it, each to the bits of the straight run;
+#  3. too little host memory (--host-memory-limit) is refused before training, naming what it needs;
+#     --offload 1 with -z 1 is refused;
+#  4. --dry-run prints the plan and the choice and exits without creating the output directory.
+set -euo pipefail
+BUILD=${BUILD:-.}
+DATA=$(cd "${1:?usage: tests/e2e/test_offload.sh DATA_DIR (the directory scripts/get_data.sh fills)}" && pwd)
+cd "$(dirname "$0")/../.."
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL $*"; exit 1; }
+train() { "$BUILD/train_gpt_cpu" --layers 1 --channels 320 --heads 5 --max-seq 32 -t 32 -b 2 --seed 5 -l 1e-3 \
+    -c 0.1 -k constant -i "$DATA/tinyshakespeare/tiny_shakespeare_train.bin" -v 0 -s 0 -x 4 -n 2 "$@"; }
+losses() { awk -F, 'NR > 1 { print $1, $2, $5 }' "$1/log.csv"; } # step, train loss, norm
+same_run() { # same_run DIR_A DIR_B WHAT
+    diff <(losses "$1") <(losses "$2") > "$tmp/diff" || { cat "$tmp/diff"; fail "$3: losses differ"; }
+    cmp -s "$1/model_00000004.bin" "$2/model_00000004.bin" || fail "$3: the model files of step 4 differ"
+    cmp -s "$1/state_00000004_00000.bin" "$2/state_00000004_00000.bin" || fail "$3: the training states differ"
+    echo "PASS $3: the same losses, model file and training state at step 4"
+}
+
+# 1. on and off
+train --offload 0 -o "$tmp/off" > "$tmp/off.out"
+train --offload 1 -o "$tmp/on" > "$tmp/on.out"
+grep -q "^offload: AdamW's m, v in pinned host memory" "$tmp/on.out" || fail "--offload 1 did not say it offloads"
+grep -q "^offload:" "$tmp/off.out" && fail "--offload 0 offloaded"
+same_run "$tmp/off" "$tmp/on" "--offload 1 against --offload 0"
+
+# 2. resumes across the switch: each run's step-2 checkpoint, resumed the other way
+for from in off on; do
+    to=$([ $from = off ] && echo 1 || echo 0)
+    mkdir "$tmp/$from-resumed"
+    cp "$tmp/$from"/{run.conf,log.csv,model_00000002.bin,state_00000002_00000.bin} "$tmp/$from-resumed/"
+    awk -F, 'NR == 1 || $1 <= 2' "$tmp/$from/log.csv" > "$tmp/$from-resumed/log.csv"
+    "$BUILD/train_gpt_cpu" -y 1 --offload $to -o "$tmp/$from-resumed" > "$tmp/$from-resumed.out" 2>&1 ||
+        { cat "$tmp/$from-resumed.out"; fail "resuming the --offload $([ $from = on ] && echo 1 || echo 0) run"; }
+    grep -q "resumed from .*state_00000002_00000.bin at step 2" "$tmp/$from-resumed.out" ||
+        fail "the --offload $to resume did not start at step 2"
+    same_run "$tmp/off" "$tmp/$from-resumed" "written with --offload $([ $from = on ] && echo 1 || echo 0), resumed with --offload $to"
+done
+
+# 3. refusals
+status=0
+train --offload 1 --host-memory-limit 0.01 -o "$tmp/short" > "$tmp/short.out" 2>&1 || status=$?
+[ $status = 1 ] && grep -q "needs .* GiB of pinned host memory, and 0.01 GiB are --host-memory-limit" "$tmp/short.out" ||
+    { cat "$tmp/short.out"; fail "too little host memory: exit $status"; }
+[ -e "$tmp/short/log.csv" ] && fail "too little host memory: the run started"
+echo "PASS too little host memory refused before training: $(grep -o "needs.*limit" "$tmp/short.out")"
+status=0
+train --offload 1 -z 1 -o "$tmp/zero" > "$tmp/zero.out" 2>&1 || status=$?
+[ $status = 1 ] && grep -q "offload 1 with -z 1" "$tmp/zero.out" || { cat "$tmp/zero.out"; fail "--offload 1 -z 1: exit $status"; }
+echo "PASS --offload 1 with -z 1 refused"
+
+# 4. --dry-run
+train --offload 1 --dry-run --memory-limit 4 -o "$tmp/dry" > "$tmp/dry.out"
+grep -q "^dry run: B 2, -r 0, offload on" "$tmp/dry.out" || { cat "$tmp/dry.out"; fail "--dry-run's line"; }
+grep -q "^  optimizer .*in pinned host memory" "$tmp/dry.out" || fail "--dry-run printed no plan"
+[ -e "$tmp/dry" ] && fail "--dry-run created its output directory"
+echo "PASS --dry-run: $(grep "^dry run" "$tmp/dry.out")"
+echo "test_offload: all passed"

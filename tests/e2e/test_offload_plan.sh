@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# What -b auto chooses for GPT-2's sizes on consumer cards, from train_gpt's own plan (--dry-run, which
+# touches no GPU, so this runs where there is none): the CUDA BF16 flash build given as the argument
+# (make test passes the one test-cuda-compile built). T 1024, 64 sequences per step:
+#  - d24 at 8 GiB, d36 at 12 GiB, d48 at 16 and 24 GiB fit (d36 and d48 with AdamW's state offloaded);
+#  - d48 at 141 GiB does not offload (--offload auto only when nothing fits otherwise);
+#  - d48 at 16 GiB with --offload 0 is refused, the advice naming --offload auto;
+#  - d48 at 16 GiB with too little host memory (--host-memory-limit 8) is refused naming what it needs.
+# A dry run plans for a host of --host-memory-limit GiB (64 here, so that the test does not depend on
+# this machine's; d48's offloaded state needs 17.4).
+set -euo pipefail
+BIN=${1:?usage: tests/e2e/test_offload_plan.sh TRAIN_GPT (a CUDA BF16 build)}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failed=0
+fail() { echo "FAIL $*"; failed=1; }
+plan() { "$BIN" -t 1024 -d 65536 --dry-run --host-memory-limit 64 -o "$tmp/never" "$@"; }
+
+for case in "d24 8 off" "d36 12 on" "d48 16 on" "d48 24 on" "d48 141 off"; do
+    read -r model gib offload <<< "$case"
+    out=$(plan -e "$model" --memory-limit "$gib" 2>&1) || { fail "$model at $gib GiB: $out"; continue; }
+    line=$(grep "^dry run:" <<< "$out")
+    if grep -q "does not fit" <<< "$line" || ! grep -q "offload $offload" <<< "$line"; then
+        fail "$model at $gib GiB: $line (want offload $offload)"
+    else echo "PASS $model at $gib GiB: ${line#dry run: }"; fi
+done
+[ -e "$tmp/never" ] && fail "--dry-run created its output directory"
+
+status=0
+out=$(plan -e d48 --memory-limit 16 --offload 0 2>&1) || status=$?
+[ $status = 1 ] && grep -q "does not fit.*--offload auto" <<< "$out" &&
+    echo "PASS d48 at 16 GiB with --offload 0 refused: ${out##*what would fit: }" ||
+    fail "d48 at 16 GiB --offload 0: exit $status: $out"
+status=0
+out=$(plan -e d48 --memory-limit 16 --host-memory-limit 8 2>&1) || status=$?
+[ $status = 1 ] && grep -q "needs 17.41 GiB of pinned host memory, and 8.00 GiB are --host-memory-limit" <<< "$out" &&
+    echo "PASS too little host memory refused: ${out##*error: }" || fail "d48 at 16 GiB, 8 GiB of host: exit $status: $out"
+
+[ $failed = 0 ] && echo "test_offload_plan: all passed" || { echo "test_offload_plan: FAILED"; exit 1; }
