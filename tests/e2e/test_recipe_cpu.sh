@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # The CPU recipe end to end against its committed reference curve and envelope (recipes/ci-tiny.conf,
 # recipes/reference/ci-tiny.csv and ci-tiny.envelope.csv, made by train_gpt_cpu) with
-# scripts/compare_curves.py: the recipe passes (IDENTICAL on the reference's CPU, REPRODUCED on
-# another); another thread count and micro-batch pass too; a learning rate 1.5 times the recipe's
-# FAILs in an early window; a run that stops early FAILs naming the first missing step; an envelope
-# of other recipe settings, or one that lacks steps, is refused naming both files; without an
-# envelope the recipe's fixed tolerances judge and say so; unreadable inputs give exit status 2.
-# About 2.5 minutes on 2 cores (three runs of 120 steps).
+# scripts/compare_curves.py: the recipe with another thread count and micro-batch than the
+# reference's passes (IDENTICAL or REPRODUCED); a learning rate 1.5 times the recipe's FAILs in the
+# first window; a run that stops early FAILs naming the first missing step; an envelope of other
+# recipe settings, or one that lacks steps, is refused naming both files; without an envelope the
+# recipe's fixed tolerances judge, say so, pass the other threads and B and fail the wrong learning
+# rate; unreadable inputs give exit status 2.
+# One whole run of 120 steps; the wrong learning rate is stopped after step 10, where its verdict is
+# decided; the other cases are judged on these two runs' logs. About 2 minutes on 2 cores.
 set -euo pipefail
 BUILD=${BUILD:-.}
 DATA=$(cd "${1:?usage: tests/e2e/test_recipe_cpu.sh DATA_DIR (the directory scripts/get_data.sh fills)}" && pwd)
 cd "$(dirname "$0")/../.."
+. tests/lib/stop_at_step.sh
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL $*"; exit 1; }
@@ -27,24 +30,26 @@ compare() {
     [ "$status" -eq "$want" ] || fail "compare_curves.py $run exited with $status, want $want"
 }
 
-"$BUILD/train_gpt_cpu" -f recipes/ci-tiny.conf "${data[@]}" -o "$tmp/recipe" > "$tmp/recipe.out"
-compare "$tmp/recipe" 0
-grep -Eq "^(IDENTICAL|REPRODUCED):" "$tmp/recipe.compare" || fail "no IDENTICAL or REPRODUCED line"
-[ -s "$tmp/recipe/compare_ci-tiny.png" ] || fail "no PNG of the curves"
-echo "PASS the CPU recipe reproduces its reference curve ($(grep -Eo "^(IDENTICAL|REPRODUCED)" "$tmp/recipe.compare")), PNG drawn"
-
-OMP_NUM_THREADS=1 "$BUILD/train_gpt_cpu" -f recipes/ci-tiny.conf "${data[@]}" -b 4 -o "$tmp/order" > "$tmp/order.out"
+# The reference ran 2 threads with B 16 (-b auto). 3 threads rather than 1: on 2 cores 1 thread takes
+# twice as long, 3 no longer than 2.
+OMP_NUM_THREADS=3 "$BUILD/train_gpt_cpu" -f recipes/ci-tiny.conf "${data[@]}" -b 8 -o "$tmp/order" > "$tmp/order.out"
 compare "$tmp/order" 0
-echo "PASS one thread and B 4 reproduce it too ($(grep -Eo "^(IDENTICAL|REPRODUCED)" "$tmp/order.compare"))"
+grep -Eq "^(IDENTICAL|REPRODUCED):" "$tmp/order.compare" || fail "no IDENTICAL or REPRODUCED line"
+[ -s "$tmp/order/compare_ci-tiny.png" ] || fail "no PNG of the curves"
+echo "PASS 3 threads and B 8 reproduce the reference curve ($(grep -Eo "^(IDENTICAL|REPRODUCED)" "$tmp/order.compare")), PNG drawn"
 
+# A wrong learning rate must FAIL in steps 0-10, so the run need not go further.
 lr=$(python3 -c "print($(sed -n 's/^lr  *//p' recipes/ci-tiny.conf) * 1.5)")
-"$BUILD/train_gpt_cpu" -f recipes/ci-tiny.conf "${data[@]}" -l "$lr" -o "$tmp/lr" > "$tmp/lr.out"
-compare "$tmp/lr" 1
-grep -Eq "^FAIL: steps [0-9]+-[0-9]+ \(order window\): .* it left at step [0-9]+" "$tmp/lr.compare" ||
-    fail "a learning rate 1.5 times the recipe's did not fail in an order window naming the step"
-echo "PASS a learning rate 1.5 times the recipe's ($lr) fails in an early window, naming the step"
+"$BUILD/train_gpt_cpu" -f recipes/ci-tiny.conf "${data[@]}" -l "$lr" -o "$tmp/lr" > "$tmp/lr.out" &
+pid=$!
+stop_at_step "$pid" "$tmp/lr/log.csv" 10 || fail "the run with lr $lr ended before step 11: $(tail -n 3 "$tmp/lr.out")"
+wait "$pid" 2>/dev/null || true # killed: its status says so
+compare "$tmp/lr" 1 --through-step 10
+grep -Eq "^FAIL: steps 0-10 \(order window\): .* it left at step [0-9]+" "$tmp/lr.compare" ||
+    fail "a learning rate 1.5 times the recipe's did not fail in steps 0-10 naming the step"
+echo "PASS a learning rate 1.5 times the recipe's ($lr) fails in steps 0-10, naming the step"
 
-head -n 60 "$tmp/recipe/log.csv" > "$tmp/short.csv"
+head -n 60 "$tmp/order/log.csv" > "$tmp/short.csv"
 compare "$tmp/short.csv" 1
 grep -q "^FAIL: the run lacks step 59 " "$tmp/short.csv.compare" || fail "a run that stops at step 58 is not refused naming step 59"
 echo "PASS a run that stops early fails, naming its first missing step"
@@ -54,29 +59,34 @@ mkdir -p "$tmp/recipes/reference"
 sed 's/^lr .*/lr 2e-3/' recipes/ci-tiny.conf > "$tmp/recipes/ci-tiny.conf"
 cp "$ref" recipes/reference/ci-tiny.envelope.* "$tmp/recipes/reference/"
 status=0
-python3 scripts/compare_curves.py "$tmp/recipe" "$tmp/recipes/reference/ci-tiny.csv" > "$tmp/changed.out" 2>&1 || status=$?
+python3 scripts/compare_curves.py "$tmp/order" "$tmp/recipes/reference/ci-tiny.csv" > "$tmp/changed.out" 2>&1 || status=$?
 cat "$tmp/changed.out"
 [ "$status" -eq 2 ] && grep -q "envelope .*ci-tiny.envelope.csv was written for other settings of .*ci-tiny.conf.* the reference .*ci-tiny.csv" "$tmp/changed.out" ||
     fail "an envelope of other recipe settings gave status $status"
 cp recipes/ci-tiny.conf "$tmp/recipes/ci-tiny.conf"
 grep -v "^order,[^,]*,117," recipes/reference/ci-tiny.envelope.csv > "$tmp/recipes/reference/ci-tiny.envelope.csv"
 status=0
-python3 scripts/compare_curves.py "$tmp/recipe" "$tmp/recipes/reference/ci-tiny.csv" > "$tmp/lacking.out" 2>&1 || status=$?
+python3 scripts/compare_curves.py "$tmp/order" "$tmp/recipes/reference/ci-tiny.csv" > "$tmp/lacking.out" 2>&1 || status=$?
 cat "$tmp/lacking.out"
 [ "$status" -eq 2 ] && grep -q "does not fit the reference .*ci-tiny.csv: its order run .* has no train loss at step 117" "$tmp/lacking.out" ||
     fail "an envelope that lacks a step gave status $status"
 rm "$tmp/recipes/reference/ci-tiny.envelope.csv"
 status=0
-python3 scripts/compare_curves.py "$tmp/lr" "$tmp/recipes/reference/ci-tiny.csv" > "$tmp/none.out" 2>&1 || status=$?
+python3 scripts/compare_curves.py "$tmp/order" "$tmp/recipes/reference/ci-tiny.csv" > "$tmp/none.out" 2>&1 || status=$?
 cat "$tmp/none.out"
-[ "$status" -eq 1 ] && grep -q "^warning: no envelope" "$tmp/none.out" && grep -q "^FAIL: mean |train loss difference|" "$tmp/none.out" ||
-    fail "a reference without an envelope was not judged by the fixed tolerances with a warning (status $status)"
-echo "PASS envelopes that do not fit are refused naming both files; without one the fixed tolerances judge, saying so"
+[ "$status" -eq 0 ] && grep -q "^warning: no envelope" "$tmp/none.out" ||
+    fail "without an envelope, the run of 3 threads and B 8 was not passed by the fixed tolerances with a warning (status $status)"
+status=0
+python3 scripts/compare_curves.py "$tmp/lr" "$tmp/recipes/reference/ci-tiny.csv" --through-step 10 > "$tmp/none-lr.out" 2>&1 || status=$?
+cat "$tmp/none-lr.out"
+[ "$status" -eq 1 ] && grep -q "^warning: no envelope" "$tmp/none-lr.out" && grep -q "^FAIL: mean |train loss difference|" "$tmp/none-lr.out" ||
+    fail "without an envelope, the wrong learning rate was not failed by the fixed tolerances with a warning (status $status)"
+echo "PASS envelopes that do not fit are refused naming both files; without one the fixed tolerances judge, saying so, and pass 3 threads and B 8 but not the wrong learning rate"
 
-cut -d, -f1,2 "$tmp/recipe/log.csv" > "$tmp/noval.csv"
+cut -d, -f1,2 "$tmp/order/log.csv" > "$tmp/noval.csv"
 compare "$tmp/noval.csv" 2
 grep -q "no column val_loss" "$tmp/noval.csv.compare" || fail "a log without val_loss is not named"
 status=0
-python3 scripts/compare_curves.py "$tmp/recipe" "$tmp/recipe/log.csv" > "$tmp/norecipe.out" 2>&1 || status=$?
+python3 scripts/compare_curves.py "$tmp/order" "$tmp/order/log.csv" > "$tmp/norecipe.out" 2>&1 || status=$?
 [ "$status" -eq 2 ] && grep -q "cannot read" "$tmp/norecipe.out" || fail "a reference without its recipe gave status $status"
 echo "PASS unreadable inputs give status 2 and name the problem"

@@ -24,6 +24,7 @@
 set -eu
 "$(dirname "$0")/../../scripts/get_data.sh" # before any cd: a relative GPT_DATA_DIR is the caller's
 cd "$(dirname "$0")/../.."
+. tests/lib/stop_at_step.sh
 BUILD=${BUILD:-.}
 ARCH=${GPU_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d .)}
 write=0
@@ -45,6 +46,11 @@ gpu=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader -i "${CUDA_
 echo "GPU: $gpu, sm_$ARCH, BF16"
 
 used_mib() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i "${CUDA_VISIBLE_DEVICES:-0}" | head -n 1; }
+# sample_peak: raises peak, a local of run, to the GPU memory in use now above run's base
+sample_peak() {
+    used=$(used_mib)
+    if [ "$((used - base))" -gt "$peak" ]; then peak=$((used - base)); fi
+}
 
 # [OPTIONS=...] run NAME LIMIT_GIB|- [STOP] ENV... : the recipe (and OPTIONS) with -o $WORK/NAME,
 # the peak GPU memory it held; with STOP (a number), stopped once step STOP is logged
@@ -57,16 +63,13 @@ run() {
     # shellcheck disable=SC2086 # OPTIONS are words
     env "$@" "$bin" -f "$RECIPE" "${extra[@]}" ${OPTIONS:-} -o "$WORK/$name" > "$WORK/$name.out" 2>&1 &
     local pid=$!
+    if [ "$stop" -gt 0 ] && stop_at_step "$pid" "$WORK/$name/log.csv" "$stop" sample_peak; then
+        wait "$pid" 2>/dev/null || true
+        echo "=== ($name) $* ${OPTIONS:-} stopped after step $stop"
+        return
+    fi
     while kill -0 "$pid" 2>/dev/null; do
-        used=$(used_mib)
-        [ "$((used - base))" -gt "$peak" ] && peak=$((used - base))
-        if [ "$stop" -gt 0 ] && awk -F, -v s="$stop" 'NR > 1 && $1 + 0 > s { f = 1 } END { exit !f }' \
-            "$WORK/$name/log.csv" 2>/dev/null; then
-            kill -9 "$pid"
-            wait "$pid" 2>/dev/null || true
-            echo "=== ($name) $* ${OPTIONS:-} stopped after step $stop"
-            return
-        fi
+        sample_peak
         sleep 0.2
     done
     local status=0

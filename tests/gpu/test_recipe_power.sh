@@ -20,6 +20,7 @@
 set -u
 "$(dirname "$0")/../../scripts/get_data.sh" || exit 1
 cd "$(dirname "$0")/../.." || exit 1
+. tests/lib/stop_at_step.sh
 BUILD=${BUILD:-.}
 ARCH=${GPU_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d .)}
 TRIES=${TRIES:-20} ORDER_RUNS=${ORDER_RUNS:-20} SWEEP_TRIES=${SWEEP_TRIES:-10} STOP=${STOP:-30} JOBS=${JOBS:-2}
@@ -71,14 +72,7 @@ one() {
     env FLASH_ATTN_DETERMINISTIC=0 $envs "$(bin "$perturb")" -f "$RECIPE" $options "$@" -o "$WORK/$name" \
         > "$WORK/$name.out" 2>&1 &
     local pid=$!
-    if [ "$stop" -gt 0 ]; then
-        # the row of step STOP + 1 means step STOP's row, validation included, is complete
-        while kill -0 "$pid" 2>/dev/null &&
-            ! awk -F, -v s="$stop" 'NR > 1 && $1 + 0 > s { found = 1 } END { exit !found }' "$WORK/$name/log.csv" 2>/dev/null; do
-            sleep 0.2
-        done
-        kill -9 "$pid" 2>/dev/null
-    fi
+    if [ "$stop" -gt 0 ]; then stop_at_step "$pid" "$WORK/$name/log.csv" "$stop"; fi
     wait "$pid" 2>/dev/null
     rm -f "$WORK/$name"/*.bin # the log is what is judged; a whole run's checkpoint is 1.7 GB
     local through=()
