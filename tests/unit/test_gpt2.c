@@ -16,6 +16,7 @@
 
 #include "common/util.h"
 #include "model/gpt2.h"
+#include "model/init.h"
 #include "tests/lib/testutil.h"
 
 enum { L = 2, C = 32, NH = 2, V = 100, VP = 128, MAX_T = 16, B = 4, T = 8 };
@@ -217,8 +218,31 @@ static void test_forward_backward(TestRng* rng) {
     free(w);
 }
 
+// gpt2_initial_weights_range in pieces that start at even indexes of each tensor (gpt2.c's pieces of
+// GPT2_PIECE_FLOATS, here 998 values so that a small model has many, some across tensor ends) gives
+// the bits of the whole init: each normal at its own place in the Philox sequence.
+static void test_initial_weights_in_pieces(void) {
+    GPT2Config cfg = tiny_spec(B, 0, 0).config;
+    size_t sizes[NUM_PARAMETER_TENSORS], n = gpt2_parameter_sizes(&cfg, sizes);
+    float *whole = xmalloc(n * sizeof(float), "init"), *pieces = xmalloc(n * sizeof(float), "init");
+    gpt2_initial_weights(whole, &cfg, 1337);
+    for (size_t i = 0; i < n; i++) pieces[i] = NAN;
+    size_t first = 0, count = 0;
+    for (int t = 0; t < NUM_PARAMETER_TENSORS; first += sizes[t], t++)
+        for (size_t s = first; s < first + sizes[t]; s += 998, count++) {
+            size_t len = first + sizes[t] - s < 998 ? first + sizes[t] - s : 998;
+            gpt2_initial_weights_range(pieces + s, &cfg, 1337, s, len);
+        }
+    test_check(memcmp(whole, pieces, n * sizeof(float)) == 0, "initial weights in pieces",
+               "%zu pieces of at most 998 values: %s", count,
+               memcmp(whole, pieces, n * sizeof(float)) == 0 ? "the bits of the whole" : "bits differ");
+    free(whole);
+    free(pieces);
+}
+
 int main(void) {
     backend_init(0);
+    test_initial_weights_in_pieces();
     TestRng rng = test_rng(20261202);
     test_parameter_layout();
     for (int r = 0; r <= 2; r++) test_carve(r);
