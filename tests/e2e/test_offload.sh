@@ -4,7 +4,8 @@
 # (50304 x 320 = 16.1M values) is two pieces:
 #  1. --offload 1 trains the bits of --offload 0: the same losses, model file and training state;
 #  2. a checkpoint written with offload resumes without it, and one written without it resumes with
-#     it, each to the bits of the straight run;
+#     it, each to the bits of the straight run; an offloaded run killed with -9 at moments and resumed
+#     ends on the bits of a straight run;
 #  3. too little host memory (--host-memory-limit) is refused before training, naming what it needs;
 #     --offload 1 with -z 1 is refused;
 #  4. --dry-run prints the plan and the choice and exits without creating the output directory.
@@ -15,8 +16,9 @@ cd "$(dirname "$0")/../.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL $*"; exit 1; }
-train() { "$BUILD/train_gpt_cpu" --layers 1 --channels 320 --heads 5 --max-seq 32 -t 32 -b 2 --seed 5 -l 1e-3 \
-    -c 0.1 -k constant -i "$DATA/tinyshakespeare/tiny_shakespeare_train.bin" -v 0 -s 0 -x 4 -n 2 "$@"; }
+args=(--layers 1 --channels 320 --heads 5 --max-seq 32 -t 32 -b 2 --seed 5 -l 1e-3 -c 0.1 -k constant
+      -i "$DATA/tinyshakespeare/tiny_shakespeare_train.bin" -v 0 -s 0 -x 4 -n 2)
+train() { "$BUILD/train_gpt_cpu" "${args[@]}" "$@"; }
 losses() { awk -F, 'NR > 1 { print $1, $2, $5 }' "$1/log.csv"; } # step, train loss, norm
 same_run() { # same_run DIR_A DIR_B WHAT
     diff <(losses "$1") <(losses "$2") > "$tmp/diff" || { cat "$tmp/diff"; fail "$3: losses differ"; }
@@ -44,6 +46,26 @@ for from in off on; do
         fail "the --offload $to resume did not start at step 2"
     same_run "$tmp/off" "$tmp/$from-resumed" "written with --offload $([ $from = on ] && echo 1 || echo 0), resumed with --offload $to"
 done
+
+# 2b. kill -9 at moments of an offloaded run that checkpoints every step (in an update, a save or
+# between), resumed each time: it ends on the bits of a straight run without offload
+train --offload 0 -x 12 -n 12 -o "$tmp/straight12" > /dev/null
+hits=0
+for delay in 0.6 1.0 1.5 2.1 2.8; do
+    # exec: the background job's pid is the trainer's own
+    (exec "$BUILD/train_gpt_cpu" "${args[@]}" --offload 1 -x 12 -n 1 --keep 2 -y 1 -o "$tmp/killed") > /dev/null 2>&1 &
+    pid=$!
+    sleep "$delay"
+    kill -KILL "$pid" 2>/dev/null && hits=$((hits + 1))
+    wait "$pid" 2>/dev/null || true
+done
+[ $hits -gt 0 ] || fail "every offloaded run ended before its kill: the kills tested nothing"
+train --offload 1 -x 12 -n 12 --keep 2 -y 1 -o "$tmp/killed" > "$tmp/killed.out" 2>&1 ||
+    { tail -3 "$tmp/killed.out"; fail "resuming the offloaded run after kill -9"; }
+cmp -s "$tmp/straight12/model_00000012.bin" "$tmp/killed/model_00000012.bin" &&
+    cmp -s "$tmp/straight12/state_00000012_00000.bin" "$tmp/killed/state_00000012_00000.bin" ||
+    fail "an offloaded run killed $hits times and resumed ends on other bits than a straight run"
+echo "PASS an offloaded run killed with -9 $hits times while it ran, resumed each time, ends on the straight run's bits"
 
 # 3. refusals
 status=0
