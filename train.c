@@ -683,10 +683,10 @@ static void fit_micro_batch(GPT2BuildSpec* spec, int seqs, double memory, const 
     spec->offload = fit.spec.offload;
 }
 
-// The build of a run of o (model cfg, world ranks, seqs sequences per GPU per step) for `memory` bytes of
-// GPU (from `source`): -b auto (fit_micro_batch), or the
-// given B with -r 0 unless -r is given; offloading as --offload says (auto: when the run does not
-// fit otherwise; never on the CPU, whose memory is the host's); the head's slices. Exits when the
+// The build of a run of o (model cfg, world ranks, seqs sequences per GPU per step) for `memory`
+// bytes of GPU (from `source`): -b auto (fit_micro_batch), or the given B with -r 0 unless -r is
+// given; offloading as --offload says (auto: when the run does not fit otherwise; never on the CPU,
+// whose memory is the host's); the head's slices. Exits when the
 // offloaded state needs more host memory than there is (or --host-memory-limit allows; in a dry run,
 // which plans for another machine, --host-memory-limit is that machine's host memory).
 static GPT2BuildSpec choose_build(const Options* o, const GPT2Config* cfg, int world, int seqs, double memory,

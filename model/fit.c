@@ -19,9 +19,7 @@ static void offload_range(const GPT2BuildSpec* run, int* lo, int* hi) {
 // where run->offload allows it).
 static int fits_one_sequence(const GPT2BuildSpec* run, const GPT2Config* cfg, int T, int r, int z, size_t memory) {
     GPT2BuildSpec spec = *run;
-    int lo, hi;
-    offload_range(run, &lo, &hi);
-    spec.offload = z == 1 ? 0 : hi;
+    spec.offload = z == 0 && run->offload != 0; // offloaded where allowed: 1, or GPT2_OFFLOAD_AUTO
     spec.config = *cfg;
     spec.B = 1;
     spec.T = T;

@@ -141,8 +141,7 @@ static void build(GPT2* model, const GPT2BuildSpec* spec, int training) {
     size_t opt_alloc = zero_stage == 1 ? model->shard : n;
 
     if (spec->offload != 0 && spec->offload != 1) fatal("internal: a model built before its offload was chosen");
-    if (spec->offload && zero_stage == 1)
-        fatal("--offload 1 with -z 1 is not supported: shard the optimizer state (-z 1) or offload it, not both");
+    if (spec->offload && zero_stage == 1) fatal("internal: offload with ZeRO stage 1 (train.c refuses it)");
     model->offload = training && spec->offload;
     model->training = training;
     model->plan = gpt2_memory_plan(spec);
@@ -335,6 +334,16 @@ static void optimizer_part(const GPT2* model, int i, size_t offset, size_t* a, s
 // The update seed of tensor i: each tensor rounds from its own random numbers.
 static unsigned long long tensor_seed(unsigned long long seed, int i) { return seed + 1000003ull * (unsigned)i; }
 
+// Copies into / out of the optimizer state (master, m, v), which with offload is host memory.
+static void state_upload(const GPT2* model, float* state, const float* host, size_t bytes) {
+    if (model->offload) memcpy(state, host, bytes);
+    else dev_upload(state, host, bytes);
+}
+static void state_download(const GPT2* model, float* host, const float* state, size_t bytes) {
+    if (model->offload) memcpy(host, state, bytes);
+    else dev_download(host, state, bytes);
+}
+
 void gpt2_set_optimizer_state(GPT2* model, const float* weights, const float* m, const float* v,
                               int t, unsigned long long seed) {
     size_t lo = model->opt_offset, count = model->opt_count, bytes = count * sizeof(float);
@@ -343,13 +352,9 @@ void gpt2_set_optimizer_state(GPT2* model, const float* weights, const float* m,
     if (model->master) {
         // The parameters are rounded from the master weights on the device: with offload a piece at a
         // time through a staging piece.
-        float* staging = NULL;
-        if (model->offload) {
-            memcpy(model->master, weights, bytes);
-            staging = dev_malloc(piece_floats(count) * sizeof(float), "staging of the master weights");
-        } else {
-            dev_upload(model->master, weights, bytes);
-        }
+        state_upload(model, model->master, weights, bytes);
+        float* staging =
+            model->offload ? dev_malloc(piece_floats(count) * sizeof(float), "staging of the master weights") : NULL;
         size_t offset = 0, a, b;
         for (int i = 0; i < NUM_PARAMETER_TENSORS; offset += model->param_sizes[i], i++) {
             optimizer_part(model, i, offset, &a, &b);
@@ -368,31 +373,19 @@ void gpt2_set_optimizer_state(GPT2* model, const float* weights, const float* m,
     } else {
         dev_upload(params + lo, weights, bytes);
     }
-    if (model->offload) {
-        memcpy(model->adam_m, m, bytes);
-        memcpy(model->adam_v, v, bytes);
-    } else {
-        dev_upload(model->adam_m, m, bytes);
-        dev_upload(model->adam_v, v, bytes);
-    }
+    state_upload(model, model->adam_m, m, bytes);
+    state_upload(model, model->adam_v, v, bytes);
     if (model->zero_stage == 1)
         comm_allgather(params, params + model->rank * model->shard, model->shard, COMM_FLOATX);
 }
 
 void gpt2_get_optimizer_state(const GPT2* model, float* weights, float* m, float* v) {
     size_t bytes = model->opt_count * sizeof(float);
-    const float* w = model->master ? model->master : (const float*)(const void*)(model->params.t[0] + model->opt_offset);
-    if (model->offload) {
-        dev_synchronize(); // the last update's downloads
-        if (model->master) memcpy(weights, w, bytes);
-        else dev_download(weights, w, bytes);
-        memcpy(m, model->adam_m, bytes);
-        memcpy(v, model->adam_v, bytes);
-        return;
-    }
-    dev_download(weights, w, bytes);
-    dev_download(m, model->adam_m, bytes);
-    dev_download(v, model->adam_v, bytes);
+    if (model->offload) dev_synchronize(); // the last update's downloads
+    if (model->master) state_download(model, weights, model->master, bytes);
+    else dev_download(weights, model->params.t[0] + model->opt_offset, bytes); // fp32 parameters
+    state_download(model, m, model->adam_m, bytes);
+    state_download(model, v, model->adam_v, bytes);
 }
 
 // ---- forward and backward ----------------------------------------------------------------
