@@ -19,20 +19,15 @@ fail() { echo "FAIL $*"; exit 1; }
 args=(--layers 1 --channels 320 --heads 5 --max-seq 32 -t 32 -b 2 --seed 5 -l 1e-3 -c 0.1 -k constant
       -i "$DATA/tinyshakespeare/tiny_shakespeare_train.bin" -v 0 -s 0 -x 4 -n 2)
 train() { "$BUILD/train_gpt_cpu" "${args[@]}" "$@"; }
-losses() { awk -F, 'NR > 1 { print $1, $2, $5 }' "$1/log.csv"; } # step, train loss, norm
-same_run() { # same_run DIR_A DIR_B WHAT
-    diff <(losses "$1") <(losses "$2") > "$tmp/diff" || { cat "$tmp/diff"; fail "$3: losses differ"; }
-    cmp -s "$1/model_00000004.bin" "$2/model_00000004.bin" || fail "$3: the model files of step 4 differ"
-    cmp -s "$1/state_00000004_00000.bin" "$2/state_00000004_00000.bin" || fail "$3: the training states differ"
-    echo "PASS $3: the same losses, model file and training state at step 4"
-}
+# shellcheck source=tests/lib/same_run.sh
+. tests/lib/same_run.sh
 
 # 1. on and off
 train --offload 0 -o "$tmp/off" > "$tmp/off.out"
 train --offload 1 -o "$tmp/on" > "$tmp/on.out"
 grep -q "^offload: AdamW's m, v in pinned host memory" "$tmp/on.out" || fail "--offload 1 did not say it offloads"
 grep -q "^offload:" "$tmp/off.out" && fail "--offload 0 offloaded"
-same_run "$tmp/off" "$tmp/on" "--offload 1 against --offload 0"
+same_run "$tmp/off" "$tmp/on" 4 "--offload 1 against --offload 0" || exit 1
 
 # 2. resumes across the switch: each run's step-2 checkpoint, resumed the other way
 for from in off on; do
@@ -44,7 +39,8 @@ for from in off on; do
         { cat "$tmp/$from-resumed.out"; fail "resuming the --offload $([ $from = on ] && echo 1 || echo 0) run"; }
     grep -q "resumed from .*state_00000002_00000.bin at step 2" "$tmp/$from-resumed.out" ||
         fail "the --offload $to resume did not start at step 2"
-    same_run "$tmp/off" "$tmp/$from-resumed" "written with --offload $([ $from = on ] && echo 1 || echo 0), resumed with --offload $to"
+    same_run "$tmp/off" "$tmp/$from-resumed" 4 \
+        "written with --offload $([ $from = on ] && echo 1 || echo 0), resumed with --offload $to" || exit 1
 done
 
 # 2b. kill -9 at moments of an offloaded run that checkpoints every step (in an update, a save or

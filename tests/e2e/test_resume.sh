@@ -15,19 +15,15 @@ fail() { echo "FAIL $*"; exit 1; }
 train() { exec "$BUILD/train_gpt_cpu" --layers 2 --channels 64 --heads 4 --max-seq 64 -t 64 -b 4 --seed 3 \
     -i "$DATA/tinyshakespeare/tiny_shakespeare_train.bin" -j "$DATA/tinyshakespeare/tiny_shakespeare_val.bin" \
     -s 0 -l 1e-3 "$@"; }
-losses() { awk -F, 'NR > 1 && $2 != "" { print $1, $2 }' "$1/log.csv"; }
-same_run() { # same_run DIR_A DIR_B WHAT
-    diff <(losses "$1") <(losses "$2") > "$tmp/diff" || { cat "$tmp/diff"; fail "$3: losses differ"; }
-    cmp "$1/model_00000020.bin" "$2/model_00000020.bin" || fail "$3: final weights differ"
-    echo "PASS $3: $(losses "$1" | wc -l) identical losses, identical final weights"
-}
+# shellcheck source=tests/lib/same_run.sh
+. tests/lib/same_run.sh
 
 # 1. constant LR so that a run of 10 steps has the same schedule as the first half of 20
 (train -k constant -v 0 -x 20 -o "$tmp/straight") > /dev/null
 (train -k constant -v 0 -x 10 -o "$tmp/split") > /dev/null
 (train -k constant -v 0 -x 20 -y 1 --allow-change steps -o "$tmp/split") > "$tmp/split.out"
 grep -q "resumed from .*state_00000010_00000.bin at step 10" "$tmp/split.out" || fail "did not resume at step 10"
-same_run "$tmp/straight" "$tmp/split" "10 + resume + 10 steps"
+same_run "$tmp/straight" "$tmp/split" 20 "10 + resume + 10 steps" || exit 1
 
 # 2. SIGTERM in the middle; cosine schedule, shuffle and validation every 4 steps
 opts=(-k cosine -u 3 -q 0.1 --shuffle 1 -v 4 -m 2 -x 20)
@@ -42,7 +38,7 @@ step=$(sed -n 's/^stopped by signal 15 after step \([0-9]*\).*/\1/p' "$tmp/term.
 [ -n "$step" ] && [ "$step" -lt 20 ] || fail "SIGTERM: no checkpoint before the end (step '$step')"
 echo "PASS SIGTERM after step $step: checkpoint written, exit status 143"
 (train "${opts[@]}" -y 1 -o "$tmp/term") > /dev/null
-same_run "$tmp/straight2" "$tmp/term" "SIGTERM at step $step + resume"
+same_run "$tmp/straight2" "$tmp/term" 20 "SIGTERM at step $step + resume" || exit 1
 
 # 3. kill -9 at random moments while checkpointing every step
 rm -rf "$tmp/kill"
