@@ -58,7 +58,7 @@ LDLIBS_CPU = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcurand -lm -fo
 OBJ = $(BUILD)/obj
 CONFIG_STAMP = $(OBJ)/config-$(ATTN)-$(PRECISION)-nccl$(NCCL).stamp
 
-COMMON_SRC = common/util.c common/config_file.c common/crc32c.c model/config.c
+COMMON_SRC = common/util.c common/config_file.c common/crc32c.c common/gpu_peaks.c model/config.c
 DATA_SRC = data/tokenfile.c data/dataloader.c data/tokenizer.c data/jsonl.c data/hellaswag.c
 CKPT_SRC = $(wildcard checkpoints/*.c)
 MODEL_SRC = model/gpt2.c model/init.c model/generate.c model/fit.c
@@ -97,7 +97,8 @@ $(BUILD)/prepare_data: $(call cpu_obj,data/prepare_data.c $(LIB_SRC))
 # ---- tests -------------------------------------------------------------------------------
 # Each test links only the parts it tests, so parts can be built and tested on their own.
 TEST_BIN = $(BUILD)/tests
-CPU_TESTS = test_kernels_cpu test_attention_cpu test_tokenizer test_jsonl test_data test_checkpoint test_dist test_memory_fit test_gpt2
+CPU_TESTS = test_kernels_cpu test_attention_cpu test_tokenizer test_jsonl test_data test_checkpoint test_dist test_memory_fit test_gpt2 \
+    test_gpu_peaks
 TEST_BASE = tests/lib/testutil.c $(COMMON_SRC)
 LAYER_SRC = $(filter-out kernels/cpu/attention%,$(CPU_KERNEL_SRC))
 ATTN_SRC = $(filter kernels/cpu/attention%,$(CPU_KERNEL_SRC))

@@ -37,6 +37,7 @@ run checkpoint "$BUILD/tests/test_checkpoint"
 run dist "$BUILD/tests/test_dist"
 run memory_fit "$BUILD/tests/test_memory_fit"
 run gpt2 "$BUILD/tests/test_gpt2"
+run gpu_peaks "$BUILD/tests/test_gpu_peaks"
 run launch tests/e2e/test_launch.sh
 run setup tests/e2e/test_setup.sh
 run get_data tests/e2e/test_get_data.sh "$DATA"
