@@ -13,6 +13,7 @@ extern "C" {
 void cpu_backend_init(int device_index);
 const char* cpu_backend_describe(void);
 double cpu_backend_peak_flops(void);
+const char* cpu_backend_peak_source(void);
 int cpu_backend_memory(size_t* free_bytes, size_t* total_bytes);
 void* cpu_dev_malloc(size_t bytes, const char* what);
 void cpu_dev_free(void* p);
@@ -78,6 +79,7 @@ void cpu_adamw_update(float* param, float* master, const float* grad, float* m, 
 #define backend_init cpu_backend_init
 #define backend_describe cpu_backend_describe
 #define backend_peak_flops cpu_backend_peak_flops
+#define backend_peak_source cpu_backend_peak_source
 #define backend_memory cpu_backend_memory
 #define dev_malloc cpu_dev_malloc
 #define dev_free cpu_dev_free

@@ -60,8 +60,12 @@ enum { GRAD_WRITE, GRAD_ADD };
 // CPU: reports threads; CUDA: selects GPU device_index (GPU 0 when only one is visible).
 void backend_init(int device_index);
 const char* backend_describe(void);       // e.g. "CPU fp32, 2 threads" or "NVIDIA H100, BF16"
-// Dense bf16 tensor-core peak of the device in FLOP/s, for MFU; 0 when unknown (and on the CPU).
+// The device's dense peak in FLOP/s for the build's precision, for MFU: BF16 tensor cores with FP32
+// accumulation, or FP32 without tensor cores in the FP32 build (common/gpu_peaks.c's table); 0 when
+// unknown, and on the CPU. backend_peak_source says where it comes from ("the dense BF16 tensor
+// peak of the H100 PCIe (built-in table)"), or why there is none ("no BF16 peak known for NVIDIA ...").
 double backend_peak_flops(void);
+const char* backend_peak_source(void);
 // Memory that allocations can still get, and all of it: the GPU's (cudaMemGetInfo, after
 // backend_init) or the host's (MemAvailable and MemTotal of /proc/meminfo) on the CPU. Returns 1 on
 // a GPU, 0 on the CPU, whose free memory moves with everything else the host runs.

@@ -21,7 +21,9 @@ void backend_init(int device_index) {
 
 const char* backend_describe(void) { return description; }
 
-double backend_peak_flops(void) { return 0.0; } // MFU is a GPU measure
+// MFU is a GPU measure: the CPU has no peak of its own (--peak-tflops gives one).
+double backend_peak_flops(void) { return 0.0; }
+const char* backend_peak_source(void) { return "no peak known for the CPU"; }
 
 int backend_memory(size_t* free_bytes, size_t* total_bytes) {
     host_memory(free_bytes, total_bytes);

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/gpu_peaks.h"
 #include "kernels/cuda/common.cuh"
 
 cublasHandle_t cublas_handle;
@@ -13,17 +14,7 @@ int device_sm_count;
 size_t device_shared_per_sm;
 static char description[512];
 static double peak_flops;
-
-// Dense bf16 tensor-core peaks with fp32 accumulation, TFLOP/s, from NVIDIA's data sheets. Matched
-// by substring of the device name, most specific first ("A100" before "A10").
-static double bf16_peak_tflops(const char* name) {
-    static const struct { const char* name; double tflops; } peaks[] = {
-        {"H200", 989}, {"H100 PCIe", 756}, {"H100", 989}, {"A100", 312}, {"A10", 125},
-        {"L40S", 362}, {"4090", 165}, {"3090", 71}};
-    for (size_t i = 0; i < sizeof peaks / sizeof peaks[0]; i++)
-        if (strstr(name, peaks[i].name)) return peaks[i].tflops;
-    return 0.0;
-}
+static char peak_source[512];
 
 void backend_init(int device_index) {
     int count = 0;
@@ -43,15 +34,22 @@ void backend_init(int device_index) {
     cudaCheck(cudaGetDeviceProperties(&props, device_index));
     device_sm_count = props.multiProcessorCount;
     device_shared_per_sm = props.sharedMemPerMultiprocessor;
-    peak_flops = bf16_peak_tflops(props.name) * 1e12;
     cublasCheck(cublasCreate(&cublas_handle));
     cublasCheck(cublasLtCreate(&cublaslt_handle));
     cublaslt_workspace = dev_malloc(cublaslt_workspace_bytes, "cuBLASLt workspace");
 #if defined(PRECISION_BF16)
     const char* precision = "BF16";
+    const PeakPrecision peak_precision = PEAK_BF16;
+    const char* peak_kind = "dense BF16 tensor peak";
 #else
     const char* precision = "FP32";
+    const PeakPrecision peak_precision = PEAK_FP32;
+    const char* peak_kind = "FP32 peak without tensor cores";
 #endif
+    const char* entry;
+    peak_flops = gpu_peak_tflops(props.name, peak_precision, &entry) * 1e12;
+    if (entry) snprintf(peak_source, sizeof peak_source, "the %s of the %s (built-in table)", peak_kind, entry);
+    else snprintf(peak_source, sizeof peak_source, "no %s peak known for %.256s", precision, props.name);
     const int path = forced_kernel_path();
     char path_note[64] = "";
     if (path) snprintf(path_note, sizeof path_note, ", the kernels of sm_%d (KERNEL_PATH)", path);
@@ -61,6 +59,7 @@ void backend_init(int device_index) {
 
 const char* backend_describe(void) { return description; }
 double backend_peak_flops(void) { return peak_flops; }
+const char* backend_peak_source(void) { return peak_source; }
 int backend_memory(size_t* free_bytes, size_t* total_bytes) {
     cudaCheck(cudaMemGetInfo(free_bytes, total_bytes));
     return 1;
