@@ -40,6 +40,7 @@ typedef struct {
     double memory_limit;        // --memory-limit, GiB (0: the free memory)
     const char* offload;        // --offload: auto | 0 | 1
     double host_memory_limit;   // --host-memory-limit, GiB (0: MemAvailable)
+    float peak_tflops;          // --peak-tflops, a GPU's peak for the MFU (0: the built-in table's)
     int dry_run;                // --dry-run: print the plan and the fit, then exit
     int max_steps;              // -x (-1: one epoch)
     float lr;                   // -l
@@ -190,6 +191,12 @@ static void print_usage(const char* prog) {
            "                            model (-b auto picks such a B); 0 = off. Costs smaller products and\n"
            "                            fp32 adds of the groups' gradients: G 1 slows an H100 d12 step by\n"
            "                            ~20%%, G 8 by ~1%% (docs/options.md) (default %d)\n"
+           "speed\n"
+           "      --peak-tflops F       the peak TFLOP/s of one GPU that the MFU (model FLOPs utilisation)\n"
+           "                            of the step lines and log.csv is a fraction of; 0: the built-in\n"
+           "                            table's dense BF16 (FP32 in the FP32 build) peak of the GPU, 'MFU\n"
+           "                            n/a' for a GPU not in it; on the CPU there is no MFU without it\n"
+           "                            (default 0)\n"
            "several GPUs (one process per GPU; rank from RANK/WORLD_SIZE/LOCAL_RANK, mpirun or srun;\n"
            "the ranks meet over TCP at MASTER_ADDR:MASTER_PORT when both are set, else through a file)\n"
            "  -z, --zero 0|1            ZeRO stage: 1 shards AdamW state and master weights (default %d)\n"
@@ -223,7 +230,7 @@ enum { OPT_LAYERS = 1000, OPT_CHANNELS, OPT_HEADS, OPT_MAX_SEQ, OPT_SEED, OPT_VO
        OPT_BETA1, OPT_BETA2, OPT_NCCL_DIR, OPT_NCCL_TIMEOUT, OPT_MAX_LOSS, OPT_SKIP_LOSS_Z, OPT_SKIP_NORM_Z, OPT_MAX_SKIPS,
        OPT_INJECT_NAN_LOSS, OPT_INJECT_NAN_GRAD, OPT_MEMORY_LIMIT, OPT_HELLASWAG, OPT_HELLASWAG_LIMIT,
        OPT_HELLASWAG_DUMP, OPT_BATCH_INVARIANT, OPT_OVERWRITE, OPT_ALLOW_CHANGE,
-       OPT_OFFLOAD, OPT_HOST_MEMORY_LIMIT, OPT_DRY_RUN };
+       OPT_OFFLOAD, OPT_HOST_MEMORY_LIMIT, OPT_DRY_RUN, OPT_PEAK_TFLOPS };
 
 // Whether step is in a list of steps and ranges such as "5,9-12"; exits naming the option when the
 // list is malformed (parse_options checks each list once, with step 0).
@@ -270,7 +277,7 @@ static Options parse_options(int argc, char** argv) {
         {"hellaswag", 1, 0, OPT_HELLASWAG}, {"hellaswag-limit", 1, 0, OPT_HELLASWAG_LIMIT},
         {"hellaswag-dump", 1, 0, OPT_HELLASWAG_DUMP}, {"overwrite", 0, 0, OPT_OVERWRITE},
         {"offload", 1, 0, OPT_OFFLOAD}, {"host-memory-limit", 1, 0, OPT_HOST_MEMORY_LIMIT},
-        {"dry-run", 0, 0, OPT_DRY_RUN},
+        {"dry-run", 0, 0, OPT_DRY_RUN}, {"peak-tflops", 1, 0, OPT_PEAK_TFLOPS},
         {"allow-change", 1, 0, OPT_ALLOW_CHANGE},
         {0, 0, 0, 0}};
     const long long BIG = 1LL << 40;
@@ -344,6 +351,7 @@ static Options parse_options(int argc, char** argv) {
             break;
         case OPT_HOST_MEMORY_LIMIT: o.host_memory_limit = parse_float(optarg, name, 0.01, 1e6); break;
         case OPT_DRY_RUN: o.dry_run = 1; break;
+        case OPT_PEAK_TFLOPS: o.peak_tflops = parse_float(optarg, name, 0.0, 1e6); break;
         case OPT_BATCH_INVARIANT: o.group_sequences = (int)parse_int_option(optarg, name, 0, 1 << 20); break;
         case OPT_HELLASWAG: o.hellaswag = optarg; break;
         case OPT_HELLASWAG_LIMIT: o.hellaswag_limit = (int)parse_int_option(optarg, name, 0, HELLASWAG_MAX_EXAMPLES); break;
@@ -376,9 +384,9 @@ static const struct {
     ValueKind kind;
     size_t offset;    // in Options
     // FREE: never changes the trained bits or the log's losses (evaluation cadence, sampling,
-    // checkpoints, memory); CHANGES_RUN: data, model, batch, schedule, optimizer, seed, the guard's
-    // thresholds, the validation batches; CHANGES_RUN_UNLESS_INVARIANT: -b, whose micro-batches
-    // sum the gradients in another order unless --batch-invariant fixes it.
+    // checkpoints, memory, the MFU's peak); CHANGES_RUN: data, model, batch, schedule, optimizer,
+    // seed, the guard's thresholds, the validation batches; CHANGES_RUN_UNLESS_INVARIANT: -b, whose
+    // micro-batches sum the gradients in another order unless --batch-invariant fixes it.
     int changes;
 } recorded_options[] = {
     {"train", 'i', V_TEXT, offsetof(Options, train_pattern), CHANGES_RUN},
@@ -425,6 +433,7 @@ static const struct {
     {"memory-limit", 0, V_DOUBLE, offsetof(Options, memory_limit), FREE},
     {"offload", 0, V_TEXT, offsetof(Options, offload), FREE},
     {"host-memory-limit", 0, V_DOUBLE, offsetof(Options, host_memory_limit), FREE},
+    {"peak-tflops", 0, V_FLOAT, offsetof(Options, peak_tflops), FREE},
 };
 enum { N_RECORDED = sizeof recorded_options / sizeof recorded_options[0] };
 
@@ -922,7 +931,9 @@ static void ensure_dir(const char* dir) {
 static FILE* open_log(const char* dir, long long resume_step) {
     char path[4096], line[1024];
     snprintf(path, sizeof path, "%s/log.csv", dir);
-    const char* header = "step,train_loss,val_loss,lr,grad_norm,ms,tok_per_s,skipped,hellaswag\n";
+    const char* header = "step,train_loss,val_loss,lr,grad_norm,ms,tok_per_s,skipped,hellaswag,mfu\n";
+    int columns = 1;
+    for (const char* c = header; *c; c++) columns += *c == ',';
     char* kept = NULL;
     size_t kept_len = 0;
     if (resume_step >= 0) {
@@ -932,7 +943,15 @@ static FILE* open_log(const char* dir, long long resume_step) {
             while (fgets(line, sizeof line, old)) {
                 char* end;
                 long long s = strtoll(line, &end, 10);
-                if (end != line && *end == ',' && s <= resume_step) fputs(line, mem);
+                if (end == line || *end != ',' || s > resume_step) continue;
+                // A row of a log from before the later columns gets them empty, so that every row
+                // has the header's columns.
+                line[strcspn(line, "\n")] = '\0';
+                int fields = 1;
+                for (const char* c = line; *c; c++) fields += *c == ',';
+                fputs(line, mem);
+                for (; fields < columns; fields++) fputc(',', mem);
+                fputc('\n', mem);
             }
             fclose(old);
         }
@@ -1088,7 +1107,9 @@ typedef struct {
     char log_path[4096];
     Tokenizer* tok;         // for the samples, or NULL (token ids)
     float max_loss;         // --max-loss, resolved
-    double peak_flops, flops_per_token; // for the MFU
+    int on_gpu;             // a GPU build: the MFU is "n/a" where no peak is known
+    double peak_flops;      // one GPU's peak, FLOP/s (0: unknown, no MFU)
+    double flops_per_token; // the training FLOPs of a token, 6N + 6LCT
     double train_seconds;   // the timed steps' time: all but a run's first step
     double steps_seconds;   // every step's time, for the closing summary's tokens per second
     double started;         // wall_seconds() when training started
@@ -1198,6 +1219,28 @@ static int dry_run(const Run* r) {
     return 0;
 }
 
+// The FLOPs of a token and the peak that the MFU is a fraction of, and the start-up line that says
+// which peak it is and where it comes from: --peak-tflops, the built-in table, or none (on the CPU
+// without --peak-tflops, no line and no MFU).
+static void setup_mfu(Run* r) {
+    const Options* o = r->o;
+    // Training FLOPs per token: 6 per parameter (forward + backward) plus causal attention's
+    // 6 * L * C * T (half of the 12 L C T of full attention), the usual estimate (PaLM, appendix B).
+    r->flops_per_token =
+        6.0 * (double)r->model.num_parameters + 6.0 * r->cfg.num_layers * r->cfg.channels * (double)o->T;
+    r->peak_flops = o->peak_tflops > 0.0f ? o->peak_tflops * 1e12 : backend_peak_flops();
+    char flops[32];
+    with_commas(flops, sizeof flops, llround(r->flops_per_token));
+    if (o->peak_tflops > 0.0f)
+        printf("MFU: %s FLOPs per token (6N + 6LCT) against %g TFLOP/s (--peak-tflops)\n", flops,
+               (double)o->peak_tflops);
+    else if (r->peak_flops > 0.0)
+        printf("MFU: %s FLOPs per token (6N + 6LCT) against %g TFLOP/s, %s\n", flops, r->peak_flops / 1e12,
+               backend_peak_source());
+    else if (r->on_gpu)
+        printf("MFU n/a: %s; pass --peak-tflops\n", backend_peak_source());
+}
+
 // The device and the ranks, then the model: its micro-batch (-b, or -b auto from the memory plan),
 // the build, and its weights from the model file or the seed.
 static void build_model(Run* r, const DistEnv* env) {
@@ -1235,6 +1278,8 @@ static void build_model(Run* r, const DistEnv* env) {
            (double)r->total_batch * r->max_steps / (double)r->train_tokens, (double)o->lr, o->warmup, o->schedule,
            (double)(strcmp(o->schedule, "constant") == 0 ? o->lr : o->lr * o->final_lr_frac), r->max_steps,
            (double)o->weight_decay, (double)o->grad_clip, o->seed);
+    r->on_gpu = on_gpu;
+    setup_mfu(r);
     if (r->file_weights) {
         gpt2_set_weights(&r->model, r->file_weights);
         free(r->file_weights);
@@ -1344,11 +1389,6 @@ static void start_training(Run* r) {
     signal(SIGINT, on_stop_signal);
     signal(SIGTERM, on_stop_signal);
     r->max_loss = o->max_loss < 0.0f ? 2.0f * logf((float)r->cfg.vocab_size) : o->max_loss;
-    // Training FLOPs per token: 6 per parameter (forward + backward) plus causal attention's
-    // 6 * L * C * T (half of the 12 L C T of full attention), the usual estimate (PaLM, appendix B).
-    r->peak_flops = backend_peak_flops();
-    r->flops_per_token =
-        6.0 * (double)r->model.num_parameters + 6.0 * r->cfg.num_layers * r->cfg.channels * (double)o->T;
     r->step = r->start_step;
     r->started = wall_seconds();
     if (r->start_step == 0 && (r->do_val || r->hs)) {
@@ -1358,7 +1398,7 @@ static void start_training(Run* r) {
                  sizeof val_field);
         r->evals.seconds += wall_seconds() - t0;
         r->evals.count++;
-        if (r->log) fprintf(r->log, "0,,%s,,,,,,%s\n", val_field, hs_field), fflush(r->log);
+        if (r->log) fprintf(r->log, "0,,%s,,,,,,%s,\n", val_field, hs_field), fflush(r->log);
     }
 }
 
@@ -1439,6 +1479,13 @@ static double seconds_left(const Run* r, double mean_step) {
            mean_cost(&r->saves) * (double)due_between(s, last, o->checkpoint_every);
 }
 
+// The model FLOPs utilisation of a step of `seconds`: its training FLOPs over what one GPU's peak
+// does in that time, per GPU (0 when the peak is unknown).
+static double step_mfu(const Run* r, double seconds) {
+    if (r->peak_flops <= 0.0) return 0.0;
+    return r->flops_per_token * (double)r->total_batch / r->world / seconds / r->peak_flops;
+}
+
 // The step's line: loss, norm, learning rate, time, throughput, MFU, ETA, the z-scores, a skip.
 static void print_step(Run* r, float loss, float norm, float lr, double seconds, const GuardDecision* d) {
     const Options* o = r->o;
@@ -1450,9 +1497,8 @@ static void print_step(Run* r, float loss, float norm, float lr, double seconds,
     char eta[32];
     format_eta(eta, sizeof eta, seconds_left(r, mean_step));
     char mfu[32] = "";
-    if (r->peak_flops > 0.0)
-        snprintf(mfu, sizeof mfu, " | MFU %.1f%%",
-                 100.0 * r->flops_per_token * r->total_batch / r->world / seconds / r->peak_flops);
+    if (r->peak_flops > 0.0) snprintf(mfu, sizeof mfu, " | MFU %.1f%%", 100.0 * step_mfu(r, seconds));
+    else if (r->on_gpu) snprintf(mfu, sizeof mfu, " | MFU n/a");
     char zs[64] = "";
     if (o->skip_loss_z > 0.0f || o->skip_norm_z > 0.0f) {
         if (d->window < STEP_HISTORY) snprintf(zs, sizeof zs, " | z window %d/%d", d->window, STEP_HISTORY);
@@ -1475,8 +1521,10 @@ static void evaluate_and_log(Run* r, float loss, float norm, float lr, double se
         r->evals.count++;
     }
     if (r->log) {
-        fprintf(r->log, "%lld,%.9g,%s,%.7g,%.7g,%.3f,%.1f,%d,%s\n", r->step, loss, val_field, lr, norm,
-                1e3 * seconds, r->total_batch / seconds, skipped, hs_field);
+        char mfu_field[32] = ""; // a fraction, empty where the peak is unknown
+        if (r->peak_flops > 0.0) snprintf(mfu_field, sizeof mfu_field, "%.4g", step_mfu(r, seconds));
+        fprintf(r->log, "%lld,%.9g,%s,%.7g,%.7g,%.3f,%.1f,%d,%s,%s\n", r->step, loss, val_field, lr, norm,
+                1e3 * seconds, r->total_batch / seconds, skipped, hs_field, mfu_field);
         if (fflush(r->log) != 0) fatal("cannot write %s: %s", r->log_path, strerror(errno));
     }
 }
