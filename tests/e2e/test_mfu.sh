@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The MFU (model FLOPs utilisation) of train_gpt_cpu, on a small GPT-2 (2 layers, C 64, T 32). The
 # CPU build has a peak only from --peak-tflops. The FLOPs of a token, 6N + 6LCT, are computed here
-# from the model's sizes, N from the GPT-2 layout (wte, wpe, 12C^2 + 13C a block, the final
-# layernorm), which the trainer's parameter count must equal too.
+# from the model's sizes (tests/lib/mfu.sh: N from the GPT-2 layout, which the trainer's parameter
+# count must equal too).
 #  1. --peak-tflops F: the start-up line names 6N + 6LCT and F; every step line has 'MFU x.x%';
 #     log.csv's last column, mfu, is 6N + 6LCT x tok_per_s / F (a fraction) within 1% on every
 #     trained row, the step line's percentage agrees with it, and row 0 (the evaluation before
@@ -22,34 +22,22 @@ cd "$(dirname "$0")/../.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL $*"; exit 1; }
+. tests/lib/mfu.sh
 L=2 C=64 NH=4 MAXT=64 T=32 VP=50304
-small=(--layers $L --channels $C --heads $NH --max-seq $MAXT -t $T -b 4 -s 0 -v 2 -m 1
+small=(--layers "$L" --channels "$C" --heads "$NH" --max-seq "$MAXT" -t "$T" -b 4 -s 0 -v 2 -m 1
        -i "$DATA/tinyshakespeare/tiny_shakespeare_train.bin" -j "$DATA/tinyshakespeare/tiny_shakespeare_val.bin")
-N=$((VP * C + MAXT * C + L * (12 * C * C + 13 * C) + 2 * C))
-FPT=$((6 * N + 6 * L * C * T))
-# commas N: N with a comma between thousands, as the trainer prints counts
-commas() { local n=$1 out=""; while [ ${#n} -gt 3 ]; do out=",${n: -3}$out"; n=${n:0:${#n}-3}; done; echo "$n$out"; }
+N=$(gpt2_parameters $L $C $MAXT $VP)
+FPT=$(gpt2_flops_per_token $L $C $MAXT $T $VP)
 PEAK=1 # TFLOP/s: the CPU's MFU then reads a few percent
 
-# check_log DIR PEAK FIRST: log.csv's rows from step FIRST on have the mfu of their tok_per_s, and
-# there is such a row; the rows before FIRST (all of them when FIRST is 0), and row 0, an empty one;
-# every row has the header's columns, mfu the last.
-check_log() {
-    awk -F, -v fpt="$FPT" -v peak="$2" -v first="$3" '
-        NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; columns = NF; if ($NF != "mfu") { print "header: " $0; bad++ }; next }
-        NF != columns { printf "row %s has %d columns, the header %d\n", $1, NF, columns; bad++ }
-        first == 0 || $1 < first || $(c["train_loss"]) == "" {
-            if ($(c["mfu"]) != "") { printf "step %s: mfu %s where none is due\n", $1, $(c["mfu"]); bad++ }; next }
-        { n++; want = fpt * $(c["tok_per_s"]) / (peak * 1e12); got = $(c["mfu"])
-          if (got == "" || (got - want) ^ 2 > (0.01 * want) ^ 2) { printf "step %s: mfu %s, want %.4g\n", $1, got, want; bad++ } }
-        END { if (first > 0 && n == 0) { print "no row with an MFU"; bad++ }; exit bad > 0 }' "$1/log.csv"
-}
+# check_log DIR PEAK FIRST: DIR's log.csv as check_mfu_log checks it
+check_log() { check_mfu_log "$1/log.csv" "$FPT" "$2" "$3"; }
 
 # 1. --peak-tflops on the command line
 "$BUILD/train_gpt_cpu" "${small[@]}" -x 4 --peak-tflops $PEAK -o "$tmp/peak" > "$tmp/peak.out"
 grep -q "^model: L $L, C $C, NH $NH, max T $MAXT, V 50257 (padded $VP), $N parameters" "$tmp/peak.out" ||
     fail "the trainer's parameter count is not this test's $N: $(grep '^model' "$tmp/peak.out")"
-want="MFU: $(commas $FPT) FLOPs per token (6N + 6LCT) against $PEAK TFLOP/s (--peak-tflops)"
+want="MFU: $(commas "$FPT") FLOPs per token (6N + 6LCT) against $PEAK TFLOP/s (--peak-tflops)"
 grep -qxF "$want" "$tmp/peak.out" || fail "no line '$want': $(grep MFU "$tmp/peak.out" | head -n 3)"
 [ "$(grep -c '^step .* | MFU [0-9]*\.[0-9]% | eta ' "$tmp/peak.out")" -eq 4 ] ||
     fail "not 4 step lines with MFU x.x%: $(grep '^step ' "$tmp/peak.out")"
@@ -95,8 +83,9 @@ refused() { # refused WHERE WANT ARGS...: exit status 1, WANT in the message, no
     local where=$1 want=$2 status=0
     shift 2
     "$BUILD/train_gpt_cpu" "${small[@]}" -x 1 -o "$tmp/refused" "$@" > "$tmp/refused.out" 2>&1 || status=$?
-    [ "$status" -eq 1 ] && grep -qF -- "$where" "$tmp/refused.out" && grep -qF -- "$want" "$tmp/refused.out" ||
+    if [ "$status" -ne 1 ] || ! grep -qF -- "$where" "$tmp/refused.out" || ! grep -qF -- "$want" "$tmp/refused.out"; then
         fail "$*: exit status $status, $(cat "$tmp/refused.out")"
+    fi
     [ ! -e "$tmp/refused" ] || fail "$*: wrote $(ls "$tmp/refused")"
 }
 refused "--peak-tflops" "-1 is outside" --peak-tflops -1

@@ -9,10 +9,14 @@
 #   -r 1 and -r 2 train the model file and losses of -r 0 bit for bit.
 #   Tuned matmuls train the bits of untuned ones (MATMUL_TUNE=0).
 #   Generation and HellaSwag scores of the 20-step model against the CPU's (see below).
+#   MFU: the peak the start-up line names is the built-in table's for this GPU (an H200's: 989.4
+#         TFLOP/s dense BF16, 67 FP32), and log.csv's mfu is 6N + 6LCT (computed here) x tok_per_s /
+#         that peak within 1%; a GPU not in the table says 'MFU n/a' and logs none.
 # Usage: BUILD=dir GPU_ARCH=90 tests/gpu/test_gpu_model.sh   (needs a GPU; scripts/get_data.sh fetches the data)
 set -eu
 "$(dirname "$0")/../../scripts/get_data.sh" # before any cd: a relative GPT_DATA_DIR is the caller's
 . "$(dirname "$0")/../lib/log_compare.sh"
+. "$(dirname "$0")/../lib/mfu.sh"
 BUILD=${BUILD:-.}
 ARCH=${GPU_ARCH:-90}
 PREPARED=$(dirname "$0")/../../data
@@ -46,6 +50,25 @@ if r=$(compare_logs "$LOG" "$WORK/BF16/log.csv" train_loss 1 1 1e-2); then pass 
 first=$(awk -F, -v c="$loss" 'NR == 2 { print $c }' "$WORK/BF16/log.csv")
 last=$(awk -F, -v c="$loss" 'NR == 21 { print $c }' "$WORK/BF16/log.csv")
 if awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.5) }'; then pass "BF16 loss falls: $first -> $last"; else fail "BF16 loss does not fall: $first -> $last"; fi
+# MFU of the runs above (L 2, C 64, max T 64, T 64).
+FPT=$(gpt2_flops_per_token 2 64 64 64 50304)
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader -i "${CUDA_VISIBLE_DEVICES:-0}" | head -n 1)
+for p in FP32 BF16; do
+    line=$(grep '^MFU' "$WORK/$p.out" || true)
+    peak=$(sed -n 's/^MFU: [0-9,]* FLOPs per token (6N + 6LCT) against \([0-9.]*\) TFLOP\/s, the .*/\1/p' <<< "$line")
+    want=$(case "$gpu/$p" in "NVIDIA H200/BF16") echo 989.4 ;; "NVIDIA H200/FP32") echo 67 ;; esac)
+    if [ -n "$peak" ]; then
+        if ! grep -q "^MFU: $(commas "$FPT") FLOPs per token" <<< "$line"; then fail "$p MFU: not $FPT FLOPs per token: $line"
+        elif [ -n "$want" ] && [ "$peak" != "$want" ]; then fail "$p MFU on $gpu: peak $peak TFLOP/s, want $want"
+        elif r=$(check_mfu_log "$WORK/$p/log.csv" "$FPT" "$peak" 1); then pass "$p MFU on $gpu: $line; log.csv's mfu within 1%"
+        else fail "$p MFU on $gpu: $r"; fi
+    elif grep -qx "MFU n/a: no $p peak known for $gpu; pass --peak-tflops" <<< "$line" && [ -z "$want" ] &&
+        [ "$(grep -c '^step .* | MFU n/a | ' "$WORK/$p.out")" -eq 20 ] && r=$(check_mfu_log "$WORK/$p/log.csv" "$FPT" 1 0); then
+        pass "$p MFU on $gpu, which the table lacks: n/a on the lines, none in log.csv"
+    else
+        fail "$p MFU on $gpu: '$line' ${r:-}"
+    fi
+done
 # BF16 resume: 10 steps, then 10 more resumed from the training state, equal 20 straight steps bit
 # for bit (the bf16 weights are rebuilt from the master weights with the saved step's stochastic
 # rounding). A constant learning rate, so that -x 10 and -x 20 follow the same schedule.
