@@ -694,8 +694,8 @@ static void fit_micro_batch(GPT2BuildSpec* spec, int seqs, double memory, const 
 
 // The build of a run of o (model cfg, world ranks, seqs sequences per GPU per step) for `memory`
 // bytes of GPU (from `source`): -b auto (fit_micro_batch), or the given B with -r 0 unless -r is
-// given; offloading as --offload says (auto: when the run does not fit otherwise; never on the CPU,
-// whose memory is the host's); the head's slices. Exits when the
+// given; offloading as --offload says (auto: as GPT2_OFFLOAD_AUTO in model/fit.h says, where the
+// host can hold the state; never on the CPU, whose memory is the host's); the head's slices. Exits when the
 // offloaded state needs more host memory than there is (or --host-memory-limit allows; in a dry run,
 // which plans for another machine, --host-memory-limit is that machine's host memory).
 static GPT2BuildSpec choose_build(const Options* o, const GPT2Config* cfg, int world, int seqs, double memory,
@@ -707,6 +707,26 @@ static GPT2BuildSpec choose_build(const Options* o, const GPT2Config* cfg, int w
     spec.offload = strcmp(o->offload, "auto") == 0 ? (on_gpu ? GPT2_OFFLOAD_AUTO : 0) : atoi(o->offload);
     if (spec.offload == 1 && spec.zero_stage == 1)
         fatal("--offload 1 with -z 1: shard the optimizer state over the GPUs (-z 1) or offload it, not both");
+    size_t available, total;
+    host_memory(&available, &total);
+    double host = (double)available;
+    const char* host_source = "available (MemAvailable)";
+    if (o->host_memory_limit > 0 && (dry_run || o->host_memory_limit * GiB < host)) {
+        host = o->host_memory_limit * GiB;
+        host_source = "--host-memory-limit";
+    }
+    if (spec.B == 0 && spec.offload == GPT2_OFFLOAD_AUTO) {
+        // Offloading for a larger B only where the host can hold the state; where nothing fits
+        // without it, it is still chosen and refused below, saying what it needs.
+        GPT2BuildSpec offloaded = spec, kept = spec;
+        offloaded.offload = 1;
+        kept.offload = 0;
+        Fit unused;
+        int lo = spec.recompute < 0 ? 0 : spec.recompute, hi = spec.recompute < 0 ? 2 : spec.recompute;
+        if ((double)gpt2_memory_plan(&offloaded).host_optimizer > host &&
+            gpt2_fit(&kept, seqs, lo, hi, (size_t)memory, &unused))
+            spec.offload = 0;
+    }
     if (spec.B == 0) {
         fit_micro_batch(&spec, seqs, memory, source);
     } else {
@@ -715,14 +735,6 @@ static GPT2BuildSpec choose_build(const Options* o, const GPT2Config* cfg, int w
     }
     spec.head_slice_tokens = gpt2_fit_head_slice_tokens(&spec, (size_t)memory);
     if (spec.offload) {
-        size_t available, total;
-        host_memory(&available, &total);
-        double host = (double)available;
-        const char* host_source = "available (MemAvailable)";
-        if (o->host_memory_limit > 0 && (dry_run || o->host_memory_limit * GiB < host)) {
-            host = o->host_memory_limit * GiB;
-            host_source = "--host-memory-limit";
-        }
         double need = (double)gpt2_memory_plan(&spec).host_optimizer;
         if (need > host)
             fatal("--offload: AdamW's state needs %.2f GiB of pinned host memory, and %.2f GiB are %s; free "

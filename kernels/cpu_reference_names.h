@@ -27,6 +27,9 @@ void cpu_dev_free_host(void* p);
 void cpu_dev_upload_async(void* dst_dev, const void* src_host, size_t bytes);
 void cpu_dev_download_async(void* dst_host, const void* src_dev, size_t bytes);
 void cpu_dev_wait_downloads(void);
+void cpu_dev_slot_upload(int slot, void* dst_dev, const void* src_host, size_t bytes);
+void cpu_dev_slot_ready(int slot);
+void cpu_dev_slot_download(int slot, void* dst_host, const void* src_dev, size_t bytes);
 void cpu_floatX_from_float(float* dst, const float* src, size_t n);
 void cpu_float_from_floatX(float* dst, const float* src, size_t n);
 void cpu_float_accumulate(float* dst, const float* src, size_t n);
@@ -93,6 +96,9 @@ void cpu_adamw_update(float* param, float* master, const float* grad, float* m, 
 #define dev_upload_async cpu_dev_upload_async
 #define dev_download_async cpu_dev_download_async
 #define dev_wait_downloads cpu_dev_wait_downloads
+#define dev_slot_upload cpu_dev_slot_upload
+#define dev_slot_ready cpu_dev_slot_ready
+#define dev_slot_download cpu_dev_slot_download
 #define floatX_from_float cpu_floatX_from_float
 #define float_from_floatX cpu_float_from_floatX
 #define float_accumulate cpu_float_accumulate

@@ -91,6 +91,19 @@ void dev_download_async(void* dst_host, const void* src_dev, size_t bytes);
 // before them is done, but not for the work queued after them: a step can read its losses while
 // the GPU runs its backward.
 void dev_wait_downloads(void);
+// Copies beside the kernels, for streaming pieces of pinned host arrays through device buffers:
+// uploads run on one copy stream and downloads on another, so that while the kernels work on the
+// buffer of one slot, the next piece goes up into the other slot's and the previous one comes down
+// (PCIe carries both directions at once). Each slot orders the use of its buffers:
+//   dev_slot_upload    runs after the slot's last download (its buffers are free again);
+//   dev_slot_ready     makes the kernels queued next wait for the slot's uploads;
+//   dev_slot_download  runs after the kernels queued so far (those that wrote its buffers).
+// The host rules of the copies above hold; dev_synchronize waits for these copies too. On the CPU
+// they are memcpy.
+enum { DEV_SLOTS = 2 };
+void dev_slot_upload(int slot, void* dst_dev, const void* src_host, size_t bytes);
+void dev_slot_ready(int slot);
+void dev_slot_download(int slot, void* dst_host, const void* src_dev, size_t bytes);
 // Conversions between fp32 arrays and floatX arrays, both in device memory (a copy on the CPU).
 void floatX_from_float(floatX* dst, const float* src, size_t n);
 void float_from_floatX(float* dst, const floatX* src, size_t n);

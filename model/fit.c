@@ -30,25 +30,37 @@ static int fits_one_sequence(const GPT2BuildSpec* run, const GPT2Config* cfg, in
     return plan_fits(&spec, memory, &plan);
 }
 
-int gpt2_fit(const GPT2BuildSpec* run, int seqs_per_gpu, int recompute_lo, int recompute_hi, size_t memory,
-             Fit* fit) {
+// The largest B at offload level `offload` (and the lowest recompute level for it) that fits.
+static int fit_at(const GPT2BuildSpec* run, int offload, int seqs_per_gpu, int recompute_lo, int recompute_hi,
+                  size_t memory, Fit* fit) {
     int multiple = run->group_sequences > 0 ? run->group_sequences : 1;
-    int offload_lo, offload_hi;
-    offload_range(run, &offload_lo, &offload_hi);
     fit->spec = *run;
     fit->spec.head_slice_tokens = GPT2_HEAD_SLICE_TOKENS;
-    for (int offload = offload_lo; offload <= offload_hi; offload++) {
-        for (int B = seqs_per_gpu; B >= 1; B--) {
-            if (seqs_per_gpu % B != 0 || B % multiple != 0) continue;
-            for (int r = recompute_lo; r <= recompute_hi; r++) {
-                fit->spec.B = B;
-                fit->spec.recompute = r;
-                fit->spec.offload = offload;
-                if (plan_fits(&fit->spec, memory, &fit->plan)) return 1;
-            }
+    fit->spec.offload = offload;
+    for (int B = seqs_per_gpu; B >= 1; B--) {
+        if (seqs_per_gpu % B != 0 || B % multiple != 0) continue;
+        for (int r = recompute_lo; r <= recompute_hi; r++) {
+            fit->spec.B = B;
+            fit->spec.recompute = r;
+            if (plan_fits(&fit->spec, memory, &fit->plan)) return 1;
         }
     }
     return 0;
+}
+
+int gpt2_fit(const GPT2BuildSpec* run, int seqs_per_gpu, int recompute_lo, int recompute_hi, size_t memory,
+             Fit* fit) {
+    int offload_lo, offload_hi;
+    offload_range(run, &offload_lo, &offload_hi);
+    if (offload_lo == offload_hi) return fit_at(run, offload_lo, seqs_per_gpu, recompute_lo, recompute_hi, memory, fit);
+    Fit kept;
+    int fits_kept = fit_at(run, 0, seqs_per_gpu, recompute_lo, recompute_hi, memory, &kept);
+    int fits_offloaded = fit_at(run, 1, seqs_per_gpu, recompute_lo, recompute_hi, memory, fit);
+    if (fits_offloaded && (!fits_kept || (fit->spec.B >= FIT_OFFLOAD_B_GAIN * kept.spec.B &&
+                                          (long long)seqs_per_gpu * run->T >= FIT_OFFLOAD_MIN_TOKENS)))
+        return 1;
+    *fit = kept;
+    return fits_kept;
 }
 
 int gpt2_fit_offload(const GPT2BuildSpec* spec, size_t memory) {

@@ -77,6 +77,7 @@ static size_t shard_size(size_t n, int world) {
 
 // The floats of a piece for arrays of n: GPT2_PIECE_FLOATS, or n when that is smaller.
 static size_t piece_floats(size_t n) { return n < GPT2_PIECE_FLOATS ? n : GPT2_PIECE_FLOATS; }
+static size_t offload_piece_floats(size_t n) { return n < GPT2_OFFLOAD_PIECE_FLOATS ? n : GPT2_OFFLOAD_PIECE_FLOATS; }
 
 MemoryPlan gpt2_memory_plan(const GPT2BuildSpec* spec) {
     const GPT2Config* cfg = &spec->config;
@@ -87,7 +88,7 @@ MemoryPlan gpt2_memory_plan(const GPT2BuildSpec* spec) {
     MemoryPlan p;
     p.parameters = padded * sizeof(floatX);
     p.gradients = (padded + sizes[P_WTE]) * sizeof(float); // and the encoder's share of wte's (gpt2_backward)
-    p.optimizer = arrays * (spec->offload ? piece_floats(opt_alloc) : opt_alloc) * sizeof(float);
+    p.optimizer = arrays * (spec->offload ? DEV_SLOTS * offload_piece_floats(opt_alloc) : opt_alloc) * sizeof(float);
     p.host_optimizer = spec->offload ? arrays * opt_alloc * sizeof(float) : 0;
     Activations unused;
     Carver sizing = {NULL, 0};
@@ -169,10 +170,12 @@ static void build(GPT2* model, const GPT2BuildSpec* spec, int training) {
             if (has_master) memset(model->master, 0, bytes);
             memset(model->adam_m, 0, bytes);
             memset(model->adam_v, 0, bytes);
-            size_t piece = piece_floats(opt_alloc) * sizeof(float);
-            if (has_master) model->piece_master = dev_malloc(piece, "offloaded master weights' piece");
-            model->piece_m = dev_malloc(piece, "offloaded AdamW first moment's piece");
-            model->piece_v = dev_malloc(piece, "offloaded AdamW second moment's piece");
+            size_t piece = offload_piece_floats(opt_alloc) * sizeof(float);
+            for (int slot = 0; slot < DEV_SLOTS; slot++) {
+                if (has_master) model->piece_master[slot] = dev_malloc(piece, "offloaded master weights' piece");
+                model->piece_m[slot] = dev_malloc(piece, "offloaded AdamW first moment's piece");
+                model->piece_v[slot] = dev_malloc(piece, "offloaded AdamW second moment's piece");
+            }
         } else {
             if (has_master) model->master = dev_malloc(bytes, "master weights");
             model->adam_m = dev_malloc(bytes, "AdamW first moment");
@@ -208,9 +211,11 @@ void gpt2_free(GPT2* model) {
         dev_free_host(model->master);
         dev_free_host(model->adam_m);
         dev_free_host(model->adam_v);
-        dev_free(model->piece_master);
-        dev_free(model->piece_m);
-        dev_free(model->piece_v);
+        for (int slot = 0; slot < DEV_SLOTS; slot++) {
+            dev_free(model->piece_master[slot]);
+            dev_free(model->piece_m[slot]);
+            dev_free(model->piece_v[slot]);
+        }
     } else {
         dev_free(model->master);
         dev_free(model->adam_m);
@@ -233,9 +238,9 @@ void gpt2_print_memory_plan(const GPT2BuildSpec* spec, const MemoryPlan* p, int 
     if (training) {
         printf("  gradients    %10.1f MiB\n", p->gradients / MiB);
         if (spec->offload)
-            printf("  optimizer    %10.1f MiB  (a piece each of AdamW m, v%s; the state itself, %.1f MiB, in "
-                   "pinned host memory: --offload)\n", p->optimizer / MiB, has_master ? ", master weights" : "",
-                   p->host_optimizer / MiB);
+            printf("  optimizer    %10.1f MiB  (%d pieces each of AdamW m, v%s; the state itself, %.1f MiB, in "
+                   "pinned host memory: --offload)\n", p->optimizer / MiB, DEV_SLOTS,
+                   has_master ? ", master weights" : "", p->host_optimizer / MiB);
         else
             printf("  optimizer    %10.1f MiB  (AdamW m, v%s, fp32; %s)\n", p->optimizer / MiB,
                    has_master ? ", master weights" : "",
@@ -629,29 +634,33 @@ void gpt2_update(GPT2* model, float norm, float lr, float beta1, float beta2, fl
     float* grads = model->grads;
     float grad_scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
     size_t lo = model->opt_offset, offset = 0, a, b;
+    int slot = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; offset += model->param_sizes[i], i++) {
         optimizer_part(model, i, offset, &a, &b);
         // weight decay on the 2-D weights only, not on biases and layernorm parameters
         int decay = i == P_WTE || i == P_WPE || i == P_QKVW || i == P_ATTPROJW || i == P_FCW || i == P_FCPROJW;
-        // Offloaded, each piece goes up, is updated and comes back, in order with the kernels: the
-        // same kernel on the same values, and a piece rounds as the whole part would (index0).
-        const size_t step = model->offload ? GPT2_PIECE_FLOATS : b - a;
+        // Offloaded, each piece goes up, is updated and comes back through the slots in turn, so
+        // that one piece goes up and another comes down while a third is updated: the same kernel
+        // on the same values, and a piece rounds as the whole part would (index0).
+        const size_t step = model->offload ? GPT2_OFFLOAD_PIECE_FLOATS : b - a;
         for (size_t s = a; s < b; s += step) {
             size_t len = b - s < step ? b - s : step, bytes = len * sizeof(float);
             float *master = model->master ? model->master + (s - lo) : NULL;
             float *m = model->adam_m + (s - lo), *v = model->adam_v + (s - lo);
             float *dev_master = master, *dev_m = m, *dev_v = v;
             if (model->offload) {
-                if (master) dev_upload_async(dev_master = model->piece_master, master, bytes);
-                dev_upload_async(dev_m = model->piece_m, m, bytes);
-                dev_upload_async(dev_v = model->piece_v, v, bytes);
+                if (master) dev_slot_upload(slot, dev_master = model->piece_master[slot], master, bytes);
+                dev_slot_upload(slot, dev_m = model->piece_m[slot], m, bytes);
+                dev_slot_upload(slot, dev_v = model->piece_v[slot], v, bytes);
+                dev_slot_ready(slot);
             }
             adamw_update(params + s, dev_master, grads + s, dev_m, dev_v, len, s - offset, lr, beta1, beta2, eps,
                          decay ? weight_decay : 0.0f, grad_scale, t, tensor_seed(seed, i));
             if (model->offload) {
-                if (master) dev_download_async(master, dev_master, bytes);
-                dev_download_async(m, dev_m, bytes);
-                dev_download_async(v, dev_v, bytes);
+                if (master) dev_slot_download(slot, master, dev_master, bytes);
+                dev_slot_download(slot, m, dev_m, bytes);
+                dev_slot_download(slot, v, dev_v, bytes);
+                slot = (slot + 1) % DEV_SLOTS;
             }
         }
     }

@@ -52,9 +52,12 @@ typedef struct {
     float* row;          // (Vp) one row of logits as fp32, for sampling
 } Activations;
 
-// Weights pass between the host and the device, and offloaded optimizer state through the device,
-// in pieces of at most this many floats (64 MiB): the staging and the offload buffers stay small.
+// Weights pass between the host and the device in pieces of at most this many floats (64 MiB), and
+// offloaded optimizer state through the device in pieces of half as many, one in each of the
+// DEV_SLOTS (kernels.h) the update streams them through: the staging and the offload buffers stay
+// small.
 #define GPT2_PIECE_FLOATS ((size_t)1 << 24)
+#define GPT2_OFFLOAD_PIECE_FLOATS (GPT2_PIECE_FLOATS / 2)
 
 // The device memory of one rank, in bytes, exactly as gpt2_build allocates it, and the host memory
 // that offloading takes. The peak is the total: the staging piece exists only while weights are
@@ -121,8 +124,9 @@ typedef struct {
     float* adam_m;
     float* adam_v;
     int offload;         // GPT2BuildSpec's
-    // With offload: the device's piece of master (when there is one), m and v, GPT2_PIECE_FLOATS each.
-    float *piece_master, *piece_m, *piece_v;
+    // With offload: each slot's piece of master (when there is one), m and v, of
+    // GPT2_OFFLOAD_PIECE_FLOATS each.
+    float *piece_master[DEV_SLOTS], *piece_m[DEV_SLOTS], *piece_v[DEV_SLOTS];
     int B, T, recompute; // the largest batch the activations were allocated for
     int head_slice_tokens; // the head's slices (gpt2_head_slice_sequences)
     int fwd_B, fwd_T;    // shape of the last forward, which the backward differentiates

@@ -56,6 +56,15 @@ void dev_free_host(void* p) { free(p); }
 void dev_upload_async(void* dst_dev, const void* src_host, size_t bytes) { memcpy(dst_dev, src_host, bytes); }
 void dev_download_async(void* dst_host, const void* src_dev, size_t bytes) { memcpy(dst_host, src_dev, bytes); }
 void dev_wait_downloads(void) {}
+void dev_slot_upload(int slot, void* dst_dev, const void* src_host, size_t bytes) {
+    (void)slot;
+    memcpy(dst_dev, src_host, bytes);
+}
+void dev_slot_ready(int slot) { (void)slot; }
+void dev_slot_download(int slot, void* dst_host, const void* src_dev, size_t bytes) {
+    (void)slot;
+    memcpy(dst_host, src_dev, bytes);
+}
 
 // memmove: a caller may convert in place.
 void floatX_from_float(floatX* dst, const float* src, size_t n) { memmove(dst, src, n * sizeof(float)); }

@@ -120,6 +120,40 @@ void dev_wait_downloads(void) {
     if (downloads_landed) cudaCheck(cudaEventSynchronize(downloads_landed));
 }
 
+// The copy streams of the slots (non-blocking: the legacy stream's kernels do not wait for them,
+// nor they for the kernels, except through these events) and each slot's events: uploaded (on the
+// upload stream), written (after the kernels that used the slot) and downloaded.
+static cudaStream_t upload_stream, download_stream;
+static cudaEvent_t slot_uploaded[DEV_SLOTS], slot_written[DEV_SLOTS], slot_downloaded[DEV_SLOTS];
+static void slots_init(void) {
+    if (upload_stream) return;
+    cudaCheck(cudaStreamCreateWithFlags(&upload_stream, cudaStreamNonBlocking));
+    cudaCheck(cudaStreamCreateWithFlags(&download_stream, cudaStreamNonBlocking));
+    for (int i = 0; i < DEV_SLOTS; i++) {
+        cudaCheck(cudaEventCreateWithFlags(&slot_uploaded[i], cudaEventDisableTiming));
+        cudaCheck(cudaEventCreateWithFlags(&slot_written[i], cudaEventDisableTiming));
+        cudaCheck(cudaEventCreateWithFlags(&slot_downloaded[i], cudaEventDisableTiming));
+        cudaCheck(cudaEventRecord(slot_downloaded[i], download_stream)); // free at the start
+    }
+}
+void dev_slot_upload(int slot, void* dst_dev, const void* src_host, size_t bytes) {
+    slots_init();
+    cudaCheck(cudaStreamWaitEvent(upload_stream, slot_downloaded[slot], 0));
+    cudaCheck(cudaMemcpyAsync(dst_dev, src_host, bytes, cudaMemcpyHostToDevice, upload_stream));
+}
+void dev_slot_ready(int slot) {
+    slots_init();
+    cudaCheck(cudaEventRecord(slot_uploaded[slot], upload_stream));
+    cudaCheck(cudaStreamWaitEvent(0, slot_uploaded[slot], 0));
+}
+void dev_slot_download(int slot, void* dst_host, const void* src_dev, size_t bytes) {
+    slots_init();
+    cudaCheck(cudaEventRecord(slot_written[slot], 0));
+    cudaCheck(cudaStreamWaitEvent(download_stream, slot_written[slot], 0));
+    cudaCheck(cudaMemcpyAsync(dst_host, src_dev, bytes, cudaMemcpyDeviceToHost, download_stream));
+    cudaCheck(cudaEventRecord(slot_downloaded[slot], download_stream));
+}
+
 void* grow_scratch(void** buffer, size_t* capacity, size_t bytes, const char* what) {
     if (bytes > *capacity) {
         if (*buffer) dev_free(*buffer);

@@ -145,6 +145,7 @@ test-gpu:
 	BUILD=$(BUILD) tests/gpu/test_gpu_model.sh
 	BUILD=$(BUILD) tests/gpu/test_gpu_grads.sh
 	BUILD=$(BUILD) tests/gpu/test_cross_resume.sh
+	BUILD=$(BUILD) tests/gpu/test_offload_gpu.sh
 	BUILD=$(BUILD) tests/gpu/test_long_context.sh
 	BUILD=$(BUILD) tests/gpu/test_gpu_divergence.sh
 	BUILD=$(BUILD) tests/gpu/test_recipe_gpu.sh

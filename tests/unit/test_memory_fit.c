@@ -297,32 +297,52 @@ static void test_head_slices(void) {
 }
 
 // --offload: the plan keeps a piece of each array on the device and the state in host memory;
-// GPT2_OFFLOAD_AUTO offloads only where no B and recompute level fit without it, never with ZeRO.
+// GPT2_OFFLOAD_AUTO offloads where nothing fits without it, or where offloading lets B grow 4 times
+// with 64K tokens a step; never with ZeRO.
 static void test_offload(void) {
-    GPT2Config d12 = preset("d12", 1024), d48 = preset("d48", 1024);
+    GPT2Config d12 = preset("d12", 1024), d36 = preset("d36", 1024), d48 = preset("d48", 1024);
     const size_t n = 124475904;
     GPT2BuildSpec spec = build_spec(&d12, 4, 1024, 0, 0, 1, GPT2_HEAD_SLICE_TOKENS);
     spec.offload = 1;
     MemoryPlan off = gpt2_memory_plan(&spec), on = plan_of(&d12, 4, 1024, 0, 0, 1, GPT2_HEAD_SLICE_TOKENS);
-    test_check(off.optimizer == 2 * GPT2_PIECE_FLOATS * 4 && off.host_optimizer == 2 * n * 4 &&
+    test_check(off.optimizer == 2 * DEV_SLOTS * GPT2_OFFLOAD_PIECE_FLOATS * 4 && off.host_optimizer == 2 * n * 4 &&
                off.total == on.total - on.optimizer + off.optimizer,
-               "plan: d12 offloaded: a piece of m and v on the device, all of them in host memory",
+               "plan: d12 offloaded: a piece of m and v in each slot on the device, all of them in host memory",
                "device %zu, host %zu bytes", off.optimizer, off.host_optimizer);
-    int wrong = 0, offloaded = 0;
+    int wrong = 0, offloaded = 0, for_speed = 0;
     for (size_t gib = 1; gib <= 141; gib++) {
-        GPT2BuildSpec run = run_of(&d48, 1024, 0, 1, 0), kept = run;
-        run.offload = GPT2_OFFLOAD_AUTO;
-        Fit auto_fit, kept_fit;
-        int a = fit_run(run, 64, 0, 2, gib * GiB, &auto_fit), k = fit_run(kept, 64, 0, 2, gib * GiB, &kept_fit);
-        if (k && (!a || auto_fit.spec.offload != 0 || auto_fit.spec.B != kept_fit.spec.B)) wrong++;
-        if (!k && a && auto_fit.spec.offload != 1) wrong++;
-        offloaded += !k && a;
+        for (int seqs = 4; seqs <= 64; seqs *= 16) { // 4K and 64K tokens a step
+            GPT2BuildSpec run = run_of(&d36, 1024, 0, 1, 0), kept = run, forced = run;
+            run.offload = GPT2_OFFLOAD_AUTO;
+            forced.offload = 1;
+            Fit auto_fit, kept_fit, forced_fit;
+            int a = fit_run(run, seqs, 0, 2, gib * GiB, &auto_fit), k = fit_run(kept, seqs, 0, 2, gib * GiB, &kept_fit);
+            int f = fit_run(forced, seqs, 0, 2, gib * GiB, &forced_fit);
+            int gains = k && f && forced_fit.spec.B >= FIT_OFFLOAD_B_GAIN * kept_fit.spec.B && seqs * 1024 >= 65536;
+            Fit* want = (!k && f) || gains ? &forced_fit : &kept_fit;
+            if (a != (k || f) || (a && (auto_fit.spec.offload != want->spec.offload || auto_fit.spec.B != want->spec.B ||
+                                        auto_fit.spec.recompute != want->spec.recompute)))
+                wrong++;
+            offloaded += !k && a;
+            for_speed += gains;
+        }
         GPT2BuildSpec sharded = run_of(&d48, 1024, 1, 8, 0);
         sharded.offload = GPT2_OFFLOAD_AUTO;
-        if (fit_run(sharded, 8, 0, 2, gib * GiB, &auto_fit) && auto_fit.spec.offload) wrong++;
+        Fit sharded_fit;
+        if (fit_run(sharded, 8, 0, 2, gib * GiB, &sharded_fit) && sharded_fit.spec.offload) wrong++;
     }
-    test_check(wrong == 0 && offloaded > 0, "fit: d48 --offload auto offloads exactly where nothing fits without it",
-               "%d budgets of 1..141 GiB offloaded, %d wrong", offloaded, wrong);
+    test_check(wrong == 0 && offloaded > 0 && for_speed > 0,
+               "fit: d36 --offload auto offloads where nothing fits without it or where it quadruples B at 64K "
+               "tokens a step, never with ZeRO",
+               "%d budgets of 1..141 GiB offloaded, %d of them for a larger B, %d wrong", offloaded + for_speed,
+               for_speed, wrong);
+    Fit small; // this build's plan (the CPU's, fp32 weights): d36 at 16 GiB fits B 1 -r 0, offloaded B 4 -r 2
+    GPT2BuildSpec d36_16 = run_of(&d36, 1024, 0, 1, 0);
+    d36_16.offload = GPT2_OFFLOAD_AUTO;
+    int at_64 = fit_run(d36_16, 64, 0, 2, 16 * GiB, &small) && small.spec.offload == 1 && small.spec.B == 4;
+    int at_4 = fit_run(d36_16, 4, 0, 2, 16 * GiB, &small) && small.spec.offload == 0 && small.spec.B == 1;
+    test_check(at_64 && at_4, "fit: d36 at 16 GiB offloads for B 4 at 64 sequences a step, not at 4",
+               "B %d -r %d offload %d", small.spec.B, small.spec.recompute, small.spec.offload);
 }
 
 int main(void) {
