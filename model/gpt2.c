@@ -87,7 +87,8 @@ MemoryPlan gpt2_memory_plan(const GPT2BuildSpec* spec) {
     size_t arrays = 2 + (sizeof(floatX) != sizeof(float)); // m, v and the master weights
     MemoryPlan p;
     p.parameters = padded * sizeof(floatX);
-    p.gradients = (padded + sizes[P_WTE]) * sizeof(float); // and the encoder's share of wte's (gpt2_backward)
+    // and, with --batch-invariant, the encoder's share of wte's kept apart (gpt2_backward)
+    p.gradients = (padded + (spec->group_sequences ? sizes[P_WTE] : 0)) * sizeof(float);
     p.optimizer = arrays * (spec->offload ? DEV_SLOTS * offload_piece_floats(opt_alloc) : opt_alloc) * sizeof(float);
     p.host_optimizer = spec->offload ? arrays * opt_alloc * sizeof(float) : 0;
     Activations unused;
@@ -159,8 +160,10 @@ static void build(GPT2* model, const GPT2BuildSpec* spec, int training) {
         model->grads = dev_malloc(padded * sizeof(float), "gradients");
         dev_memset_zero(model->grads, padded * sizeof(float));
         size_t wte = model->param_sizes[P_WTE];
-        model->wte_encoder_grad = dev_malloc(wte * sizeof(float), "wte gradient of the encoder");
-        dev_memset_zero(model->wte_encoder_grad, wte * sizeof(float));
+        if (model->group_sequences) {
+            model->wte_encoder_grad = dev_malloc(wte * sizeof(float), "wte gradient of the encoder");
+            dev_memset_zero(model->wte_encoder_grad, wte * sizeof(float));
+        }
         size_t bytes = opt_alloc * sizeof(float);
         int has_master = sizeof(floatX) != sizeof(float);
         if (spec->offload) { // the state in host memory, a piece of each array on the device

@@ -104,8 +104,8 @@ typedef struct {
     size_t num_parameters;
     ParameterTensors params;
     float* grads; // the parameters' gradients, fp32 in every build, each at its parameter's offset
-    // With group_sequences: the encoder's share of wte's gradient (the head's goes into grads during
-    // the forward), added to grads by gpt2_reduce_gradients.
+    // With group_sequences (else NULL): the encoder's share of wte's gradient (the head's goes into
+    // grads during the forward), added to grads by gpt2_reduce_gradients.
     float* wte_encoder_grad;
     // gpt2_zero_grad leaves the products' weight gradients (wte's and each layer's four matrices,
     // all but 0.1% of GPT-2 124M's gradients) as they are: a step's first product into each writes

@@ -3,9 +3,9 @@
 # touches no GPU, so this runs where there is none): the CUDA BF16 flash build given as the argument
 # (make test passes the one test-cuda-compile built). T 1024, 64 sequences per step:
 #  - d24 at 8 GiB, d36 at 12 GiB, d48 at 16 and 24 GiB fit, with AdamW's state offloaded (d24 could
-#    run B 1 -r 1 without it, but --offload auto offloads where that quadruples B: B 4);
+#    run B 1 -r 0 without it, but --offload auto offloads where that quadruples B: B 4);
 #  - d48 at 141 GiB does not offload, nor d24 at 8 GiB where the host cannot hold its state
-#    (--host-memory-limit 2): B 1 -r 1 then;
+#    (--host-memory-limit 2): B 1 -r 0 then;
 #  - d48 at 16 GiB with --offload 0 is refused, the advice naming --offload auto;
 #  - d48 at 16 GiB with too little host memory (--host-memory-limit 8) is refused naming what it needs.
 # A dry run plans for a host of --host-memory-limit GiB (64 here, so that the test does not depend on
@@ -19,7 +19,7 @@ fail() { echo "FAIL $*"; failed=1; }
 plan() { "$BIN" -t 1024 -d 65536 --dry-run --host-memory-limit 64 -o "$tmp/never" "$@"; }
 
 for case in "d24 8 B_4,_-r_0,_offload_on" "d36 12 offload_on" "d48 16 offload_on" "d48 24 offload_on" \
-    "d48 141 offload_off" "d24 8 B_1,_-r_1,_offload_off --host-memory-limit 2"; do
+    "d48 141 offload_off" "d24 8 B_1,_-r_0,_offload_off --host-memory-limit 2"; do
     read -r model gib want host <<< "$case"
     want=${want//_/ }
     # shellcheck disable=SC2086 # the host limit is two words or none
