@@ -705,8 +705,6 @@ static GPT2BuildSpec choose_build(const Options* o, const GPT2Config* cfg, int w
                           .zero_stage = o->zero_stage, .world = world, .group_sequences = o->group_sequences,
                           .head_slice_tokens = GPT2_HEAD_SLICE_TOKENS};
     spec.offload = strcmp(o->offload, "auto") == 0 ? (on_gpu ? GPT2_OFFLOAD_AUTO : 0) : atoi(o->offload);
-    if (spec.offload == 1 && spec.zero_stage == 1)
-        fatal("--offload 1 with -z 1: shard the optimizer state over the GPUs (-z 1) or offload it, not both");
     size_t available, total;
     host_memory(&available, &total);
     double host = (double)available;

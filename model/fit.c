@@ -8,18 +8,17 @@ static int plan_fits(const GPT2BuildSpec* spec, size_t memory, MemoryPlan* plan)
     return memory > FIT_MARGIN_BYTES && plan->total <= memory - FIT_MARGIN_BYTES;
 }
 
-// The offload levels a run may choose from: run->offload, or both with GPT2_OFFLOAD_AUTO (not with
-// ZeRO stage 1, which shards the state instead).
+// The offload levels a run may choose from: run->offload, or both with GPT2_OFFLOAD_AUTO.
 static void offload_range(const GPT2BuildSpec* run, int* lo, int* hi) {
     *lo = run->offload == GPT2_OFFLOAD_AUTO ? 0 : run->offload;
-    *hi = run->offload == GPT2_OFFLOAD_AUTO ? (run->zero_stage == 1 ? 0 : 1) : run->offload;
+    *hi = run->offload == GPT2_OFFLOAD_AUTO ? 1 : run->offload;
 }
 
 // Whether the run fits at B = 1 with model cfg, T, recompute level r and ZeRO stage z (offloading
 // where run->offload allows it).
 static int fits_one_sequence(const GPT2BuildSpec* run, const GPT2Config* cfg, int T, int r, int z, size_t memory) {
     GPT2BuildSpec spec = *run;
-    spec.offload = z == 0 && run->offload != 0; // offloaded where allowed: 1, or GPT2_OFFLOAD_AUTO
+    spec.offload = run->offload != 0; // offloaded where allowed: 1, or GPT2_OFFLOAD_AUTO
     spec.config = *cfg;
     spec.B = 1;
     spec.T = T;
@@ -68,7 +67,7 @@ int gpt2_fit_offload(const GPT2BuildSpec* spec, size_t memory) {
     GPT2BuildSpec kept = *spec;
     kept.offload = 0;
     MemoryPlan plan;
-    return spec->zero_stage == 0 && !plan_fits(&kept, memory, &plan);
+    return !plan_fits(&kept, memory, &plan);
 }
 
 int gpt2_fit_head_slice_tokens(const GPT2BuildSpec* spec, size_t memory) {
@@ -115,7 +114,7 @@ void gpt2_fit_advice(char* buf, size_t n, const GPT2BuildSpec* run, int recomput
         append(buf, n, "-z 1 (ZeRO stage 1 shards the optimizer state over the GPUs)");
     GPT2BuildSpec offloaded = *run;
     offloaded.offload = 1;
-    if (run->offload == 0 && zero_stage == 0 && fits_one_sequence(&offloaded, cfg, T, recompute_hi, 0, memory))
+    if (run->offload == 0 && fits_one_sequence(&offloaded, cfg, T, recompute_hi, zero_stage, memory))
         append(buf, n, "--offload auto (AdamW's state in host memory)");
     if (!buf[0]) snprintf(buf, n, "nothing shorter or smaller fits either");
 }

@@ -47,7 +47,7 @@ int gpt2_fit(const GPT2BuildSpec* run, int seqs_per_gpu, int recompute_lo, int r
              Fit* fit);
 
 // For a run of a given B and recompute level: spec->offload, or with GPT2_OFFLOAD_AUTO 1 when its
-// plan without offload does not fit in `memory` less FIT_MARGIN_BYTES (and ZeRO is off), else 0.
+// plan without offload does not fit in `memory` less FIT_MARGIN_BYTES, else 0.
 int gpt2_fit_offload(const GPT2BuildSpec* spec, size_t memory);
 
 // The head's slice tokens for a build of spec (its head_slice_tokens aside): the widest of

@@ -78,6 +78,9 @@ static size_t shard_size(size_t n, int world) {
 // The floats of a piece for arrays of n: GPT2_PIECE_FLOATS, or n when that is smaller.
 static size_t piece_floats(size_t n) { return n < GPT2_PIECE_FLOATS ? n : GPT2_PIECE_FLOATS; }
 static size_t offload_piece_floats(size_t n) { return n < GPT2_OFFLOAD_PIECE_FLOATS ? n : GPT2_OFFLOAD_PIECE_FLOATS; }
+// With ZeRO, the master weights are gathered from the ranks' shards a piece of each at a time: a
+// staging piece's worth in all.
+static size_t gathered_piece_floats(size_t shard, int world) { return piece_floats(shard * (size_t)world) / (size_t)world; }
 
 MemoryPlan gpt2_memory_plan(const GPT2BuildSpec* spec) {
     const GPT2Config* cfg = &spec->config;
@@ -97,6 +100,8 @@ MemoryPlan gpt2_memory_plan(const GPT2BuildSpec* spec) {
     p.activations = sizing.used;
     p.attention_state = (size_t)cfg->num_layers * attention_saved_bytes(spec->B, spec->T, cfg->num_heads);
     p.staging = piece_floats(padded) * sizeof(float);
+    // gpt2_get_weights with ZeRO and offload: this rank's piece goes up before the gather
+    if (spec->offload && spec->zero_stage == 1) p.staging += gathered_piece_floats(shard, spec->world) * sizeof(float);
     p.total = p.parameters + p.gradients + p.optimizer + p.activations + p.staging;
     return p;
 }
@@ -143,7 +148,6 @@ static void build(GPT2* model, const GPT2BuildSpec* spec, int training) {
     size_t opt_alloc = zero_stage == 1 ? model->shard : n;
 
     if (spec->offload != 0 && spec->offload != 1) fatal("internal: a model built before its offload was chosen");
-    if (spec->offload && zero_stage == 1) fatal("internal: offload with ZeRO stage 1 (train.c refuses it)");
     model->offload = training && spec->offload;
     model->training = training;
     model->plan = gpt2_memory_plan(spec);
@@ -310,24 +314,31 @@ void gpt2_get_weights(const GPT2* model, float* host) {
     size_t n = model->num_parameters;
     if (!model->master) { // the parameters are the fp32 weights, whole on every rank
         dev_download(host, model->params.t[0], n * sizeof(float));
-    } else if (model->offload) {
-        dev_synchronize(); // the last update's downloads
-        memcpy(host, model->master, n * sizeof(float));
     } else if (model->zero_stage == 0) {
-        dev_download(host, model->master, n * sizeof(float));
+        if (model->offload) {
+            dev_synchronize(); // the last update's downloads
+            memcpy(host, model->master, n * sizeof(float));
+        } else {
+            dev_download(host, model->master, n * sizeof(float));
+        }
     } else { // each rank holds one shard of the master weights: gathered a piece of each at a time
         size_t shard = model->shard, world = model->world;
-        size_t piece = piece_floats(shard * world) / world;
+        size_t piece = gathered_piece_floats(shard, world);
         float* gathered = dev_malloc(piece * world * sizeof(float), "staging of the gathered weights");
+        // Offloaded, each rank's piece goes up first (after the last update's downloads).
+        float* own = model->offload ? dev_malloc(piece * sizeof(float), "staging of this rank's weights") : NULL;
+        if (own) dev_synchronize();
         for (size_t s = 0; s < shard; s += piece) {
             size_t len = shard - s < piece ? shard - s : piece;
-            comm_allgather(gathered, model->master + s, len, COMM_FLOAT);
+            if (own) dev_upload(own, model->master + s, len * sizeof(float));
+            comm_allgather(gathered, own ? own : model->master + s, len, COMM_FLOAT);
             for (size_t r = 0; r < world; r++) {
                 size_t at = r * shard + s, keep = at >= n ? 0 : n - at < len ? n - at : len;
                 if (keep) dev_download(host + at, gathered + r * len, keep * sizeof(float));
             }
         }
         dev_free(gathered);
+        dev_free(own);
     }
 }
 

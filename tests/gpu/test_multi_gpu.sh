@@ -4,7 +4,8 @@
 #   1. FP32: every one of 20 steps' losses on 2 GPUs within 1e-4 relative of 1 GPU's.
 #   2. BF16: every one of 100 steps within 1% relative.
 #   3. -z 1 (sharded optimizer) gives the same losses and gradient norms as -z 0, bit for bit, in
-#      both precisions: the sum over ranks and the norm are computed the same way in both stages.
+#      both precisions: the sum over ranks and the norm are computed the same way in both stages;
+#      with --offload 1 besides (BF16), the same bits and model file.
 #   4. Resume on 2 GPUs (FP32, -z 1): 10 steps, then 10 more resumed, equal the 20 straight steps
 #      bit for bit (losses and the final model file); resuming on 1 GPU is refused clearly.
 #   5. Failure: a rank killed with SIGKILL in the middle of training makes the other one stop with
@@ -57,6 +58,13 @@ for p in fp32 bf16; do
     else fail "$p -z 1 differs from -z 0: $(compare_logs "$WORK/$p-2/log.csv" "$WORK/$p-2z1/log.csv" train_loss 1 20 0)"; fi
 done
 grep -h "optimizer" "$WORK/fp32-2.log" "$WORK/fp32-2z1.log" | head -2
+# ... and with each rank's shard of AdamW's state offloaded (BF16: its master weights too, gathered
+# from the host for the final model file): the same bits, model file included.
+run 2 BF16 "$WORK/bf16-2z1off" -b 4 -d 16384 -x 100 -n 0 -z 1 --offload 1
+if same_columns "$WORK/bf16-2z1" "$WORK/bf16-2z1off" &&
+    cmp -s "$WORK/bf16-2z1/model_00000100.bin" "$WORK/bf16-2z1off/model_00000100.bin"; then
+    pass "bf16 -z 1 --offload 1 equals -z 1 on 2 GPUs: losses, norms and the model file bit for bit"
+else fail "bf16 -z 1 --offload 1 differs from -z 1 on 2 GPUs"; fi
 
 # 4. Resume on 2 GPUs with -z 1: 10 steps (checkpoint at 10), then resumed to 20.
 run 2 FP32 "$WORK/resume" -b 4 -d 16384 -x 20 -n 10 -z 1 --keep 0
