@@ -53,11 +53,11 @@ typedef struct {
 } Activations;
 
 // Weights pass between the host and the device in pieces of at most this many floats (64 MiB), and
-// offloaded optimizer state through the device in pieces of half as many, one in each of the
-// DEV_SLOTS (kernels.h) the update streams them through: the staging and the offload buffers stay
-// small.
+// offloaded optimizer state through the device in pieces of a quarter as many (16 MiB: copies of
+// that size still run at PCIe's full speed), one in each of the DEV_SLOTS (kernels.h) the update
+// streams them through: the staging and the offload buffers stay small.
 #define GPT2_PIECE_FLOATS ((size_t)1 << 24)
-#define GPT2_OFFLOAD_PIECE_FLOATS (GPT2_PIECE_FLOATS / 2)
+#define GPT2_OFFLOAD_PIECE_FLOATS (GPT2_PIECE_FLOATS / 4)
 
 // The device memory of one rank, in bytes, exactly as gpt2_build allocates it, and the host memory
 // that offloading takes. The peak is the total: the staging piece exists only while weights are

@@ -2,7 +2,7 @@
 # --offload with train_gpt_cpu, or the program TRAIN names (tests/gpu/test_offload_gpu.sh runs it with
 # train_gpt): model/gpt2.c streams AdamW's state through the device in pieces of
 # GPT2_OFFLOAD_PIECE_FLOATS, each slot's in turn (on the GPU copy streams beside the kernels; on the CPU
-# copies). A model whose wte (50304 x 320 = 16.1M values) is two pieces:
+# copies). A model whose wte (50304 x 320 = 16.1M values) is four pieces:
 #  1. --offload 1 trains the bits of --offload 0: the same losses, model file and training state;
 #  2. a checkpoint written with offload resumes without it, and one written without it resumes with
 #     it, each to the bits of the straight run; an offloaded run killed with -9 at moments and resumed

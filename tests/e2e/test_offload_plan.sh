@@ -3,7 +3,7 @@
 # touches no GPU, so this runs where there is none): the CUDA BF16 flash build given as the argument
 # (make test passes the one test-cuda-compile built). T 1024, 64 sequences per step:
 #  - d24 at 8 GiB, d36 at 12 GiB, d48 at 16 and 24 GiB fit, with AdamW's state offloaded (d24 could
-#    run B 1 -r 0 without it, but --offload auto offloads where that quadruples B: B 4);
+#    run B 1 -r 0 without it, but --offload auto offloads where that quadruples B: B 8 -r 2);
 #  - d48 at 141 GiB does not offload, nor d24 at 8 GiB where the host cannot hold its state
 #    (--host-memory-limit 2): B 1 -r 0 then;
 #  - d48 at 16 GiB with --offload 0 is refused, the advice naming --offload auto;
@@ -18,7 +18,7 @@ failed=0
 fail() { echo "FAIL $*"; failed=1; }
 plan() { "$BIN" -t 1024 -d 65536 --dry-run --host-memory-limit 64 -o "$tmp/never" "$@"; }
 
-for case in "d24 8 B_4,_-r_0,_offload_on" "d36 12 offload_on" "d48 16 offload_on" "d48 24 offload_on" \
+for case in "d24 8 B_8,_-r_2,_offload_on" "d36 12 offload_on" "d48 16 offload_on" "d48 24 offload_on" \
     "d48 141 offload_off" "d24 8 B_1,_-r_0,_offload_off --host-memory-limit 2"; do
     read -r model gib want host <<< "$case"
     want=${want//_/ }
