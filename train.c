@@ -224,7 +224,8 @@ static void print_usage(const char* prog) {
            (double)d.lr, d.warmup, d.schedule, (double)d.final_lr_frac, (double)d.weight_decay,
            (double)d.grad_clip, (double)d.beta1, (double)d.beta2, 2.0 * log(GPT2_VOCAB_SIZE), STEP_HISTORY,
            (double)d.skip_loss_z,
-           (double)d.skip_norm_z, d.max_skips, d.loss_scale, d.loss_scale_growth, d.val_every, d.val_batches, d.sample_every, d.gen_tokens,
+           (double)d.skip_norm_z, d.max_skips, d.loss_scale, d.loss_scale_growth, d.val_every, d.val_batches,
+           d.sample_every, d.gen_tokens,
            (double)d.temperature, d.top_k, (double)d.top_p, d.out_dir, d.checkpoint_every, d.resume, d.keep,
            FIT_MARGIN_BYTES / 1073741824.0, d.offload, d.group_sequences, d.zero_stage, d.nccl_timeout);
 }
