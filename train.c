@@ -53,6 +53,8 @@ typedef struct {
     float max_loss;             // --max-loss (0: no bound; < 0: twice an untrained model's loss)
     float skip_loss_z, skip_norm_z; // --skip-loss-z, --skip-norm-z (0: off)
     int max_skips;              // --max-skips (0: never stop)
+    const char* loss_scale;     // --loss-scale: 0 (off) | dynamic
+    int loss_scale_growth;      // --loss-scale-growth: applied steps without overflow before doubling
     const char* inject_nan_loss; // --inject-nan-loss, --inject-nan-grad: step lists (tests only)
     const char* inject_nan_grad;
     int val_every, val_batches; // -v, -m
@@ -89,6 +91,7 @@ static Options default_options(void) {
         .lr = 3e-4f, .warmup = 0, .final_lr_frac = 1.0f, .schedule = "cosine",
         .weight_decay = 0.0f, .grad_clip = 1.0f, .beta1 = 0.9f, .beta2 = 0.95f,
         .max_loss = -1.0f, .skip_loss_z = 0.0f, .skip_norm_z = 0.0f, .max_skips = 8,
+        .loss_scale = "0", .loss_scale_growth = 2000,
         .val_every = 20, .val_batches = 20, .sample_every = 20, .gen_tokens = 64,
         .temperature = 1.0f, .top_k = 0, .top_p = 1.0f,
         .checkpoint_every = 0, .resume = 0, .keep = 0, .recompute = -1, .zero_stage = 0, .offload = "auto",
@@ -134,8 +137,18 @@ static void print_usage(const char* prog) {
            "      --skip-loss-z Z       skip a step whose loss is more than Z standard deviations above\n"
            "                            the mean loss of the last %d applied steps, 0 = off (default %g)\n"
            "      --skip-norm-z Z       the same for the gradient norm (default %g)\n"
-           "      --max-skips N         stop with exit status 1 after N skipped steps in a row, saving\n"
-           "                            nothing, 0 = never (default %d)\n"
+           "      --max-skips N         stop with exit status 1 after N skipped steps in a row (overflow\n"
+           "                            skips of --loss-scale aside), saving nothing, 0 = never\n"
+           "                            (default %d)\n"
+           "      --loss-scale 0|dynamic  dynamic: multiply the loss by a power of two (from 2^16, at most\n"
+           "                            2^24) before the backward and divide the gradients by it in the\n"
+           "                            update, which keeps small gradients from underflowing in low\n"
+           "                            precision; a step whose gradient overflows (norm not finite, loss\n"
+           "                            finite) is skipped, halves the scale and does not count toward\n"
+           "                            --max-skips unless the scale has collapsed (an overflow at scale\n"
+           "                            1). FP32 trains the same bits as without it (default %s)\n"
+           "      --loss-scale-growth N double the loss scale after N applied steps in a row without\n"
+           "                            overflow (default %d)\n"
            "evaluation and sampling\n"
            "  -v, --val-every N         validation loss every N steps, 0 = never (default %d)\n"
            "  -m, --val-batches N       validation batches of -d/(T*GPUs) sequences per GPU, at most\n"
@@ -211,7 +224,8 @@ static void print_usage(const char* prog) {
            (double)d.lr, d.warmup, d.schedule, (double)d.final_lr_frac, (double)d.weight_decay,
            (double)d.grad_clip, (double)d.beta1, (double)d.beta2, 2.0 * log(GPT2_VOCAB_SIZE), STEP_HISTORY,
            (double)d.skip_loss_z,
-           (double)d.skip_norm_z, d.max_skips, d.val_every, d.val_batches, d.sample_every, d.gen_tokens,
+           (double)d.skip_norm_z, d.max_skips, d.loss_scale, d.loss_scale_growth, d.val_every, d.val_batches,
+           d.sample_every, d.gen_tokens,
            (double)d.temperature, d.top_k, (double)d.top_p, d.out_dir, d.checkpoint_every, d.resume, d.keep,
            FIT_MARGIN_BYTES / 1073741824.0, d.offload, d.group_sequences, d.zero_stage, d.nccl_timeout);
 }
@@ -230,7 +244,7 @@ enum { OPT_LAYERS = 1000, OPT_CHANNELS, OPT_HEADS, OPT_MAX_SEQ, OPT_SEED, OPT_VO
        OPT_BETA1, OPT_BETA2, OPT_NCCL_DIR, OPT_NCCL_TIMEOUT, OPT_MAX_LOSS, OPT_SKIP_LOSS_Z, OPT_SKIP_NORM_Z, OPT_MAX_SKIPS,
        OPT_INJECT_NAN_LOSS, OPT_INJECT_NAN_GRAD, OPT_MEMORY_LIMIT, OPT_HELLASWAG, OPT_HELLASWAG_LIMIT,
        OPT_HELLASWAG_DUMP, OPT_BATCH_INVARIANT, OPT_OVERWRITE, OPT_ALLOW_CHANGE,
-       OPT_OFFLOAD, OPT_HOST_MEMORY_LIMIT, OPT_DRY_RUN, OPT_PEAK_TFLOPS };
+       OPT_OFFLOAD, OPT_HOST_MEMORY_LIMIT, OPT_DRY_RUN, OPT_PEAK_TFLOPS, OPT_LOSS_SCALE, OPT_LOSS_SCALE_GROWTH };
 
 // Whether step is in a list of steps and ranges such as "5,9-12"; exits naming the option when the
 // list is malformed (parse_options checks each list once, with step 0).
@@ -273,6 +287,7 @@ static Options parse_options(int argc, char** argv) {
         {"nccl-dir", 1, 0, OPT_NCCL_DIR}, {"nccl-timeout", 1, 0, OPT_NCCL_TIMEOUT},
         {"max-loss", 1, 0, OPT_MAX_LOSS}, {"skip-loss-z", 1, 0, OPT_SKIP_LOSS_Z},
         {"skip-norm-z", 1, 0, OPT_SKIP_NORM_Z}, {"max-skips", 1, 0, OPT_MAX_SKIPS},
+        {"loss-scale", 1, 0, OPT_LOSS_SCALE}, {"loss-scale-growth", 1, 0, OPT_LOSS_SCALE_GROWTH},
         {"inject-nan-loss", 1, 0, OPT_INJECT_NAN_LOSS}, {"inject-nan-grad", 1, 0, OPT_INJECT_NAN_GRAD},
         {"hellaswag", 1, 0, OPT_HELLASWAG}, {"hellaswag-limit", 1, 0, OPT_HELLASWAG_LIMIT},
         {"hellaswag-dump", 1, 0, OPT_HELLASWAG_DUMP}, {"overwrite", 0, 0, OPT_OVERWRITE},
@@ -339,6 +354,12 @@ static Options parse_options(int argc, char** argv) {
         case OPT_SKIP_LOSS_Z: o.skip_loss_z = parse_float(optarg, name, 0.0, 1e9); break;
         case OPT_SKIP_NORM_Z: o.skip_norm_z = parse_float(optarg, name, 0.0, 1e9); break;
         case OPT_MAX_SKIPS: o.max_skips = (int)parse_int_option(optarg, name, 0, 1 << 30); break;
+        case OPT_LOSS_SCALE:
+            if (strcmp(optarg, "0") != 0 && strcmp(optarg, "dynamic") != 0)
+                fatal("option %s: '%s' is neither 0 (off) nor dynamic", name, optarg);
+            o.loss_scale = optarg;
+            break;
+        case OPT_LOSS_SCALE_GROWTH: o.loss_scale_growth = (int)parse_int_option(optarg, name, 1, 1 << 30); break;
         case OPT_INJECT_NAN_LOSS: step_listed(o.inject_nan_loss = optarg, name, 0); break;
         case OPT_INJECT_NAN_GRAD: step_listed(o.inject_nan_grad = optarg, name, 0); break;
         case OPT_NCCL_DIR: o.nccl_dir = optarg; break;
@@ -417,6 +438,8 @@ static const struct {
     {"skip-loss-z", 0, V_FLOAT, offsetof(Options, skip_loss_z), CHANGES_RUN},
     {"skip-norm-z", 0, V_FLOAT, offsetof(Options, skip_norm_z), CHANGES_RUN},
     {"max-skips", 0, V_INT, offsetof(Options, max_skips), FREE},
+    {"loss-scale", 0, V_TEXT, offsetof(Options, loss_scale), CHANGES_RUN},
+    {"loss-scale-growth", 0, V_INT, offsetof(Options, loss_scale_growth), CHANGES_RUN},
     {"val-batches", 'm', V_INT, offsetof(Options, val_batches), CHANGES_RUN},
     {"val-every", 'v', V_INT, offsetof(Options, val_every), FREE},
     {"hellaswag", 0, V_TEXT, offsetof(Options, hellaswag), FREE},
@@ -770,7 +793,19 @@ typedef struct {
     long long updates;      // updates applied: AdamW's t of the last one
     long long last_applied; // the step whose update was applied last (0: none yet)
     StepHistory history;    // loss and norm of the last applied steps, the z-scores' window
+    // --loss-scale dynamic (all 0 when off): the scale the next step's loss is multiplied by; the
+    // applied steps since it last changed; the overflow skips since last_applied, which --max-skips
+    // does not count
+    double loss_scale;
+    long long scale_clean_steps;
+    long long overflow_skips;
 } Guard;
+
+// Dynamic loss scaling as PyTorch's GradScaler does it: start at 2^16, halve on an overflow, double
+// after --loss-scale-growth applied steps in a row without one, never above 2^24. Powers of two only,
+// so that scaling and unscaling change no bit of a gradient that does not overflow.
+#define LOSS_SCALE_INIT 65536.0
+#define LOSS_SCALE_MAX 16777216.0
 
 // The z-score of x against the window, NAN until the window is full: a few values give no spread
 // worth comparing with (llm.c's detector waits for its window too). Recomputed over the window in
@@ -814,17 +849,23 @@ static int skip_step(const Options* o, float max_loss, float loss, float norm, d
 // --max-skips steps in a row were skipped: the weights that the last applied step left keep giving
 // bad steps, so they are not good, and neither is a checkpoint of them. Those checkpoints are set
 // aside (renamed *.diverged, not deleted) so that -y 1 resumes from the newest good one; nothing
-// new is written. Every rank gets here at the same step.
-static void __attribute__((noreturn)) stop_diverged(const Options* o, const Guard* g, long long step, int rank) {
+// new is written. Every rank gets here at the same step. last_why: why the last step was skipped.
+static void __attribute__((noreturn)) stop_diverged(const Options* o, const Guard* g, long long step, int rank,
+                                                    const char* last_why) {
     int aside = checkpoint_set_aside(o->out_dir, rank, g->last_applied);
     long long good = checkpoint_latest_step(o->out_dir, rank);
     if (rank != 0) exit(1);
     char resume[4200];
     if (good >= 0) snprintf(resume, sizeof resume, "-y 1 resumes from step %lld, the newest good checkpoint in %s", good, o->out_dir);
     else snprintf(resume, sizeof resume, "%s holds no good checkpoint", o->out_dir);
+    char scaling[256] = ""; // with loss scaling: the scale, and the overflow skips --max-skips did not count
+    if (g->loss_scale > 0.0)
+        snprintf(scaling, sizeof scaling, "; the loss scale is %.0f after step %lld%s, and %lld of the skips were "
+                 "overflows that --max-skips does not count", g->loss_scale, step,
+                 g->loss_scale == 1.0 ? " (its floor)" : "", g->overflow_skips);
     fatal("training diverged: steps %lld..%lld were all skipped (--max-skips %d), so the weights after step %lld "
-          "are not good. Stopped without saving%s; %s (lower -l with --allow-change lr, keep --grad-clip on)",
-          g->last_applied + 1, step, o->max_skips, g->last_applied,
+          "are not good (step %lld: %s%s). Stopped without saving%s; %s (lower -l with --allow-change lr, keep "
+          "--grad-clip on)", g->last_applied + 1, step, o->max_skips, g->last_applied, step, last_why, scaling,
           aside ? "; their checkpoints were renamed to *.diverged" : "", resume);
 }
 
@@ -871,6 +912,9 @@ static void save_checkpoint(GPT2* model, const DataLoader* train, long long step
     st.updates = guard->updates;
     st.last_applied = guard->last_applied;
     st.history = guard->history;
+    st.loss_scale = guard->loss_scale;
+    st.scale_clean_steps = guard->scale_clean_steps;
+    st.overflow_skips = guard->overflow_skips;
     st.sample_rng = rng;
     st.rank = rank;
     st.world = world;
@@ -1355,6 +1399,8 @@ static int load_newest_good_state(const Run* r, TrainState* st, char* path, size
 static void resume_from_checkpoint(Run* r) {
     const Options* o = r->o;
     r->rng = sampler_seed(o->seed);
+    int scaling = strcmp(o->loss_scale, "dynamic") == 0;
+    r->guard.loss_scale = scaling ? LOSS_SCALE_INIT : 0.0;
     if (!o->resume) return;
     char path[4096];
     TrainState st;
@@ -1375,7 +1421,16 @@ static void resume_from_checkpoint(Run* r) {
     // the weights as the last update (t = st.updates, seed as in the loop) left them
     gpt2_set_optimizer_state(&r->model, st.master, st.m, st.v, (int)st.updates,
                              o->seed + (unsigned long long)st.updates - 1);
-    r->guard = (Guard){st.updates, st.last_applied, st.history};
+    r->guard = (Guard){.updates = st.updates, .last_applied = st.last_applied, .history = st.history};
+    // The scale goes on where it was; a state saved without scaling (or before version 4) starts it
+    // afresh when --allow-change turns it on, and turning it off drops it.
+    if (scaling && st.loss_scale > 0.0) {
+        r->guard.loss_scale = st.loss_scale;
+        r->guard.scale_clean_steps = st.scale_clean_steps;
+        r->guard.overflow_skips = st.overflow_skips;
+    } else if (scaling) {
+        r->guard.loss_scale = LOSS_SCALE_INIT;
+    }
     dataloader_set_state(&r->train, &st.loader);
     r->rng = st.sample_rng;
     r->start_step = st.step;
@@ -1416,12 +1471,15 @@ static void start_training(Run* r) {
 // returns the global gradient norm, and the step's mean loss over all ranks in *loss.
 static float compute_gradients(Run* r, float* loss) {
     const Options* o = r->o;
+    // With loss scaling the backward starts from the loss times the scale: the rounded 1/total_batch
+    // times a power of two keeps its bits, so every gradient is the scale times the unscaled one.
+    const float scale = r->guard.loss_scale > 0.0 ? (float)r->guard.loss_scale : 1.0f;
     gpt2_zero_grad(&r->model);
     dataloader_next_batch(&r->train); // this rank's part of the step, micro-batches of B rows
     for (int micro = 0; micro < r->accum; micro++) {
         size_t row = (size_t)micro * r->B * o->T;
         gpt2_forward(&r->model, r->train.inputs + row, r->train.targets + row, r->B, o->T,
-                     1.0f / (float)r->total_batch);
+                     (1.0f / (float)r->total_batch) * scale);
         gpt2_backward(&r->model);
     }
     // The losses, and their mean over all the step's positions, while the GPU runs the last
@@ -1439,7 +1497,8 @@ static float compute_gradients(Run* r, float* loss) {
         mean_loss = NAN;
     float norm = gpt2_reduce_gradients(&r->model, &mean_loss);
     *loss = (float)mean_loss;
-    return norm;
+    // the true norm (exact: a power of two), which the guard, the step line and log.csv see
+    return norm / scale;
 }
 
 // What the divergence guard decided for a step, and the z-scores it decided with.
@@ -1448,6 +1507,7 @@ typedef struct {
     double z_loss, z_norm;
     int skipped;
     char why[128];        // why it was skipped
+    double loss_scale;    // the loss scale the step ran with (0: off)
 } GuardDecision;
 
 // The divergence guard: applies the step's update (AdamW) unless the loss or the norm says to skip it.
@@ -1457,14 +1517,39 @@ static GuardDecision update_unless_diverging(Run* r, float loss, float norm, flo
     GuardDecision d = {.window = g->history.count};
     d.z_loss = z_score(g->history.loss, d.window, loss);
     d.z_norm = z_score(g->history.norm, d.window, norm);
+    d.loss_scale = g->loss_scale;
+    // With loss scaling a gradient that is not finite while the loss is means the scale was too large
+    // for it (an overflow), not that training went wrong: the step is skipped and the scale halved,
+    // and --max-skips does not count the skip. At the floor, scale 1, an overflow is real: the scale
+    // has collapsed, and the skip counts like any other.
+    if (g->loss_scale > 0.0 && isfinite(loss) && !isfinite(norm)) {
+        d.skipped = 1;
+        g->scale_clean_steps = 0;
+        if (g->loss_scale > 1.0) {
+            g->loss_scale /= 2.0;
+            g->overflow_skips++;
+            snprintf(d.why, sizeof d.why, "gradient overflow at loss scale %.0f: scale halved to %.0f",
+                     d.loss_scale, g->loss_scale);
+        } else {
+            snprintf(d.why, sizeof d.why, "gradient overflow at loss scale 1: the loss scale has collapsed, "
+                     "so the skip counts toward --max-skips");
+        }
+        return d;
+    }
     d.skipped = skip_step(o, r->max_loss, loss, norm, d.z_loss, d.z_norm, d.why, sizeof d.why);
     if (!d.skipped) {
         const float eps = 1e-8f;
+        const float inv_scale = g->loss_scale > 0.0 ? (float)(1.0 / g->loss_scale) : 1.0f;
         g->updates++;
-        gpt2_update(&r->model, norm, lr, o->beta1, o->beta2, eps, o->weight_decay, o->grad_clip, (int)g->updates,
-                    o->seed + (unsigned long long)g->updates - 1);
+        gpt2_update(&r->model, norm, lr, o->beta1, o->beta2, eps, o->weight_decay, o->grad_clip, inv_scale,
+                    (int)g->updates, o->seed + (unsigned long long)g->updates - 1);
         g->last_applied = r->step + 1;
         history_push(&g->history, loss, norm);
+        g->overflow_skips = 0;
+        if (g->loss_scale > 0.0 && ++g->scale_clean_steps >= o->loss_scale_growth) {
+            g->loss_scale = fmin(2.0 * g->loss_scale, LOSS_SCALE_MAX);
+            g->scale_clean_steps = 0;
+        }
     }
     return d;
 }
@@ -1514,9 +1599,11 @@ static void print_step(Run* r, float loss, float norm, float lr, double seconds,
         if (d->window < STEP_HISTORY) snprintf(zs, sizeof zs, " | z window %d/%d", d->window, STEP_HISTORY);
         else snprintf(zs, sizeof zs, " | z loss %.2f norm %.2f", d->z_loss, d->z_norm);
     }
-    printf("step %5lld/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s%s | eta %s%s%s%s\n",
+    char scale[32] = "";
+    if (d->loss_scale > 0.0) snprintf(scale, sizeof scale, " | scale %.0f", d->loss_scale);
+    printf("step %5lld/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s%s | eta %s%s%s%s%s\n",
            r->step, r->max_steps, loss, norm, lr, 1e3 * seconds, r->total_batch / seconds, mfu, eta, zs,
-           d->skipped ? " | SKIPPED: " : "", d->skipped ? d->why : "");
+           scale, d->skipped ? " | SKIPPED: " : "", d->skipped ? d->why : "");
 }
 
 // The evaluations due after the step (every -v steps and after the last), then its row of log.csv.
@@ -1564,8 +1651,9 @@ static void train_step(Run* r) {
     r->stop = stop_requested();
     print_step(r, loss, norm, lr, seconds, &d);
     evaluate_and_log(r, loss, norm, lr, seconds, d.skipped);
-    if (o->max_skips > 0 && r->step - r->guard.last_applied >= o->max_skips)
-        stop_diverged(o, &r->guard, r->step, r->rank);
+    // the skips in a row since the last applied step, the loss scale's overflows aside
+    if (o->max_skips > 0 && r->step - r->guard.last_applied - r->guard.overflow_skips >= o->max_skips)
+        stop_diverged(o, &r->guard, r->step, r->rank, d.why);
     if (r->rank == 0 && o->sample_every > 0 && o->gen_tokens > 0 &&
         (r->step % o->sample_every == 0 || r->step == r->max_steps)) {
         double t0 = wall_seconds();
@@ -1637,6 +1725,7 @@ static void print_summary(const Run* r) {
                e.best_val, e.best_val_step);
     if (e.hellaswag_step >= 0) printf("hellaswag: %s at step %lld\n", e.hellaswag, e.hellaswag_step);
     printf("skipped steps: %lld of %lld\n", skipped, r->step);
+    if (r->guard.loss_scale > 0.0) printf("loss scale: %.0f\n", r->guard.loss_scale);
     long long saved = checkpoint_latest_step(o->out_dir, r->rank);
     if (saved >= 0) {
         char path[4096];

@@ -40,7 +40,7 @@ void checkpoint_tensor_crcs(const GPT2Config* cfg, const float* values, size_t o
 
 // ---- training state ----------------------------------------------------------------------
 #define TRAIN_STATE_MAGIC 0x54504754 // "TGPT" little endian
-#define TRAIN_STATE_VERSION 3 // 3: checksums; 2 is still read (see checkpoints/train_state.c)
+#define TRAIN_STATE_VERSION 4 // 3: checksums; 4: loss scaling; 2 and 3 are still read (see checkpoints/train_state.c)
 #define TRAIN_STATE_HEADER_INTS 64
 // What the divergence guard of train.c remembers: the loss and gradient norm of the last `count`
 // steps whose update was applied, oldest first; the window of the z-scores of --skip-loss-z and
@@ -58,6 +58,12 @@ typedef struct {
     int64_t last_applied;    // the step whose update was applied last (0: none yet); the steps after
                              // it were skipped, step - last_applied of them in a row
     StepHistory history;
+    // --loss-scale dynamic (0, 0, 0 when off, and in states of versions 2 and 3): the scale, a power
+    // of two in [1, 2^24]; the applied steps since it last changed (it doubles after
+    // --loss-scale-growth of them); the overflow skips since last_applied, which --max-skips ignores
+    double loss_scale;
+    int64_t scale_clean_steps;
+    int64_t overflow_skips;
     uint64_t sample_rng;     // state of the sampler's RNG
     int32_t rank, world;
     DataLoaderState loader;  // the training loader's position

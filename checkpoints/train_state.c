@@ -9,6 +9,9 @@
 // H_CHECKSUM holds the CRC-32C of the header (with H_CHECKSUM zero) and the history.
 // Version 2 is the same without H_CHECKSUM and the trailing checksums: it is still read, its values
 // checked for finiteness only, so that runs saved before checksums existed can be resumed.
+// Version 4 adds the dynamic loss scaling's state: H_LOSS_SCALE (the bits of the double, 0 when
+// scaling is off), H_SCALE_CLEAN_STEPS and H_OVERFLOW_SKIPS. Versions 2 and 3 read with all three 0,
+// which is what a run without loss scaling has.
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -30,6 +33,7 @@ enum {
     H_NPARAMS, H_OPT_OFFSET, H_OPT_COUNT,
     H_UPDATES, H_LAST_APPLIED, H_HISTORY_COUNT,
     H_CHECKSUM, // version 3
+    H_LOSS_SCALE, H_SCALE_CLEAN_STEPS, H_OVERFLOW_SKIPS, // version 4
     H_FIELDS
 };
 _Static_assert(H_FIELDS <= TRAIN_STATE_HEADER_INTS, "the state header has room for every field");
@@ -65,6 +69,16 @@ static const char* state_problem(const TrainState* st) {
     if (st->updates < 0 || st->updates > st->last_applied) return "more updates than steps up to the last applied one";
     if (st->history.count < 0 || st->history.count > STEP_HISTORY || st->history.count > st->updates)
         return "the step history holds more values than its window or than updates were applied";
+    // Off (0), or a power of two from the floor 1 to the cap 2^24: halving and doubling keep it one.
+    int exponent;
+    double fraction = frexp(st->loss_scale, &exponent);
+    if (st->loss_scale != 0.0 && !(fraction == 0.5 && exponent >= 1 && exponent <= 25))
+        return "the loss scale is neither 0 (off) nor a power of two in [1, 2^24]";
+    if (st->scale_clean_steps < 0) return "negative count of steps since the loss scale last changed";
+    if (st->overflow_skips < 0 || st->overflow_skips > st->step - st->last_applied)
+        return "the overflow skips are not in 0..step - last applied step";
+    if (st->loss_scale == 0.0 && (st->scale_clean_steps != 0 || st->overflow_skips != 0))
+        return "loss scaling counts without a loss scale";
     if (st->world < 1 || st->rank < 0 || st->rank >= st->world) return "rank is not in 0..world-1";
     const DataLoaderState* l = &st->loader;
     if (l->B < 1 || l->T < 1 || l->world < 1 || l->rank < 0 || l->rank >= l->world)
@@ -112,6 +126,9 @@ void train_state_write(const char* path, const TrainState* st) {
     h[H_UPDATES] = st->updates;
     h[H_LAST_APPLIED] = st->last_applied;
     h[H_HISTORY_COUNT] = st->history.count;
+    memcpy(&h[H_LOSS_SCALE], &st->loss_scale, sizeof(double)); // the exact bits
+    h[H_SCALE_CLEAN_STEPS] = st->scale_clean_steps;
+    h[H_OVERFLOW_SKIPS] = st->overflow_skips;
     // the unused part of the window is written as zeros, so equal states give equal files
     StepHistory history = {0};
     memcpy(history.loss, st->history.loss, (size_t)st->history.count * sizeof(float));
@@ -198,6 +215,11 @@ int train_state_parse_header(const int64_t h[TRAIN_STATE_HEADER_INTS], long long
     s.loader.shard_index = h[H_LOADER_SHARD];
     s.loader.round = h[H_LOADER_ROUND];
     s.loader.seed = (uint64_t)h[H_LOADER_SEED];
+    if (h[H_VERSION] >= 4) { // older states had no loss scaling: 0, 0, 0
+        memcpy(&s.loss_scale, &h[H_LOSS_SCALE], sizeof(double));
+        s.scale_clean_steps = h[H_SCALE_CLEAN_STEPS];
+        s.overflow_skips = h[H_OVERFLOW_SKIPS];
+    }
     const char* problem = state_problem(&s);
     if (problem) {
         snprintf(err, errlen, "inconsistent training state: %s", problem);

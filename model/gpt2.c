@@ -643,10 +643,13 @@ float gpt2_reduce_gradients(GPT2* model, double* loss) {
 }
 
 void gpt2_update(GPT2* model, float norm, float lr, float beta1, float beta2, float eps,
-                 float weight_decay, float grad_clip, int t, unsigned long long seed) {
+                 float weight_decay, float grad_clip, float inv_loss_scale, int t, unsigned long long seed) {
     floatX* params = model->params.t[0];
     float* grads = model->grads;
+    // the clip factor from the true norm, then the loss scale undone: both in the one multiply of
+    // each gradient value that AdamW does anyway
     float grad_scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
+    grad_scale *= inv_loss_scale;
     size_t lo = model->opt_offset, offset = 0, a, b;
     int slot = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; offset += model->param_sizes[i], i++) {

@@ -209,8 +209,11 @@ float gpt2_reduce_gradients(GPT2* model, double* loss);
 // grad_clip / norm when the norm is above grad_clip (> 0), on the parameters this rank keeps
 // optimizer state for (then all-gathered with ZeRO stage 1). seed: the stochastic rounding of the
 // BF16 build (gpt2_set_optimizer_state needs the same t and seed). Collective with ZeRO stage 1.
+// With loss scaling the gradients hold the loss scale times the true gradients: norm is the TRUE
+// norm (the reduced one divided by the scale) and inv_loss_scale is 1 / the scale (1 without
+// scaling); a power of two, so the gradient AdamW sees has the bits of an unscaled run's.
 void gpt2_update(GPT2* model, float norm, float lr, float beta1, float beta2, float eps,
-                 float weight_decay, float grad_clip, int t, unsigned long long seed);
+                 float weight_decay, float grad_clip, float inv_loss_scale, int t, unsigned long long seed);
 // For the tests of the divergence guard only (train_gpt's --inject-nan-grad): makes one gradient
 // value NaN, as an overflow in the backward would. Call between gpt2_backward and gpt2_reduce_gradients.
 void gpt2_inject_nan_gradient(GPT2* model);

@@ -26,7 +26,8 @@ static void make_valid(void) {
     size_t sizes[NUM_PARAMETER_TENSORS];
     size_t n = gpt2_parameter_sizes(&cfg, sizes);
     TrainState st = {.config = cfg, .step = 9, .updates = 7, .last_applied = 8, .sample_rng = 42, .rank = 0,
-                     .world = 1, .nparams = n, .opt_offset = 5, .opt_count = n - 9};
+                     .world = 1, .nparams = n, .opt_offset = 5, .opt_count = n - 9,
+                     .loss_scale = 1024.0, .scale_clean_steps = 3, .overflow_skips = 1};
     st.history.count = 3;
     for (int i = 0; i < 3; i++) st.history.loss[i] = st.history.norm[i] = 1.0f + (float)i;
     st.loader = (DataLoaderState){.B = 1, .T = 2, .world = 1};
@@ -54,6 +55,9 @@ static void check_accepted(const TrainState* st) {
     if (st->opt_offset + st->opt_count > st->nparams) __builtin_trap();
     if (st->updates < 0 || st->updates > st->last_applied || st->last_applied > st->step) __builtin_trap();
     if (st->history.count < 0 || st->history.count > STEP_HISTORY || st->history.count > st->updates) __builtin_trap();
+    if (st->loss_scale != 0.0 && !(st->loss_scale >= 1.0 && st->loss_scale <= 16777216.0)) __builtin_trap();
+    if (st->scale_clean_steps < 0 || st->overflow_skips < 0 || st->overflow_skips > st->step - st->last_applied)
+        __builtin_trap();
     for (size_t i = 0; i < st->opt_count; i++)
         if (!isfinite(st->master[i]) || !isfinite(st->m[i]) || !isfinite(st->v[i])) __builtin_trap();
 }

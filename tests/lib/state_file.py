@@ -1,4 +1,4 @@
-"""Edits a training state file (checkpoints/train_state.c's layout, version 2 or 3) as a damaged disk or
+"""Edits a training state file (checkpoints/train_state.c's layout, version 2, 3 or 4) as a damaged disk or
 a bad writer would, for tests/e2e/test_adversarial.sh. Written from the documented layout, not from
 the C code: CRC-32C computed here, the parameter tensors' sizes from DESIGN.md.
 

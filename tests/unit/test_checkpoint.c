@@ -242,7 +242,7 @@ static TrainState make_state(const GPT2Config* cfg, size_t offset, size_t count,
     TrainState st = {.config = *cfg, .step = 123456789012LL, .updates = 123456789000LL,
                      .last_applied = 123456789010LL, .sample_rng = 0xF123456789ABCDEFull,
                      .rank = 1, .world = 3, .nparams = count_params(cfg), .opt_offset = offset,
-                     .opt_count = count};
+                     .opt_count = count, .loss_scale = 32768.0, .scale_clean_steps = 1999, .overflow_skips = 2};
     st.history.count = 100; // part of the window: the rest must be written as zeros
     for (int i = 0; i < st.history.count; i++) {
         st.history.loss[i] = 3.0f + 0.01f * (float)i;
@@ -271,7 +271,8 @@ static void test_state_round_trip(void) {
     const DataLoaderState *a = &st.loader, *b = &got.loader;
     int fields = same_config(&got.config, &tiny) && got.step == st.step && got.sample_rng == st.sample_rng &&
                  got.rank == 1 && got.world == 3 && got.nparams == n && got.opt_offset == 100 && got.opt_count == n - 150 &&
-                 got.updates == st.updates && got.last_applied == st.last_applied;
+                 got.updates == st.updates && got.last_applied == st.last_applied &&
+                 got.loss_scale == 32768.0 && got.scale_clean_steps == 1999 && got.overflow_skips == 2;
     size_t h = (size_t)st.history.count * sizeof(float);
     int history = got.history.count == st.history.count && memcmp(got.history.loss, st.history.loss, h) == 0 &&
                   memcmp(got.history.norm, st.history.norm, h) == 0;
@@ -312,7 +313,15 @@ static void write_bad_state(const char* good, const char* path, int field, int64
 static void test_state_errors(void) {
     // Header indices from the layout documented in checkpoints/train_state.c.
     enum { VERSION = 1, LAYERS = 5, HEADS = 6, STEP = 8, NPARAMS = 21, OPT_OFFSET = 22, OPT_COUNT = 23,
-           UPDATES = 24, LAST_APPLIED = 25, HISTORY_COUNT = 26, FIRST_LOSS = 64 };
+           UPDATES = 24, LAST_APPLIED = 25, HISTORY_COUNT = 26, LOSS_SCALE = 28, SCALE_CLEAN_STEPS = 29,
+           OVERFLOW_SKIPS = 30, FIRST_LOSS = 64 };
+    // loss scales as the header holds them: the bits of a double
+    double three = 3.0, above_cap = 33554432.0, half = 0.5, nan = NAN;
+    int64_t scale_three, scale_above_cap, scale_half, scale_nan;
+    memcpy(&scale_three, &three, 8);
+    memcpy(&scale_above_cap, &above_cap, 8);
+    memcpy(&scale_half, &half, 8);
+    memcpy(&scale_nan, &nan, 8);
     const int64_t nan_loss = 0x7fc00000; // the first history loss NaN, the second 0
     size_t n = count_params(&tiny);
     TrainState st = make_state(&tiny, 0, n, 3);
@@ -321,8 +330,16 @@ static void test_state_errors(void) {
     train_state_write(good, &st);
     train_state_free(&st);
     struct { const char* name; int field; int64_t value; long long size_change; const char* want; } cases[] = {
-        {"state wrong version", VERSION, 1, 0, "unsupported training state version 1 (expected 2 to 3)"},
-        {"state newer version", VERSION, 4, 0, "unsupported training state version 4 (expected 2 to 3)"},
+        {"state wrong version", VERSION, 1, 0, "unsupported training state version 1 (expected 2 to 4)"},
+        {"state newer version", VERSION, 5, 0, "unsupported training state version 5 (expected 2 to 4)"},
+        {"state loss scale not a power of two", LOSS_SCALE, scale_three, 0, "the loss scale is neither 0"},
+        {"state loss scale above 2^24", LOSS_SCALE, scale_above_cap, 0, "the loss scale is neither 0"},
+        {"state loss scale below 1", LOSS_SCALE, scale_half, 0, "the loss scale is neither 0"},
+        {"state loss scale NaN", LOSS_SCALE, scale_nan, 0, "the loss scale is neither 0"},
+        {"state loss scale off with counts", LOSS_SCALE, 0, 0, "loss scaling counts without a loss scale"},
+        {"state negative clean steps", SCALE_CLEAN_STEPS, -1, 0, "negative count of steps since the loss scale"},
+        {"state overflow skips beyond the skips", OVERFLOW_SKIPS, 3, 0, "overflow skips are not in 0..step"},
+        {"state negative overflow skips", OVERFLOW_SKIPS, -1, 0, "overflow skips are not in 0..step"},
         {"state history beyond its window", HISTORY_COUNT, 129, 0, "more values than its window"},
         {"state history longer than the updates", UPDATES, 99, 0, "more values than its window or than updates"},
         {"state negative history", HISTORY_COUNT, -1, 0, "more values than its window"},
@@ -418,12 +435,34 @@ static void test_checksums(void) {
     rc = train_state_load(v2, &got, err, sizeof(err));
     int same = rc == 0 && got.step == st.step && memcmp(got.v, st.v, 4 * k) == 0;
     test_check(same, "a version 2 state still loads", "rc %d, \"%s\"", rc, rc ? err : "");
-    if (rc == 0) train_state_free(&got);
+    if (rc == 0) {
+        test_check(got.loss_scale == 0.0 && got.scale_clean_steps == 0 && got.overflow_skips == 0,
+                   "a version 2 state reads without loss scaling", "scale %g, %lld, %lld", got.loss_scale,
+                   (long long)got.scale_clean_steps, (long long)got.overflow_skips);
+        train_state_free(&got);
+    }
     float nan = NAN;
     memcpy(raw + arrays + 8 * k + 4 * (k - 1), &nan, 4);
     write_all(v2, raw, bytes - 3 * NUM_PARAMETER_TENSORS * 4);
     test_expect_fatal("state non-finite AdamW v", child_read_state, v2, v2,
                       "non-finite value in AdamW v of tensor fcprojw at index 493");
+    free(raw);
+
+    // Version 3: the version 4 file with the loss scaling's fields zero (as version 3 wrote them) and
+    // its header checksum recomputed: reads with scaling off.
+    raw = read_all(good, &bytes);
+    int64_t three = 3;
+    memcpy(raw + 8, &three, 8);
+    memset(raw + 8 * 27, 0, 8 * 4); // the checksum and the three new fields
+    int64_t crc = crc32c(0, raw, 512 + 2 * STEP_HISTORY * 4);
+    memcpy(raw + 8 * 27, &crc, 8);
+    char* v3 = test_tmp_path("state_v3.bin");
+    write_all(v3, raw, bytes);
+    rc = train_state_load(v3, &got, err, sizeof(err));
+    same = rc == 0 && got.step == st.step && got.loss_scale == 0.0 && got.scale_clean_steps == 0 &&
+           got.overflow_skips == 0 && memcmp(got.m, st.m, 4 * k) == 0;
+    test_check(same, "a version 3 state still loads, without loss scaling", "rc %d, \"%s\"", rc, rc ? err : "");
+    if (rc == 0) train_state_free(&got);
     free(raw);
     train_state_free(&st);
 }
