@@ -9,6 +9,7 @@
 #     toward --max-skips 1: the run ends; the weights do not change in them, the steps after train;
 #  3. a run checkpointed every 2 steps, with overflows and growth inside, resumed from a middle
 #     checkpoint ends on the bits of the straight run (model file and training state, scale included);
+#     resumed with scaling switched on or off (--allow-change loss-scale), the unscaled run's bits;
 #  4. an overflow on every step halves the scale 16 times to 1; there the scale has collapsed and the
 #     skips count: --max-skips 3 stops the run after step 19 with exit 1, naming the loss scale;
 #  5. --loss-scale 7 and --loss-scale-growth 0 are refused with a message, nothing written.
@@ -80,6 +81,29 @@ grep -q "resumed from .*state_00000004_00000.bin at step 4" "$tmp/resumed.out" |
 same_run "$tmp/straight" "$tmp/resumed" 10 "resumed from step 4 (inside an overflow streak, after growth) against the straight run" || exit 1
 grep -q "^step *5/10 .* | scale 65536 | SKIPPED: gradient overflow" "$tmp/resumed.out" || fail "resumed step 5: $(grep '^step *5/' "$tmp/resumed.out")"
 grep -q "^step *10/10 .* | scale 131072$" "$tmp/resumed.out" || fail "resumed step 10: $(grep '^step *10/' "$tmp/resumed.out")"
+
+# 3b. scaling switched on or off at a resume (--allow-change loss-scale): on, the scale starts at
+# 2^16; off, it is dropped; either way the bits of the unscaled run
+train -x 8 -n 4 -o "$tmp/off4" > /dev/null
+train -x 8 -n 4 --loss-scale dynamic -o "$tmp/on4" > /dev/null
+for from in off4 on4; do
+    to=$([ $from = off4 ] && echo dynamic || echo 0)
+    r=$tmp/$from-to-$to
+    mkdir "$r"
+    cp "$tmp/$from"/{run.conf,model_00000004.bin,state_00000004_00000.bin} "$r/"
+    awk -F, 'NR == 1 || $1 <= 4' "$tmp/$from/log.csv" > "$r/log.csv"
+    train -x 8 -n 4 --loss-scale $to --allow-change loss-scale -y 1 -o "$r" > "$r.out" 2>&1 ||
+        { tail -n 3 "$r.out"; fail "resuming the $from run with --loss-scale $to"; }
+    cmp -s "$(model "$tmp/off4" 8)" "$(model "$r" 8)" &&
+        cmp -s <(tail -c +513 "$(state "$tmp/off4" 8)") <(tail -c +513 "$(state "$r" 8)") ||
+        fail "the $from run resumed with --loss-scale $to ends on other bits than the unscaled run"
+    if [ $to = dynamic ]; then
+        grep -q "^step *5/8 .* | scale 65536$" "$r.out" || fail "switched on: step 5: $(grep '^step *5/' "$r.out")"
+    else
+        grep -q "| scale" "$r.out" && fail "switched off: a step line shows a scale"
+    fi
+done
+echo "PASS scaling switched on and off at a resume (--allow-change loss-scale): on from 65536, off dropped, the unscaled run's bits"
 
 # 4. collapse: an overflow at scale 1 counts
 d=$tmp/collapse
