@@ -736,17 +736,12 @@ static GPT2BuildSpec choose_build(const Options* o, const GPT2Config* cfg, int w
         host = o->host_memory_limit * GiB;
         host_source = "--host-memory-limit";
     }
-    if (spec.B == 0 && spec.offload == GPT2_OFFLOAD_AUTO) {
-        // Offloading for a larger B only where the host can hold the state; where nothing fits
-        // without it, it is still chosen and refused below, saying what it needs.
-        GPT2BuildSpec offloaded = spec, kept = spec;
+    if (spec.offload == GPT2_OFFLOAD_AUTO) {
+        // Offloading for a larger B only where the host can hold the state (its size does not depend
+        // on B); where nothing fits without it, it is still chosen and refused below, saying what it needs.
+        GPT2BuildSpec offloaded = spec;
         offloaded.offload = 1;
-        kept.offload = 0;
-        Fit unused;
-        int lo = spec.recompute < 0 ? 0 : spec.recompute, hi = spec.recompute < 0 ? 2 : spec.recompute;
-        if ((double)gpt2_memory_plan(&offloaded).host_optimizer > host &&
-            gpt2_fit(&kept, seqs, lo, hi, (size_t)memory, &unused))
-            spec.offload = 0;
+        if ((double)gpt2_memory_plan(&offloaded).host_optimizer > host) spec.offload = GPT2_OFFLOAD_NEEDED;
     }
     if (spec.B == 0) {
         fit_micro_batch(&spec, seqs, memory, source);

@@ -8,17 +8,11 @@ static int plan_fits(const GPT2BuildSpec* spec, size_t memory, MemoryPlan* plan)
     return memory > FIT_MARGIN_BYTES && plan->total <= memory - FIT_MARGIN_BYTES;
 }
 
-// The offload levels a run may choose from: run->offload, or both with GPT2_OFFLOAD_AUTO.
-static void offload_range(const GPT2BuildSpec* run, int* lo, int* hi) {
-    *lo = run->offload == GPT2_OFFLOAD_AUTO ? 0 : run->offload;
-    *hi = run->offload == GPT2_OFFLOAD_AUTO ? 1 : run->offload;
-}
-
 // Whether the run fits at B = 1 with model cfg, T, recompute level r and ZeRO stage z (offloading
 // where run->offload allows it).
 static int fits_one_sequence(const GPT2BuildSpec* run, const GPT2Config* cfg, int T, int r, int z, size_t memory) {
     GPT2BuildSpec spec = *run;
-    spec.offload = run->offload != 0; // offloaded where allowed: 1, or GPT2_OFFLOAD_AUTO
+    spec.offload = run->offload != 0; // offloaded where allowed: 1, GPT2_OFFLOAD_AUTO or _NEEDED
     spec.config = *cfg;
     spec.B = 1;
     spec.T = T;
@@ -49,21 +43,20 @@ static int fit_at(const GPT2BuildSpec* run, int offload, int seqs_per_gpu, int r
 
 int gpt2_fit(const GPT2BuildSpec* run, int seqs_per_gpu, int recompute_lo, int recompute_hi, size_t memory,
              Fit* fit) {
-    int offload_lo, offload_hi;
-    offload_range(run, &offload_lo, &offload_hi);
-    if (offload_lo == offload_hi) return fit_at(run, offload_lo, seqs_per_gpu, recompute_lo, recompute_hi, memory, fit);
+    if (run->offload == 0 || run->offload == 1)
+        return fit_at(run, run->offload, seqs_per_gpu, recompute_lo, recompute_hi, memory, fit);
     Fit kept;
     int fits_kept = fit_at(run, 0, seqs_per_gpu, recompute_lo, recompute_hi, memory, &kept);
     int fits_offloaded = fit_at(run, 1, seqs_per_gpu, recompute_lo, recompute_hi, memory, fit);
-    if (fits_offloaded && (!fits_kept || (fit->spec.B >= FIT_OFFLOAD_B_GAIN * kept.spec.B &&
-                                          (long long)seqs_per_gpu * run->T >= FIT_OFFLOAD_MIN_TOKENS)))
-        return 1;
+    int for_speed = run->offload == GPT2_OFFLOAD_AUTO && fits_kept && fit->spec.B >= FIT_OFFLOAD_B_GAIN * kept.spec.B &&
+                    (long long)seqs_per_gpu * run->T >= FIT_OFFLOAD_MIN_TOKENS;
+    if (fits_offloaded && (!fits_kept || for_speed)) return 1;
     *fit = kept;
     return fits_kept;
 }
 
 int gpt2_fit_offload(const GPT2BuildSpec* spec, size_t memory) {
-    if (spec->offload != GPT2_OFFLOAD_AUTO) return spec->offload;
+    if (spec->offload == 0 || spec->offload == 1) return spec->offload;
     GPT2BuildSpec kept = *spec;
     kept.offload = 0;
     MemoryPlan plan;

@@ -19,14 +19,16 @@ extern "C" {
 // Checked on the GPU by tests/gpu/test_recipe_gpu.sh, which holds each run's peak to its --memory-limit.
 #define FIT_MARGIN_BYTES ((size_t)1 << 30)
 
-// GPT2BuildSpec.offload for gpt2_fit and gpt2_fit_offload: offload when nothing fits without it,
-// and with gpt2_fit also when offloading lets B grow FIT_OFFLOAD_B_GAIN times and a step holds at
-// least FIT_OFFLOAD_MIN_TOKENS tokens per GPU. An offloaded step moves 12 bytes a parameter up and
-// 12 down (at once), against 6 FLOPs a parameter and token of compute: at 64K tokens a step that is
-// under a quarter of the step on an H200 (50 GB/s each way, 40% of 989 TFLOP/s), less on slower GPUs;
-// while a micro-batch of 1 instead of 4 more than doubles the step (d24 at --memory-limit 8, -d
+// GPT2BuildSpec.offload for gpt2_fit and gpt2_fit_offload: GPT2_OFFLOAD_NEEDED offloads only when
+// nothing fits without it; GPT2_OFFLOAD_AUTO too, and with gpt2_fit also when offloading lets B grow
+// FIT_OFFLOAD_B_GAIN times and a step holds at least FIT_OFFLOAD_MIN_TOKENS tokens per GPU (train.c
+// takes GPT2_OFFLOAD_NEEDED where the host cannot hold the state). An offloaded step moves 12 bytes a
+// parameter up and 12 down (at once), against 6 FLOPs a parameter and token of compute: at 64K tokens
+// a step that is under a quarter of the step on an H200 (50 GB/s each way, 40% of 989 TFLOP/s), less
+// on slower GPUs; while a micro-batch of 1 instead of 4 more than doubles the step (d24 at --memory-limit 8, -d
 // 1048576: B 1 -r 1 13.2 s, offloaded B 4 -r 0 5.75 s; docs/options.md).
 #define GPT2_OFFLOAD_AUTO (-1)
+#define GPT2_OFFLOAD_NEEDED (-2)
 #define FIT_OFFLOAD_B_GAIN 4
 #define FIT_OFFLOAD_MIN_TOKENS 65536
 
@@ -38,16 +40,16 @@ typedef struct {
 // The largest B that divides seqs_per_gpu (the per-GPU share of the total batch, in sequences of
 // T) and is a multiple of run->group_sequences (--batch-invariant's group, when set) and, for that
 // B, the lowest recompute level in recompute_lo..recompute_hi whose plan fits in `memory` bytes
-// less FIT_MARGIN_BYTES, in that order of cost; with run->offload GPT2_OFFLOAD_AUTO, offloading
-// where GPT2_OFFLOAD_AUTO says. run gives the model, T, zero_stage, world, group_sequences and
+// less FIT_MARGIN_BYTES, in that order of cost; with run->offload GPT2_OFFLOAD_AUTO or
+// GPT2_OFFLOAD_NEEDED, offloading where they say. run gives the model, T, zero_stage, world, group_sequences and
 // offload; fit->spec is run with B, recompute and offload chosen and the head's slices at
 // GPT2_HEAD_SLICE_TOKENS. Returns 1 and fills *fit, or 0 when nothing fits (not even B = 1 at
 // recompute_hi, offloaded where allowed).
 int gpt2_fit(const GPT2BuildSpec* run, int seqs_per_gpu, int recompute_lo, int recompute_hi, size_t memory,
              Fit* fit);
 
-// For a run of a given B and recompute level: spec->offload, or with GPT2_OFFLOAD_AUTO 1 when its
-// plan without offload does not fit in `memory` less FIT_MARGIN_BYTES, else 0.
+// For a run of a given B and recompute level: spec->offload, or with GPT2_OFFLOAD_AUTO or
+// GPT2_OFFLOAD_NEEDED 1 when its plan without offload does not fit in `memory` less FIT_MARGIN_BYTES, else 0.
 int gpt2_fit_offload(const GPT2BuildSpec* spec, size_t memory);
 
 // The head's slice tokens for a build of spec (its head_slice_tokens aside): the widest of

@@ -344,11 +344,12 @@ static void test_offload(void) {
             int a = fit_run(run, seqs, 0, 2, gib * GiB, &auto_fit);
             int fits_kept = fit_run(kept, seqs, 0, 2, gib * GiB, &kept_fit);
             int f = fit_run(forced, seqs, 0, 2, gib * GiB, &forced_fit);
-            int gains = fits_kept && f && forced_fit.spec.B >= FIT_OFFLOAD_B_GAIN * kept_fit.spec.B && seqs * 1024 >= 65536;
+            int gains =
+                fits_kept && f && forced_fit.spec.B >= FIT_OFFLOAD_B_GAIN * kept_fit.spec.B && seqs * 1024 >= 65536;
             Fit* want = (!fits_kept && f) || gains ? &forced_fit : &kept_fit;
-            if (a != (fits_kept || f) || (a && (auto_fit.spec.offload != want->spec.offload || auto_fit.spec.B != want->spec.B ||
-                                        auto_fit.spec.recompute != want->spec.recompute)))
-                wrong++;
+            int same = auto_fit.spec.offload == want->spec.offload && auto_fit.spec.B == want->spec.B &&
+                       auto_fit.spec.recompute == want->spec.recompute;
+            if (a != (fits_kept || f) || (a && !same)) wrong++;
             offloaded += !fits_kept && a;
             for_speed += gains;
             sharded_offloaded += zero && a && auto_fit.spec.offload;
@@ -366,6 +367,15 @@ static void test_offload(void) {
     int at_4 = fit_run(d36_16, 4, 0, 2, 16 * GiB, &small) && small.spec.offload == 0 && small.spec.B == 1;
     test_check(at_64 && at_4, "fit: d36 at 16 GiB offloads for B 4 at 64 sequences a step, not at 4",
                "B %d -r %d offload %d", small.spec.B, small.spec.recompute, small.spec.offload);
+    d36_16.offload = GPT2_OFFLOAD_NEEDED; // a host that cannot hold the state: offload only to fit
+    Fit needed_16, needed_14;
+    int kept_16 =
+        fit_run(d36_16, 64, 0, 2, 16 * GiB, &needed_16) && needed_16.spec.offload == 0 && needed_16.spec.B == 1;
+    int off_14 = fit_run(d36_16, 64, 0, 2, 14 * GiB, &needed_14) && needed_14.spec.offload == 1;
+    test_check(kept_16 && off_14,
+               "fit: GPT2_OFFLOAD_NEEDED at 16 GiB keeps B 1 on the GPU, at 14 GiB (nothing fits) offloads",
+               "16 GiB: B %d offload %d; 14 GiB: B %d offload %d", needed_16.spec.B, needed_16.spec.offload,
+               needed_14.spec.B, needed_14.spec.offload);
 }
 
 int main(void) {
