@@ -976,13 +976,19 @@ static void ensure_dir(const char* dir) {
     if (access(dir, W_OK) != 0) fatal("output directory %s is not writable: %s", dir, strerror(errno));
 }
 
+// The fields of a line of log.csv (no field holds a comma).
+static int csv_fields(const char* line) {
+    int fields = 1;
+    for (const char* c = line; *c; c++) fields += *c == ',';
+    return fields;
+}
+
 // Opens log.csv: fresh, or on resume keeping the rows up to the resumed step.
 static FILE* open_log(const char* dir, long long resume_step) {
     char path[4096], line[1024];
     snprintf(path, sizeof path, "%s/log.csv", dir);
     const char* header = "step,train_loss,val_loss,lr,grad_norm,ms,tok_per_s,skipped,hellaswag,mfu\n";
-    int columns = 1;
-    for (const char* c = header; *c; c++) columns += *c == ',';
+    int columns = csv_fields(header);
     char* kept = NULL;
     size_t kept_len = 0;
     if (resume_step >= 0) {
@@ -996,8 +1002,7 @@ static FILE* open_log(const char* dir, long long resume_step) {
                 // A row of a log from before the later columns gets them empty, so that every row
                 // has the header's columns.
                 line[strcspn(line, "\n")] = '\0';
-                int fields = 1;
-                for (const char* c = line; *c; c++) fields += *c == ',';
+                int fields = csv_fields(line);
                 fputs(line, mem);
                 for (; fields < columns; fields++) fputc(',', mem);
                 fputc('\n', mem);
