@@ -7,6 +7,9 @@
 #   (c) --memory-limit 24 with FLASH_ATTN_CONFIG=sm86: a 24 GB consumer card's;
 #   (d) --memory-limit 8 with KERNEL_PATH=sm86: every kernel an 8 GB RTX 30xx/40xx card runs;
 #   (e) a learning rate 10% high, stopped after step 30 and judged through it (--through-step).
+# Then the CPU recipe ci-tiny on the FP32 build, against the reference train_gpt_cpu wrote:
+#   (f) every kernel of an RTX 30xx/40xx (KERNEL_PATH=sm86) must be REPRODUCED;
+#   (g) weight decay 0 (which the shakespeare recipe cannot see) must FAIL.
 # The recipe sets batch-invariant 8, so on the reference's GPU model (a), (b) and (c) must be
 # IDENTICAL to it; (d) sums in another order and must be REPRODUCED; (e) must FAIL. Each prints the
 # B and -r that -b auto picked, the plan against what the run held at its end (the program's
@@ -40,7 +43,9 @@ trap 'rm -rf "$WORK"' EXIT
 failed=0
 fail() { echo "FAIL $1"; failed=1; }
 
-make --no-print-directory BUILD="$BUILD/recipe-BF16" PRECISION=BF16 GPU_ARCH="$ARCH" "$BUILD/recipe-BF16/train_gpt" >/dev/null
+for p in BF16 FP32; do
+    make --no-print-directory BUILD="$BUILD/recipe-$p" PRECISION=$p GPU_ARCH="$ARCH" "$BUILD/recipe-$p/train_gpt" >/dev/null
+done
 bin=$BUILD/recipe-BF16/train_gpt
 gpu=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader -i "${CUDA_VISIBLE_DEVICES:-0}" | head -n 1)
 echo "GPU: $gpu, sm_$ARCH, BF16"
@@ -127,5 +132,10 @@ compare d REPRODUCED
 lr=$(python3 -c "print($(sed -n 's/^lr  *//p' "$RECIPE") * 1.1)")
 OPTIONS="-l $lr" run e - 30
 compare e FAIL --through-step 30
+# RECIPE, REF and bin set for one call of a function are that call's (bash)
+RECIPE=recipes/ci-tiny.conf REF=recipes/reference/ci-tiny.csv bin=$BUILD/recipe-FP32/train_gpt run f - KERNEL_PATH=sm86
+REF=recipes/reference/ci-tiny.csv compare f REPRODUCED
+RECIPE=recipes/ci-tiny.conf bin=$BUILD/recipe-FP32/train_gpt OPTIONS="-c 0" run g -
+REF=recipes/reference/ci-tiny.csv compare g FAIL
 [ "$failed" -eq 0 ] && echo "test_recipe_gpu: all passed" || echo "test_recipe_gpu: FAILED"
 exit "$failed"

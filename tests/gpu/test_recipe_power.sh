@@ -1,9 +1,9 @@
 #!/bin/bash
-# The power of the shakespeare recipe's verdict (scripts/compare_curves.py against
-# recipes/reference/shakespeare-d12.csv and its envelope), on the reference's GPU model:
-#   - order-only runs (the kernels of other cards, other micro-batches without batch invariance, other
-#     tiles, untuned products; each with dQ added by atomics, FLASH_ATTN_DETERMINISTIC=0, so that no two
-#     runs sum in the same order) must be judged IDENTICAL or REPRODUCED over the whole recipe;
+# The power of a recipe's verdict (scripts/compare_curves.py against recipes/reference/NAME.csv and
+# its envelope), on a GPU:
+#   - order-only runs (the kernels of other cards, other micro-batches, other tiles, untuned products;
+#     each with dQ added by atomics, FLASH_ATTN_DETERMINISTIC=0, so that no two runs sum in the same
+#     order) must be judged IDENTICAL or REPRODUCED over the whole recipe;
 #   - runs with one thing wrong (lr +-10%, warmup halved, weight decay 0, AdamW beta2 0.99, no gradient
 #     clipping, the attention scale 1% high and the layernorm epsilon 1e-3, the last two through
 #     make PERTURB=...), each on one of the order-only configurations in turn, must be judged FAIL;
@@ -13,43 +13,62 @@
 # Prints a table of the counts and exits 1 when an order-only run FAILs more often than 1 in 20 or an
 # error passes more often than 1 in 20.
 #   tests/gpu/test_recipe_power.sh     TRIES (20) runs of each error, ORDER_RUNS (20) order-only runs,
-#                                  SWEEP_TRIES (10) of each lr change, STOP (30), JOBS (2) at a time;
-#                                  NO_BUILD=1 takes the programs already in BUILD/recipe-BF16
-# (STOP 30: the recipe's verdict is an order window through step 30, a seed window after it.)
-# About 35 s of an H100/H200 per order-only run and 8 s per stopped run, two at a time.
+#                                  SWEEP_TRIES (10) of each lr change, JOBS at a time;
+#                                  NO_BUILD=1 takes the programs already in BUILD/recipe-PRECISION
+#   RECIPE=recipes/shakespeare-d12.conf (the default): the BF16 build on the reference's GPU model (an
+#     H100/H200), STOP 30 (its order windows end at step 30, the seed windows after it), JOBS 2 (about 35 s
+#     per whole run and 8 s per stopped run).
+#   RECIPE=recipes/ci-tiny.conf: the FP32 build on any GPU against the CPU's reference, whole runs
+#     (STOP 0: every window is an order window), JOBS 8, about a second per run.
 set -u
 "$(dirname "$0")/../../scripts/get_data.sh" || exit 1
 cd "$(dirname "$0")/../.." || exit 1
 . tests/lib/stop_at_step.sh
 BUILD=${BUILD:-.}
 ARCH=${GPU_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d .)}
-TRIES=${TRIES:-20} ORDER_RUNS=${ORDER_RUNS:-20} SWEEP_TRIES=${SWEEP_TRIES:-10} STOP=${STOP:-30} JOBS=${JOBS:-2}
-LR_DELTAS=${LR_DELTAS:-0.01 0.02 0.05}
-RECIPE=recipes/shakespeare-d12.conf
-REF=recipes/reference/shakespeare-d12.csv
+RECIPE=${RECIPE:-recipes/shakespeare-d12.conf}
+recipe_name=$(basename "$RECIPE" .conf)
+REF=recipes/reference/$recipe_name.csv
+# The order-only configurations (ENVIRONMENT|OPTIONS), taken in turn, and the build.
+case $recipe_name in
+shakespeare-d12)
+    PRECISION=BF16 STOP=${STOP:-30} JOBS=${JOBS:-2} LR_DELTAS=${LR_DELTAS:-0.01 0.02 0.05}
+    orders=(
+        "KERNEL_PATH=sm86|--memory-limit 8"
+        "KERNEL_PATH=sm86|--memory-limit 24"
+        "|--batch-invariant 0 -b 32"
+        "FLASH_ATTN_CONFIG=sm80|"
+        "KERNEL_PATH=sm80|--batch-invariant 0 -b 16"
+        "MATMUL_TUNE=0|--batch-invariant 0 -b 64"
+        "FLASH_ATTN_CONFIG=sm86|-b 16 -r 1"
+    ) ;;
+ci-tiny)
+    PRECISION=FP32 STOP=${STOP:-0} JOBS=${JOBS:-8} LR_DELTAS=${LR_DELTAS:-0.0001 0.001 0.01}
+    orders=(
+        "KERNEL_PATH=sm86|"
+        "KERNEL_PATH=sm80|-b 4"
+        "|-b 8"
+        "MATMUL_TUNE=0|-b 2"
+        "KERNEL_PATH=sm86|-b 1"
+        "|-b 4 -r 1"
+        "MATMUL_TUNE=0 KERNEL_PATH=sm80|-b 8 -r 2"
+    ) ;;
+*) echo "FAIL no order-only configurations for the recipe $RECIPE" >&2; exit 1 ;;
+esac
+TRIES=${TRIES:-20} ORDER_RUNS=${ORDER_RUNS:-20} SWEEP_TRIES=${SWEEP_TRIES:-10}
 LR=$(sed -n 's/^lr  *//p' "$RECIPE") WARMUP=$(sed -n 's/^warmup  *//p' "$RECIPE")
 WORK=${POWER_WORK:-$(mktemp -d)}
 mkdir -p "$WORK"
 
 for p in "" attn-scale ln-eps; do
     [ "${NO_BUILD:-0}" = 1 ] && break
-    make --no-print-directory -j"$(nproc)" BUILD="$BUILD/recipe-BF16" PRECISION=BF16 GPU_ARCH="$ARCH" \
+    make --no-print-directory -j"$(nproc)" BUILD="$BUILD/recipe-$PRECISION" PRECISION=$PRECISION GPU_ARCH="$ARCH" \
         ${p:+PERTURB=$p} train_gpt > "$WORK/build$p.log" 2>&1 || { tail -n 20 "$WORK/build$p.log"; exit 1; } &
 done
 wait
-bin() { echo "$BUILD/recipe-BF16${1:+/perturb-$1}/train_gpt"; }
+bin() { echo "$BUILD/recipe-$PRECISION${1:+/perturb-$1}/train_gpt"; }
 for p in "" attn-scale ln-eps; do [ -x "$(bin "$p")" ] || { echo "FAIL no $(bin "$p")"; exit 1; }; done
 
-# The order-only configurations (ENVIRONMENT|OPTIONS), taken in turn.
-orders=(
-    "KERNEL_PATH=sm86|--memory-limit 8"
-    "KERNEL_PATH=sm86|--memory-limit 24"
-    "|--batch-invariant 0 -b 32"
-    "FLASH_ATTN_CONFIG=sm80|"
-    "KERNEL_PATH=sm80|--batch-invariant 0 -b 16"
-    "MATMUL_TUNE=0|--batch-invariant 0 -b 64"
-    "FLASH_ATTN_CONFIG=sm86|-b 16 -r 1"
-)
 # The errors: NAME|PERTURB build|OPTIONS
 errors=(
     "lr +10%||-l $(python3 -c "print($LR * 1.1)")"
@@ -74,7 +93,7 @@ one() {
     local pid=$!
     if [ "$stop" -gt 0 ]; then stop_at_step "$pid" "$WORK/$name/log.csv" "$stop"; fi
     wait "$pid" 2>/dev/null
-    rm -f "$WORK/$name"/*.bin # the log is what is judged; a whole run's checkpoint is 1.7 GB
+    rm -f "$WORK/$name"/*.bin # the log is what is judged; a d12's last checkpoint is 1.7 GB
     local through=()
     [ "$stop" -gt 0 ] && through=(--through-step "$stop")
     python3 scripts/compare_curves.py "$WORK/$name" "$REF" "${through[@]}" -o "$WORK/$name.png" > "$WORK/$name.cmp" 2>&1
@@ -94,7 +113,7 @@ queue() {
 
 for ((t = 0; t < ORDER_RUNS; t++)); do queue "order-$t" $((t % ${#orders[@]})) "" 0; done
 for e in "${!errors[@]}"; do
-    IFS='|' read -r ename perturb options <<< "${errors[e]}"
+    IFS='|' read -r _ perturb options <<< "${errors[e]}"
     # shellcheck disable=SC2086
     for ((t = 0; t < TRIES; t++)); do queue "error-$e-$t" $(((t + e) % ${#orders[@]})) "$perturb" "$STOP" $options; done
 done
@@ -129,10 +148,13 @@ row() {
     FAIL*) [ $((20 * p)) -le $((p + f)) ] || status=1 ;;
     esac
 }
+echo "$RECIPE, PRECISION=$PRECISION, $(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)"
 row "order only (whole recipe)" order- "PASS in 19 of 20"
-for e in "${!errors[@]}"; do row "${errors[e]%%|*} (steps 0-$STOP)" "error-$e-" "FAIL in 19 of 20"; done
+upto=$STOP
+[ "$STOP" -gt 0 ] || upto="the end"
+for e in "${!errors[@]}"; do row "${errors[e]%%|*} (steps 0-$upto)" "error-$e-" "FAIL in 19 of 20"; done
 for d in $LR_DELTAS; do
-    for sign in + -; do row "lr x (1 $sign $d) (steps 0-$STOP)" "lr$sign$d-" "(the smallest change it sees)"; done
+    for sign in + -; do row "lr x (1 $sign $d) (steps 0-$upto)" "lr$sign$d-" "(the smallest change it sees)"; done
 done
 echo "runs and comparisons: $WORK"
 [ "$status" -eq 0 ] && echo "test_recipe_power: passed" || echo "test_recipe_power: FAILED"
