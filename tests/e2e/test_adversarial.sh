@@ -41,7 +41,8 @@ refused() {
     done
     [ "$status" -eq 1 ] && pass "$what: $(grep -m1 'error' "$tmp/$name.out")" || fail "$what: exit status $status"
 }
-state() { printf '%s/state_%08d_00000.bin' "$1" "$2"; }
+# shellcheck source=tests/lib/run_files.sh
+. tests/lib/run_files.sh
 
 # 1. two runs in one -o
 d=$tmp/two
@@ -60,7 +61,7 @@ run fresh train -x 1 -n 1 --keep 2 --seed 2 -o "$d"
 refused fresh "2. a fresh run into an earlier run's directory" \
     "holds an earlier run (log.csv and checkpoints up to step 2)" "--overwrite"
 run overwrite train -x 1 -n 1 --keep 2 --seed 2 -o "$d" --overwrite
-if [ "$status" -eq 0 ] && [ "$(ls "$d" | grep -c '^state_')" -eq 1 ] && [ -f "$(state "$d" 1)" ] &&
+if [ "$status" -eq 0 ] && [ "$(ls "$d" | grep -c '^state_')" -eq 1 ] && [ -f "$(state_file "$d" 1)" ] &&
     [ "$(wc -l < "$d/log.csv")" -eq 2 ]; then
     pass "2. --overwrite deletes the earlier run: only step 1's checkpoint and log row are left"
 else
@@ -74,11 +75,11 @@ damaged() {
     runs=$((runs + 1))
     local number=$1 what=$2 text=${*: -1} d=$tmp/damaged$runs
     run "make$number" train -x 2 -n 1 -o "$d"
-    python3 tests/lib/state_file.py "$(state "$d" 2)" "${@:3:$#-3}"
+    python3 tests/lib/state_file.py "$(state_file "$d" 2)" "${@:3:$#-3}"
     run "resume$number" train -x 3 --allow-change steps -y 1 -o "$d"
-    if [ "$status" -eq 0 ] && has "resume$number" "$(state "$d" 2): $text" &&
-        has "resume$number" "resumed from $(state "$d" 1) at step 1" && [ -f "$(state "$d" 2).corrupt" ] &&
-        [ -f "$(state "$d" 3)" ]; then
+    if [ "$status" -eq 0 ] && has "resume$number" "$(state_file "$d" 2): $text" &&
+        has "resume$number" "resumed from $(state_file "$d" 1) at step 1" && [ -f "$(state_file "$d" 2).corrupt" ] &&
+        [ -f "$(state_file "$d" 3)" ]; then
         pass "$number. $what: $(grep -m1 warning "$tmp/resume$number.out")"
     else
         fail "$number. $what: exit $status: $(tail -n 4 "$tmp/resume$number.out")"
@@ -125,14 +126,14 @@ fi
 d=$tmp/steps
 run steps train -x 2 -n 1 -o "$d"
 run beyond train -x 1 --allow-change steps -y 1 -o "$d"
-refused beyond "8. a checkpoint beyond -x" "$(state "$d" 2) is at step 2, beyond the run's 1 steps (-x)"
+refused beyond "8. a checkpoint beyond -x" "$(state_file "$d" 2) is at step 2, beyond the run's 1 steps (-x)"
 run complete train -x 2 -y 1 -o "$d"
 if [ "$status" -eq 0 ] && has complete "already complete"; then
     pass "8. a run at its -x: $(grep -m1 complete "$tmp/complete.out")"
 else
     fail "8. a run at its -x: exit $status, $(tail -n 2 "$tmp/complete.out")"
 fi
-python3 tests/lib/state_file.py "$(state "$d" 2)" set-step 1000000000000000
+python3 tests/lib/state_file.py "$(state_file "$d" 2)" set-step 1000000000000000
 run absurd train -x 10 --allow-change steps -y 1 -o "$d"
 refused absurd "8. a step of 1e15" "holds the impossible step 1000000000000000 (-x allows at most"
 
@@ -153,7 +154,7 @@ latest=$(ls "$d" | sed -n 's/^state_0*\([0-9][0-9]*\)_00000.bin$/\1/p' | sort -n
 latest=${latest:-0}
 run after_kill train -x $((latest + 1)) --allow-change steps -n 1 --keep 2 -y 1 -o "$d"
 if [ "$status" -eq 0 ] && ! has after_kill "warning" && [ "$latest" -ge 1 ] &&
-    [ -f "$(state "$d" $((latest + 1)))" ]; then
+    [ -f "$(state_file "$d" $((latest + 1)))" ]; then
     pass "kill -9 $kills times: the lock died with each run; resumed from step $latest to $((latest + 1))"
 else
     fail "after $kills kills -9: exit $status, $(tail -n 3 "$tmp/after_kill.out")"

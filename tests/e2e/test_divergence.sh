@@ -27,8 +27,8 @@ fail() { echo "FAIL $*"; exit 1; }
 train_bin=$DATA/tinyshakespeare/tiny_shakespeare_train.bin
 train() { "$BUILD/train_gpt_cpu" --layers 2 --channels 64 --heads 4 --max-seq 64 -t 64 -b 4 --seed 7 \
     -j "$DATA/tinyshakespeare/tiny_shakespeare_val.bin" -v 0 -s 0 -l 1e-3 -k constant "$@"; }
-model() { printf '%s/model_%08d.bin' "$1" "$2"; }
-state() { printf '%s/state_%08d_00000.bin' "$1" "$2"; }
+# shellcheck source=tests/lib/run_files.sh
+. tests/lib/run_files.sh
 # same_state A B: equal from byte 513 on (all but the 512-byte header: step, data position, ...)
 same_state() { cmp -s <(tail -c +513 "$1") <(tail -c +513 "$2"); }
 skipped_steps() { awk -F, 'NR > 1 && $8 == 1 { printf "%s%s", sep, $1; sep = "," }' "$1/log.csv"; }
@@ -42,19 +42,19 @@ grep -q "^step *3/8 .*SKIPPED: the loss is nan" "$tmp/nan.out" || fail "step 3 n
 grep -q "^step *5/8 .*SKIPPED: the gradient norm is nan" "$tmp/nan.out" || fail "step 5 not reported skipped: $(grep '^step *5/' "$tmp/nan.out")"
 [ "$(skipped_steps "$d")" = 3,5 ] || fail "log.csv marks steps '$(skipped_steps "$d")' skipped, want 3,5"
 for s in 3 5; do
-    cmp -s "$(model "$d" $((s - 1)))" "$(model "$d" $s)" || fail "the weights changed in skipped step $s"
-    same_state "$(state "$d" $((s - 1)))" "$(state "$d" $s)" || fail "the optimizer state or history changed in skipped step $s"
-    cmp -s "$(model "$d" $s)" "$(model "$d" $((s + 1)))" && fail "step $((s + 1)) after the skipped step did not train"
+    cmp -s "$(model_file "$d" $((s - 1)))" "$(model_file "$d" $s)" || fail "the weights changed in skipped step $s"
+    same_state "$(state_file "$d" $((s - 1)))" "$(state_file "$d" $s)" || fail "the optimizer state or history changed in skipped step $s"
+    cmp -s "$(model_file "$d" $s)" "$(model_file "$d" $((s + 1)))" && fail "step $((s + 1)) after the skipped step did not train"
 done
 echo "PASS NaN loss (step 3) and NaN gradient (step 5) skipped: weights, AdamW state and history bit-identical across them; later steps train"
 
 # 2. resume from the checkpoint of a skipped step
 mkdir "$tmp/nan-resumed"
-cp "$d/log.csv" "$(model "$d" 5)" "$(state "$d" 5)" "$tmp/nan-resumed/"
+cp "$d/log.csv" "$(model_file "$d" 5)" "$(state_file "$d" 5)" "$tmp/nan-resumed/"
 train -i "$train_bin" -x 8 -n 1 --inject-nan-loss 3 --inject-nan-grad 5 -y 1 -o "$tmp/nan-resumed" > "$tmp/nan-resumed.out"
 grep -q "resumed from .*state_00000005_00000.bin at step 5" "$tmp/nan-resumed.out" || fail "did not resume at step 5"
 diff <(log_values "$d") <(log_values "$tmp/nan-resumed") > "$tmp/diff" || { cat "$tmp/diff"; fail "resumed at the skipped step 5: the log differs"; }
-cmp -s "$(model "$d" 8)" "$(model "$tmp/nan-resumed" 8)" || fail "resumed at the skipped step 5: the final weights differ"
+cmp -s "$(model_file "$d" 8)" "$(model_file "$tmp/nan-resumed" 8)" || fail "resumed at the skipped step 5: the final weights differ"
 echo "PASS resumed from the checkpoint of skipped step 5: steps 6..8 and the final weights bit-identical"
 
 # 3. consecutive skips stop the run
@@ -65,8 +65,8 @@ train -i "$train_bin" -x 30 -n 2 --max-skips 3 --inject-nan-grad 4-30 -o "$d" > 
 grep -q "error: training diverged: steps 4..6 were all skipped (--max-skips 3)" "$tmp/stop.out" ||
     fail "no clear message: $(tail -n 1 "$tmp/stop.out")"
 [ "$(tail -n 1 "$d/log.csv" | cut -d, -f1)" = 6 ] || fail "the run went on after step 6"
-[ -e "$(model "$d" 6)" ] || [ -e "$(state "$d" 6)" ] && fail "a checkpoint of step 6 was written"
-[ -e "$(model "$d" 4).diverged" ] && [ -e "$(state "$d" 4).diverged" ] && [ ! -e "$(state "$d" 4)" ] ||
+[ -e "$(model_file "$d" 6)" ] || [ -e "$(state_file "$d" 6)" ] && fail "a checkpoint of step 6 was written"
+[ -e "$(model_file "$d" 4).diverged" ] && [ -e "$(state_file "$d" 4).diverged" ] && [ ! -e "$(state_file "$d" 4)" ] ||
     fail "the checkpoint of step 4 (the weights of step 3) was not set aside: $(ls "$d")"
 train -i "$train_bin" -x 4 -y 1 --allow-change steps -o "$d" > "$tmp/stop-resume.out"
 grep -q "resumed from .*state_00000002_00000.bin at step 2" "$tmp/stop-resume.out" || fail "-y 1 did not resume from the last good checkpoint (2)"
@@ -83,12 +83,12 @@ echo "PASS resumed inside a streak of skips (at step 5): stops after step 6 like
 # 4. a diverging run keeps the last good checkpoint; the issue's example writes nothing
 d=$tmp/keep
 train -i "$train_bin" -x 10 -n 5 -o "$d" > /dev/null
-good=$(md5sum < "$(model "$d" 10)")
+good=$(md5sum < "$(model_file "$d" 10)")
 status=0
 train -i "$train_bin" -x 40 -n 1 --keep 2 -y 1 -l 10 --grad-clip 0 --allow-change x,l,grad-clip -o "$d" \
     > "$tmp/keep.out" 2>&1 || status=$?
 [ "$status" -eq 1 ] && grep -q "error: training diverged" "$tmp/keep.out" || fail "lr 10 from step 11: exit $status, $(tail -n 1 "$tmp/keep.out")"
-[ "$(md5sum < "$(model "$d" 10)")" = "$good" ] && [ -e "$(state "$d" 10)" ] || fail "--keep 2 lost the good checkpoint of step 10: $(ls "$d")"
+[ "$(md5sum < "$(model_file "$d" 10)")" = "$good" ] && [ -e "$(state_file "$d" 10)" ] || fail "--keep 2 lost the good checkpoint of step 10: $(ls "$d")"
 newest=$(ls "$d" | sed -n 's/^\(model\|state\)_0*\([0-9]*\)\(_00000\)\{0,1\}\.bin$/\2/p' | sort -n | tail -n 1)
 [ "$newest" = 10 ] || fail "a checkpoint of the diverged weights is left: step $newest ($(ls "$d"))"
 train -i "$train_bin" -x 10 -y 1 --allow-change x,l,grad-clip -o "$d" > "$tmp/keep-resume.out"
@@ -104,7 +104,7 @@ echo "PASS the issue's example (lr 10, no clipping, -n 10 --keep 2): stopped aft
 # 5. a non-finite weight is never loaded: wpe[5] of a model file set to NaN, in our file (its checksum
 # then fails) and in llm.c's layout (no checksums: slots 8..25 zero), and nothing is written
 train -i "$train_bin" -x 0 -o "$tmp/init" > /dev/null
-cp "$(model "$tmp/init" 0)" "$tmp/nan_model.bin"
+cp "$(model_file "$tmp/init" 0)" "$tmp/nan_model.bin"
 wpe=$((1024 + 4 * (50304 * 64 + 5)))
 printf '\x00\x00\xc0\x7f' | dd of="$tmp/nan_model.bin" bs=1 seek=$wpe conv=notrunc 2> /dev/null
 cp "$tmp/nan_model.bin" "$tmp/nan_llmc.bin"
@@ -133,13 +133,13 @@ grep -q "^step *128/200 .*| z window 127/128" "$tmp/z.out" && grep -q "^step *12
 worst=$(grep '| z loss' "$tmp/z.out" | grep -v SKIPPED | sed 's/.*| z loss \([-0-9.]*\) norm \([-0-9.]*\).*/\1\n\2/' | sort -g | tail -n 1)
 echo "PASS z-scores: of 200 steps only the spike (step 190: $(grep -o 'z loss [-0-9.]* norm [-0-9.]*' <<< "$(grep '^step *190/' "$tmp/z.out")")) skipped; largest z-score of the other steps $worst"
 mkdir "$tmp/z-resumed"
-cp "$d/log.csv" "$(model "$d" 180)" "$(state "$d" 180)" "$tmp/z-resumed/"
+cp "$d/log.csv" "$(model_file "$d" 180)" "$(state_file "$d" 180)" "$tmp/z-resumed/"
 train -i "$spiked" -x 200 -n 180 -y 1 "${z[@]}" -o "$tmp/z-resumed" > /dev/null
 diff <(log_values "$d") <(log_values "$tmp/z-resumed") > "$tmp/diff" || { cat "$tmp/diff"; fail "resumed at step 180: the log differs"; }
-cmp -s "$(model "$d" 200)" "$(model "$tmp/z-resumed" 200)" || fail "resumed at step 180: the final weights differ"
+cmp -s "$(model_file "$d" 200)" "$(model_file "$tmp/z-resumed" 200)" || fail "resumed at step 180: the final weights differ"
 echo "PASS resumed at step 180: steps 181..200 (the z-skip of step 190 included) and the final weights bit-identical"
 mkdir "$tmp/z-norm"
-cp "$(state "$d" 180)" "$tmp/z-norm/"
+cp "$(state_file "$d" 180)" "$tmp/z-norm/"
 train -i "$spiked" -x 191 -y 1 --skip-norm-z 5 -o "$tmp/z-norm" > "$tmp/z-norm.out"
 grep -q "^step *190/191 .*SKIPPED: the gradient norm z-score .* is above --skip-norm-z 5" "$tmp/z-norm.out" ||
     fail "--skip-norm-z alone: $(grep '^step *190/' "$tmp/z-norm.out")"

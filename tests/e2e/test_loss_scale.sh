@@ -23,8 +23,8 @@ fail() { echo "FAIL $*"; exit 1; }
 train() { "$BUILD/train_gpt_cpu" --layers 2 --channels 64 --heads 4 --max-seq 64 -t 64 -b 4 --seed 7 \
     -i "$DATA/tinyshakespeare/tiny_shakespeare_train.bin" -j "$DATA/tinyshakespeare/tiny_shakespeare_val.bin" \
     -v 0 -s 0 -l 1e-3 -k constant "$@"; }
-model() { printf '%s/model_%08d.bin' "$1" "$2"; }
-state() { printf '%s/state_%08d_00000.bin' "$1" "$2"; }
+# shellcheck source=tests/lib/same_run.sh
+. tests/lib/same_run.sh # and model_file, state_file
 # the log without the timing columns (ms, tok_per_s)
 log_values() { cut -d, -f1-5,8 "$1/log.csv"; }
 skipped_steps() { awk -F, 'NR > 1 && $8 == 1 { printf "%s%s", sep, $1; sep = "," }' "$1/log.csv"; }
@@ -32,20 +32,18 @@ skipped_steps() { awk -F, 'NR > 1 && $8 == 1 { printf "%s%s", sep, $1; sep = ","
 # bits of a double.
 state_scale() { python3 -c 'import struct, sys; print("%.17g" % struct.unpack_from("<d", open(sys.argv[1], "rb").read(), 8 * 28))' "$1"; }
 state_field() { python3 -c 'import struct, sys; print(struct.unpack_from("<q", open(sys.argv[1], "rb").read(), 8 * int(sys.argv[2]))[0])' "$1" "$2"; }
-# shellcheck source=tests/lib/same_run.sh
-. tests/lib/same_run.sh
 
 # 1. the same bits with and without scaling
 train -x 8 -o "$tmp/off" > "$tmp/off.out"
 train -x 8 --loss-scale dynamic --loss-scale-growth 2 -o "$tmp/on" > "$tmp/on.out"
 diff <(log_values "$tmp/off") <(log_values "$tmp/on") > "$tmp/diff" || { cat "$tmp/diff"; fail "scaled run: the log differs from the unscaled one"; }
-cmp -s "$(model "$tmp/off" 8)" "$(model "$tmp/on" 8)" || fail "scaled run: the model file differs from the unscaled one"
+cmp -s "$(model_file "$tmp/off" 8)" "$(model_file "$tmp/on" 8)" || fail "scaled run: the model file differs from the unscaled one"
 # the states: the same from the step history on (the header holds the scale and the checksum)
-cmp -s <(tail -c +513 "$(state "$tmp/off" 8)") <(tail -c +513 "$(state "$tmp/on" 8)") ||
+cmp -s <(tail -c +513 "$(state_file "$tmp/off" 8)") <(tail -c +513 "$(state_file "$tmp/on" 8)") ||
     fail "scaled run: the training state's history or arrays differ from the unscaled one"
 grep -q "^step *1/8 .* | scale 65536$" "$tmp/on.out" || fail "step 1 does not show scale 65536: $(grep '^step *1/' "$tmp/on.out")"
 grep -q "^step *8/8 .* | scale 524288$" "$tmp/on.out" || fail "step 8 does not show scale 524288 (grown 3 times): $(grep '^step *8/' "$tmp/on.out")"
-[ "$(state_scale "$(state "$tmp/on" 8)")" = 1048576 ] || fail "the state of step 8 holds scale $(state_scale "$(state "$tmp/on" 8)"), want 1048576"
+[ "$(state_scale "$(state_file "$tmp/on" 8)")" = 1048576 ] || fail "the state of step 8 holds scale $(state_scale "$(state_file "$tmp/on" 8)"), want 1048576"
 grep -q "scale" "$tmp/off.out" && fail "--loss-scale 0 shows a scale"
 echo "PASS --loss-scale dynamic (growing 65536 -> 1048576 in 8 steps) trains the bits of --loss-scale 0: losses, norms, model file, state arrays"
 
@@ -60,9 +58,9 @@ grep -q "^step *4/8 .* | scale 32768 | SKIPPED: gradient overflow at loss scale 
 grep -q "^step *5/8 .* | scale 16384$" "$tmp/overflow.out" || fail "step 5: $(grep '^step *5/' "$tmp/overflow.out")"
 [ "$(skipped_steps "$d")" = 3,4 ] || fail "log.csv marks steps '$(skipped_steps "$d")' skipped, want 3,4"
 for s in 3 4; do
-    cmp -s "$(model "$d" 2)" "$(model "$d" $s)" || fail "the weights changed in the overflow step $s"
+    cmp -s "$(model_file "$d" 2)" "$(model_file "$d" $s)" || fail "the weights changed in the overflow step $s"
 done
-cmp -s "$(model "$d" 4)" "$(model "$d" 5)" && fail "step 5 after the overflows did not train"
+cmp -s "$(model_file "$d" 4)" "$(model_file "$d" 5)" && fail "step 5 after the overflows did not train"
 [ "$(tail -n 1 "$d/log.csv" | cut -d, -f1)" = 8 ] || fail "the run did not reach step 8"
 echo "PASS overflows at steps 3 and 4: skipped (weights unchanged), scale 65536 -> 32768 -> 16384, not counted by --max-skips 1, the run ends"
 
@@ -76,8 +74,8 @@ cp "$tmp/straight"/{run.conf,model_00000004.bin,state_00000004_00000.bin} "$tmp/
 awk -F, 'NR == 1 || $1 <= 4' "$tmp/straight/log.csv" > "$tmp/resumed/log.csv"
 train "${args[@]}" -y 1 -o "$tmp/resumed" > "$tmp/resumed.out" 2>&1 || { tail -n 3 "$tmp/resumed.out"; fail "resuming at step 4"; }
 grep -q "resumed from .*state_00000004_00000.bin at step 4" "$tmp/resumed.out" || fail "did not resume at step 4"
-[ "$(state_scale "$(state "$tmp/straight" 4)")" = 65536 ] || fail "the state of step 4 holds scale $(state_scale "$(state "$tmp/straight" 4)"), want 65536"
-[ "$(state_field "$(state "$tmp/straight" 4)" 30)" = 1 ] || fail "the state of step 4 holds $(state_field "$(state "$tmp/straight" 4)" 30) overflow skips, want 1"
+[ "$(state_scale "$(state_file "$tmp/straight" 4)")" = 65536 ] || fail "the state of step 4 holds scale $(state_scale "$(state_file "$tmp/straight" 4)"), want 65536"
+[ "$(state_field "$(state_file "$tmp/straight" 4)" 30)" = 1 ] || fail "the state of step 4 holds $(state_field "$(state_file "$tmp/straight" 4)" 30) overflow skips, want 1"
 same_run "$tmp/straight" "$tmp/resumed" 10 "resumed from step 4 (inside an overflow streak, after growth) against the straight run" || exit 1
 grep -q "^step *5/10 .* | scale 65536 | SKIPPED: gradient overflow" "$tmp/resumed.out" || fail "resumed step 5: $(grep '^step *5/' "$tmp/resumed.out")"
 grep -q "^step *10/10 .* | scale 131072$" "$tmp/resumed.out" || fail "resumed step 10: $(grep '^step *10/' "$tmp/resumed.out")"
@@ -94,8 +92,8 @@ for from in off4 on4; do
     awk -F, 'NR == 1 || $1 <= 4' "$tmp/$from/log.csv" > "$r/log.csv"
     train -x 8 -n 4 --loss-scale $to --allow-change loss-scale -y 1 -o "$r" > "$r.out" 2>&1 ||
         { tail -n 3 "$r.out"; fail "resuming the $from run with --loss-scale $to"; }
-    cmp -s "$(model "$tmp/off4" 8)" "$(model "$r" 8)" &&
-        cmp -s <(tail -c +513 "$(state "$tmp/off4" 8)") <(tail -c +513 "$(state "$r" 8)") ||
+    cmp -s "$(model_file "$tmp/off4" 8)" "$(model_file "$r" 8)" &&
+        cmp -s <(tail -c +513 "$(state_file "$tmp/off4" 8)") <(tail -c +513 "$(state_file "$r" 8)") ||
         fail "the $from run resumed with --loss-scale $to ends on other bits than the unscaled run"
     if [ $to = dynamic ]; then
         grep -q "^step *5/8 .* | scale 65536$" "$r.out" || fail "switched on: step 5: $(grep '^step *5/' "$r.out")"
