@@ -279,11 +279,19 @@ struct TilesSm86 { // RTX 3090/4090: 100 KB per SM; 16-row warps keep the forwar
 // T4, RTX 20xx (sm_75, FP16 only): 64 KB of shared memory per SM and per block, so every block at HS
 // 64 keeps 4 warps of 16 rows: forward 46 KB, dK/dV and dQ 56 KB (one block per SM). HS 128 (69 KB
 // for dK/dV) and the atomic dQ do not fit; allow_shared_memory refuses them. Not timed on a T4.
+#if defined(PRECISION_FP16)
 struct TilesSm75 {
     static constexpr int FWD_WARPS = 4, FWD_M_TILES = 1, DKV_WARPS = 4, DQ_WARPS = 4, DQ_M_TILES = 1, ATOMIC_DKV_WARPS = 4;
     static constexpr int STAGES = 2, LONG_T = 0, LONG_FWD_COLS = 64; // one forward tile width at every T
     static constexpr bool WGMMA = false;
 };
+constexpr bool SM75_TILES = true;
+#else
+// BF16 never takes the sm75 tiles (flash_config): named here so that the launches compile, without
+// building kernels of a fourth configuration that would never run (and cost CI's compile time).
+using TilesSm75 = TilesSm80;
+constexpr bool SM75_TILES = false;
+#endif
 // H100, H200 with the sm_90a build: wgmma for HS 64 (the atomic dQ's dK/dV blocks too), with the
 // resident A operands read from shared memory (Wgmma::SHARED_A), which takes one m-tile per warp.
 // Measured at T 1024 to 16384, with TMA: dK/dV 4 warps, 168 registers (165
@@ -415,7 +423,10 @@ static FlashConfig flash_config(void) {
     const bool wgmma = sm90a_code_runs((const void*)FlashTc<64, TilesSm90>::forward_kernel());
     const char* forced = getenv("FLASH_ATTN_CONFIG");
     if (forced && forced[0]) {
-        if (strcmp(forced, "sm75") == 0) return CONFIG_SM75;
+        if (strcmp(forced, "sm75") == 0) {
+            if (!SM75_TILES) fatal("FLASH_ATTN_CONFIG=sm75: the T4's tiles are for the FP16 build");
+            return CONFIG_SM75;
+        }
         if (strcmp(forced, "sm80") == 0) return CONFIG_SM80;
         if (strcmp(forced, "sm86") == 0) return CONFIG_SM86;
         if (strcmp(forced, "sm90") == 0 && wgmma) return CONFIG_SM90;

@@ -557,8 +557,8 @@ static void test_weight_gradient_write(int N, int C, int OC, int group_rows, int
 
 // The backward of a layer (N, OC) -> (N, C) whose input is gelu(pre), pre (N, C), with the GELU's
 // backward fused into it, against the CPU's matmul and GELU backward in turn. In BF16, C a multiple
-// of 8 takes cuBLASLt's DGELU epilogue, other widths the unfused fallback; FP32 always takes the
-// fallback. dinp rounds once, after gelu' of a pre that was rounded on upload (2).
+// of 8 takes cuBLASLt's DGELU epilogue, other widths the unfused fallback; FP32 and FP16 always take
+// the fallback. dinp rounds once, after gelu' of a pre that was rounded on upload (2).
 static void test_matmul_backward_gelu(int N, int C, int OC) {
     char name[128];
     float *inp = random_array((size_t)N * C, -1, 1), *w = random_array((size_t)OC * C, -1, 1);
