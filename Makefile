@@ -1,7 +1,9 @@
 # Builds of the GPT trainer. Flags (see docs/options.md, "Build variables"):
 #   ATTN=flash|naive      attention compiled in (both backends)        default flash
-#   PRECISION=BF16|FP32   GPU storage type (the CPU backend is fp32)   default BF16
-#   GPU_ARCH="80 86 89 90" SASS to build for train_gpt                 default all four
+#   PRECISION=BF16|FP16|FP32  GPU storage type (the CPU backend is fp32)  default BF16
+#                         (FP16: with dynamic loss scaling; the one for sm_75, T4 / RTX 20xx)
+#   GPU_ARCH="80 86 89 90" SASS to build for train_gpt (75 also, FP16 only) default 80 86 89 90
+#                         (FP16: 75 80 86 89 90)
 #   BUILD=DIR             where objects and binaries go                default .
 #   NCCL=1|0              multi-GPU train_gpt through NCCL             default 1 when nccl.h is found
 #   MARCH=native|x86-64|x86-64-v3|...  gcc's -march for the C code    default native
@@ -12,7 +14,8 @@
 
 ATTN ?= flash
 PRECISION ?= BF16
-GPU_ARCH ?= 80 86 89 90
+# FP16 is the precision of Turing (sm_75), which BF16 cannot serve: its default includes it.
+GPU_ARCH ?= $(if $(filter FP16,$(PRECISION)),75 80 86 89 90,80 86 89 90)
 BUILD ?= .
 
 # A relative GPT_DATA_DIR (the raw data, scripts/get_data.sh) is taken from the directory make was
@@ -25,8 +28,12 @@ endif
 ifeq ($(filter $(ATTN),flash naive),)
 $(error ATTN must be flash or naive, not '$(ATTN)')
 endif
-ifeq ($(filter $(PRECISION),BF16 FP32),)
-$(error PRECISION must be BF16 or FP32, not '$(PRECISION)')
+ifeq ($(filter $(PRECISION),BF16 FP16 FP32),)
+$(error PRECISION must be BF16, FP16 or FP32, not '$(PRECISION)')
+endif
+# Turing (sm_75) has fp16 tensor cores but no bf16 ones.
+ifneq ($(and $(filter BF16,$(PRECISION)),$(filter 75,$(GPU_ARCH))),)
+$(error PRECISION=BF16 needs bf16 tensor cores (sm_80 or newer): GPU_ARCH 75 (T4, RTX 20xx) builds with PRECISION=FP16)
 endif
 
 # A wrong constant that a recipe's verdict must refuse (tests/gpu/test_recipe_power.sh).

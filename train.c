@@ -29,6 +29,14 @@
 
 #define MAX_STEPS (1 << 30) // the most -x allows: a training state beyond it is damaged
 
+// --loss-scale's default: fp16's gradients (FP16 build) underflow below 2^-24 without a scale; bf16
+// and fp32 have float's range and need none.
+#if defined(PRECISION_FP16)
+#define LOSS_SCALE_DEFAULT "dynamic"
+#else
+#define LOSS_SCALE_DEFAULT "0"
+#endif
+
 typedef struct {
     const char* train_pattern;  // -i
     const char* val_pattern;    // -j
@@ -91,7 +99,7 @@ static Options default_options(void) {
         .lr = 3e-4f, .warmup = 0, .final_lr_frac = 1.0f, .schedule = "cosine",
         .weight_decay = 0.0f, .grad_clip = 1.0f, .beta1 = 0.9f, .beta2 = 0.95f,
         .max_loss = -1.0f, .skip_loss_z = 0.0f, .skip_norm_z = 0.0f, .max_skips = 8,
-        .loss_scale = "0", .loss_scale_growth = 2000,
+        .loss_scale = LOSS_SCALE_DEFAULT, .loss_scale_growth = 2000,
         .val_every = 20, .val_batches = 20, .sample_every = 20, .gen_tokens = 64,
         .temperature = 1.0f, .top_k = 0, .top_p = 1.0f,
         .checkpoint_every = 0, .resume = 0, .keep = 0, .recompute = -1, .zero_stage = 0, .offload = "auto",
@@ -207,8 +215,9 @@ static void print_usage(const char* prog) {
            "speed\n"
            "      --peak-tflops F       the peak TFLOP/s of one GPU that the MFU (model FLOPs utilisation)\n"
            "                            of the step lines and log.csv is a fraction of; 0: the built-in\n"
-           "                            table's dense BF16 (FP32 in the FP32 build) peak of the GPU, 'MFU\n"
-           "                            n/a' for a GPU not in it; on the CPU there is no MFU without it\n"
+           "                            table's dense BF16 (FP16, FP32 in those builds) peak of the GPU,\n"
+           "                            'MFU n/a' for a GPU not in it; on the CPU there is no MFU without\n"
+           "                            it\n"
            "                            (default 0)\n"
            "several GPUs (one process per GPU; rank from RANK/WORLD_SIZE/LOCAL_RANK, mpirun or srun;\n"
            "the ranks meet over TCP at MASTER_ADDR:MASTER_PORT when both are set, else through a file)\n"
@@ -619,6 +628,17 @@ static float* resolve_model(const Options* o, GPT2Config* cfg) {
     check_matches(weights, o->model, "heads", cfg->num_heads, o->heads);
     check_matches(weights, o->model, "max sequence length", cfg->max_seq_len, o->max_seq);
     return weights;
+}
+
+// After gpt2_set_weights took a model file's weights (fp32 or bf16) into the FP16 build's fp16
+// parameters, having checked that each is within fp16's range.
+static void print_weights_converted(const char* path) {
+#if defined(FLOATX_MAX)
+    printf("model file %s: weights converted to fp16 (each within fp16's range, magnitudes up to %g)\n",
+           path, FLOATX_MAX);
+#else
+    (void)path;
+#endif
 }
 
 // ---- schedule, sampling ------------------------------------------------------------------
@@ -1099,6 +1119,7 @@ static int generate_from_prompt(const Options* o, const DistEnv* env) {
     int T = n_prompt + o->gen_tokens < cfg.max_seq_len ? n_prompt + o->gen_tokens : cfg.max_seq_len;
     gpt2_build_forward_only(&model, &cfg, 1, T);
     gpt2_set_weights(&model, weights);
+    print_weights_converted(from_file.model);
     free(weights);
     printf("%s | %s attention | model %s: L %d, C %d, NH %d, max T %d | prompt %d tokens\n",
            backend_describe(), attention_name(), from_file.model, cfg.num_layers, cfg.channels,
@@ -1336,6 +1357,7 @@ static void build_model(Run* r, const DistEnv* env) {
     setup_mfu(r);
     if (r->file_weights) {
         gpt2_set_weights(&r->model, r->file_weights);
+        print_weights_converted(o->model);
         free(r->file_weights);
         r->file_weights = NULL;
     } else {
@@ -1401,6 +1423,11 @@ static void resume_from_checkpoint(Run* r) {
     r->rng = sampler_seed(o->seed);
     int scaling = strcmp(o->loss_scale, "dynamic") == 0;
     r->guard.loss_scale = scaling ? LOSS_SCALE_INIT : 0.0;
+#if defined(PRECISION_FP16)
+    if (!scaling && r->rank == 0)
+        printf("warning: --loss-scale 0 in the FP16 build: gradients below fp16's smallest value (6e-8) become 0 "
+               "and large ones may overflow; --loss-scale dynamic (the default) avoids both\n");
+#endif
     if (!o->resume) return;
     char path[4096];
     TrainState st;

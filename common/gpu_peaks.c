@@ -1,14 +1,18 @@
 // The table of NVIDIA GPUs' peak rates behind gpu_peak_tflops (gpu_peaks.h).
 //
-// Two rates per GPU, in TFLOP/s, both without structured sparsity (NVIDIA's sheets mark the sparse
+// Three rates per GPU, in TFLOP/s, all without structured sparsity (NVIDIA's sheets mark the sparse
 // figures with an asterisk: the dense rate is half of those):
 //   bf16: BF16 tensor-core products with FP32 accumulation, what the BF16 build's products run.
 //         GeForce cards run FP32 accumulation at half their FP16-accumulation rate, so their figure
 //         is half the one the product pages quote for "FP16 tensor"; data-centre and workstation cards
 //         run both at one rate.
+//   fp16: FP16 tensor-core products with FP32 accumulation, what the FP16 build's products run: the
+//         bf16 rate on every card from Ampere on (their tensor cores run both at one rate); Turing's
+//         T4 has this one only (its data sheet's "mixed precision (FP16/FP32)" figure).
 //   fp32: FP32 on the CUDA cores, what the FP32 build runs (cuBLASLt with CUBLAS_COMPUTE_32F, never
 //         TF32; the fp32 flash attention uses no tensor cores).
-// 0 where the GPU has no such rate: the T4 (Turing) has no BF16.
+// 0 where the GPU has no such rate: the T4 (Turing) has no BF16. The GeForce RTX 20xx (Turing) are
+// not in the table yet (their MFU reads n/a).
 //
 // Sources:
 //   - A100: NVIDIA A100 Tensor Core GPU Architecture whitepaper and the A100 data sheet (one rate
@@ -37,55 +41,55 @@
 typedef struct {
     const char* name; // the device name as CUDA reports it, without "NVIDIA "
     int suffixed;     // 1: also the name followed by a space or '-' and anything
-    double bf16, fp32;
+    double bf16, fp16, fp32;
 } GpuPeak;
 
 static const GpuPeak peaks[] = {
     // data centre
-    {"A100", 1, 312, 19.5},
-    {"A10", 0, 125, 31.2},
-    {"A30", 0, 165, 10.3},
-    {"A40", 0, 149.7, 37.4},
-    {"L4", 0, 121, 30.3},
-    {"L40", 0, 181.05, 90.5},
-    {"L40S", 0, 362.05, 91.6},
-    {"H100", 1, 989.4, 66.9}, // SXM5 ("H100 80GB HBM3")
-    {"H100 PCIe", 1, 756, 51.2},
-    {"H100 NVL", 1, 835.5, 60},
-    {"H200", 1, 989.4, 67},   // SXM
-    {"H200 NVL", 1, 835.5, 60},
-    {"GH200", 1, 989.4, 67},
-    {"B200", 0, 2250, 75},
-    {"T4", 0, 0, 8.1},        // Turing: FP16 tensor cores, no BF16
+    {"A100", 1, 312, 312, 19.5},
+    {"A10", 0, 125, 125, 31.2},
+    {"A30", 0, 165, 165, 10.3},
+    {"A40", 0, 149.7, 149.7, 37.4},
+    {"L4", 0, 121, 121, 30.3},
+    {"L40", 0, 181.05, 181.05, 90.5},
+    {"L40S", 0, 362.05, 362.05, 91.6},
+    {"H100", 1, 989.4, 989.4, 66.9}, // SXM5 ("H100 80GB HBM3")
+    {"H100 PCIe", 1, 756, 756, 51.2},
+    {"H100 NVL", 1, 835.5, 835.5, 60},
+    {"H200", 1, 989.4, 989.4, 67},   // SXM
+    {"H200 NVL", 1, 835.5, 835.5, 60},
+    {"GH200", 1, 989.4, 989.4, 67},
+    {"B200", 0, 2250, 2250, 75},
+    {"T4", 0, 0, 65, 8.1},    // Turing: FP16 tensor cores, no BF16
     // workstation
-    {"RTX A6000", 0, 154.8, 38.7},
-    {"RTX 6000 Ada Generation", 0, 364.2, 91.1},
+    {"RTX A6000", 0, 154.8, 154.8, 38.7},
+    {"RTX 6000 Ada Generation", 0, 364.2, 364.2, 91.1},
     // GeForce RTX 30 (Ampere)
-    {"GeForce RTX 3060", 0, 25.5, 12.7},
-    {"GeForce RTX 3060 Ti", 0, 32.4, 16.2},
-    {"GeForce RTX 3070", 0, 40.6, 20.3},
-    {"GeForce RTX 3070 Ti", 0, 43.5, 21.7},
-    {"GeForce RTX 3080", 0, 59.5, 29.8},
-    {"GeForce RTX 3080 Ti", 0, 68.2, 34.1},
-    {"GeForce RTX 3090", 0, 71, 35.6},
-    {"GeForce RTX 3090 Ti", 0, 80.0, 40.0},
+    {"GeForce RTX 3060", 0, 25.5, 25.5, 12.7},
+    {"GeForce RTX 3060 Ti", 0, 32.4, 32.4, 16.2},
+    {"GeForce RTX 3070", 0, 40.6, 40.6, 20.3},
+    {"GeForce RTX 3070 Ti", 0, 43.5, 43.5, 21.7},
+    {"GeForce RTX 3080", 0, 59.5, 59.5, 29.8},
+    {"GeForce RTX 3080 Ti", 0, 68.2, 68.2, 34.1},
+    {"GeForce RTX 3090", 0, 71, 71, 35.6},
+    {"GeForce RTX 3090 Ti", 0, 80.0, 80.0, 40.0},
     // GeForce RTX 40 (Ada)
-    {"GeForce RTX 4060", 0, 30.2, 15.1},
-    {"GeForce RTX 4060 Ti", 0, 44.1, 22.1},
-    {"GeForce RTX 4070", 0, 58.3, 29.1},
-    {"GeForce RTX 4070 SUPER", 0, 71.0, 35.5},
-    {"GeForce RTX 4070 Ti", 0, 80.2, 40.1},
-    {"GeForce RTX 4070 Ti SUPER", 0, 88.2, 44.1},
-    {"GeForce RTX 4080", 0, 97.5, 48.7},
-    {"GeForce RTX 4080 SUPER", 0, 104.4, 52.2},
-    {"GeForce RTX 4090", 0, 165.2, 82.6},
+    {"GeForce RTX 4060", 0, 30.2, 30.2, 15.1},
+    {"GeForce RTX 4060 Ti", 0, 44.1, 44.1, 22.1},
+    {"GeForce RTX 4070", 0, 58.3, 58.3, 29.1},
+    {"GeForce RTX 4070 SUPER", 0, 71.0, 71.0, 35.5},
+    {"GeForce RTX 4070 Ti", 0, 80.2, 80.2, 40.1},
+    {"GeForce RTX 4070 Ti SUPER", 0, 88.2, 88.2, 44.1},
+    {"GeForce RTX 4080", 0, 97.5, 97.5, 48.7},
+    {"GeForce RTX 4080 SUPER", 0, 104.4, 104.4, 52.2},
+    {"GeForce RTX 4090", 0, 165.2, 165.2, 82.6},
     // GeForce RTX 50 (Blackwell)
-    {"GeForce RTX 5060", 0, 38.4, 19.2},
-    {"GeForce RTX 5060 Ti", 0, 47.4, 23.7},
-    {"GeForce RTX 5070", 0, 61.7, 30.9},
-    {"GeForce RTX 5070 Ti", 0, 87.9, 43.9},
-    {"GeForce RTX 5080", 0, 112.6, 56.3},
-    {"GeForce RTX 5090", 0, 209.5, 104.8},
+    {"GeForce RTX 5060", 0, 38.4, 38.4, 19.2},
+    {"GeForce RTX 5060 Ti", 0, 47.4, 47.4, 23.7},
+    {"GeForce RTX 5070", 0, 61.7, 61.7, 30.9},
+    {"GeForce RTX 5070 Ti", 0, 87.9, 87.9, 43.9},
+    {"GeForce RTX 5080", 0, 112.6, 112.6, 56.3},
+    {"GeForce RTX 5090", 0, 209.5, 209.5, 104.8},
 };
 
 // name without a leading prefix (any case), or name itself.
@@ -113,7 +117,10 @@ double gpu_peak_tflops(const char* device_name, PeakPrecision precision, const c
         if (length > best_length) best = &peaks[i], best_length = length;
     }
     if (!best) return 0.0;
-    double tflops = precision == PEAK_BF16 ? best->bf16 : precision == PEAK_FP32 ? best->fp32 : 0.0;
+    double tflops = precision == PEAK_BF16   ? best->bf16
+                    : precision == PEAK_FP16 ? best->fp16
+                    : precision == PEAK_FP32 ? best->fp32
+                                             : 0.0;
     if (tflops > 0.0 && entry) *entry = best->name;
     return tflops;
 }

@@ -8,6 +8,7 @@ extern "C" {
 
 typedef enum {
     PEAK_BF16, // dense BF16 tensor-core products with FP32 accumulation (the BF16 build's products)
+    PEAK_FP16, // dense FP16 tensor-core products with FP32 accumulation (the FP16 build's products)
     PEAK_FP32, // FP32 without tensor cores, no TF32 (the FP32 build's products)
 } PeakPrecision;
 

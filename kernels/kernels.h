@@ -6,7 +6,8 @@
 // Conventions
 // - Pointers are "device" memory: host memory in the CPU backend, GPU memory in the CUDA backend.
 // - floatX is the storage type of parameters and activations (and of activation gradients): float
-//   on the CPU and in the CUDA FP32 build, bf16 in the CUDA BF16 build. Parameter gradients are float
+//   on the CPU and in the CUDA FP32 build, bf16 in the CUDA BF16 build, fp16 (IEEE half) in the CUDA
+//   FP16 build (whose losses are scaled, train.c's --loss-scale). Parameter gradients are float
 //   in every build, so that summing micro-batches and ranks rounds no more than one large batch
 //   would: in bf16, 8 micro-batches of 8 sequences trained the shakespeare recipe to a train loss
 //   0.04 above one batch of 64. Statistics (layernorm mean/rstd, attention state, losses) and
@@ -41,8 +42,20 @@ typedef __nv_bfloat16 floatX;
 #else
 typedef uint16_t floatX; // the bits of a bf16; C code only moves it, the CUDA files do the math
 #endif
+#elif defined(PRECISION_FP16)
+#ifdef __CUDACC__
+#include <cuda_fp16.h>
+typedef __half floatX;
+#else
+typedef uint16_t floatX; // the bits of an fp16; C code only moves it, the CUDA files do the math
+#endif
 #else
 typedef float floatX;
+#endif
+// fp16's largest finite value: a weight beyond it cannot be stored, and gpt2_set_weights refuses
+// it (bf16 and float have float's range, which every finite weight is in).
+#if defined(PRECISION_FP16)
+#define FLOATX_MAX 65504.0f
 #endif
 
 #ifdef __cplusplus

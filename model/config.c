@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -46,8 +47,13 @@ int gpt2_zeroed_gradient_runs(const size_t sizes[NUM_PARAMETER_TENSORS], size_t 
 
 int gpt2_find_nonfinite(const GPT2Config* cfg, const float* values, size_t offset, size_t count,
                         int* tensor, size_t* index) {
+    return gpt2_find_beyond(cfg, values, offset, count, FLT_MAX, tensor, index);
+}
+
+int gpt2_find_beyond(const GPT2Config* cfg, const float* values, size_t offset, size_t count, float max_abs,
+                     int* tensor, size_t* index) {
     size_t i = 0;
-    while (i < count && isfinite(values[i])) i++;
+    while (i < count && fabsf(values[i]) <= max_abs) i++; // false for NaN
     if (i == count) return 0;
     size_t sizes[NUM_PARAMETER_TENSORS], position = offset + i;
     gpt2_parameter_sizes(cfg, sizes);

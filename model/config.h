@@ -42,6 +42,10 @@ int gpt2_zeroed_gradient_runs(const size_t sizes[NUM_PARAMETER_TENSORS], size_t 
 // tensor, or 0 when every value is finite.
 int gpt2_find_nonfinite(const GPT2Config* cfg, const float* values, size_t offset, size_t count,
                         int* tensor, size_t* index);
+// The same for the first value that is NaN or whose magnitude is above max_abs (fp16's largest,
+// 65504, when the FP16 build loads weights).
+int gpt2_find_beyond(const GPT2Config* cfg, const float* values, size_t offset, size_t count, float max_abs,
+                     int* tensor, size_t* index);
 
 // GPT-2 sizes by depth, as in the GPT-2 paper: d12 (124M), d24 (350M), d36 (774M), d48 (1558M).
 #define GPT2_NUM_PRESETS 4

@@ -308,7 +308,23 @@ void gpt2_init_random(GPT2* model, unsigned long long seed) {
     load_weights(model, initial_weights_source, &init);
 }
 
-void gpt2_set_weights(GPT2* model, const float* host) { load_weights(model, host_weights_source, host); }
+void gpt2_set_weights(GPT2* model, const float* host) {
+#if defined(FLOATX_MAX)
+    // fp16 holds magnitudes up to 65504 only: a larger weight (which an fp32 or bf16 model file can
+    // hold) would become infinite.
+    int tensor;
+    size_t index;
+    if (gpt2_find_beyond(&model->config, host, 0, model->num_parameters, FLOATX_MAX, &tensor, &index)) {
+        size_t sizes[NUM_PARAMETER_TENSORS], first = 0;
+        gpt2_parameter_sizes(&model->config, sizes);
+        for (int t = 0; t < tensor; t++) first += sizes[t];
+        fatal("weight %g (tensor %s, index %zu) is beyond fp16's range (magnitudes up to %g): the FP16 build "
+              "cannot hold this model; use a build with PRECISION=BF16 or FP32", host[first + index],
+              parameter_tensor_names[tensor], index, FLOATX_MAX);
+    }
+#endif
+    load_weights(model, host_weights_source, host);
+}
 
 void gpt2_get_weights(const GPT2* model, float* host) {
     size_t n = model->num_parameters;

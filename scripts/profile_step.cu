@@ -487,8 +487,7 @@ int main(int argc, char** argv) {
            "(%d tokens per step), recompute 0, the head in %d slices of %d tokens%s\n",
            L, C, NH, HS, V, Vp, n, B, T, N, slices, HN,
            group_sequences ? ", products and gradient sums per group of sequences (--batch-invariant)" : "");
-    printf("%s | %s attention | precision %s\n", backend_describe(), attention_name(),
-           X == 2 ? "BF16" : "FP32");
+    printf("%s | %s attention | precision %s\n", backend_describe(), attention_name(), PRECISION_NAME);
     printf("token ids: %s, %zu distinct, the most frequent %d times\n", token_path ? token_path : "uniform random",
            distinct, most);
     printf("each row: GPU time of one call, median of %d after %d warm-up calls, queued behind a spin "

@@ -1,6 +1,10 @@
 // AdamW and the gradient norm. In the BF16 build the fp32 master weights are updated and the bf16
 // parameters get them stochastically rounded (cuRAND Philox, seeded by (seed, index in the tensor)), so
-// small updates survive on average instead of always rounding away.
+// small updates survive on average instead of always rounding away. In the FP16 build the fp16
+// parameters get them rounded to nearest, as mixed-precision training with fp32 master weights does
+// (PyTorch's AMP, NVIDIA's apex): fp16 keeps 11 significant bits to bf16's 8, so a step 8 times
+// smaller survives rounding there, and the master weights, not the parameters, accumulate the
+// updates.
 #include <curand_kernel.h>
 
 #include "kernels/cuda/common.cuh"
@@ -16,8 +20,8 @@ __device__ inline floatX stochastic_round(float x, unsigned int random) {
 }
 #endif
 
-// The parameter that step t gives element `index` of a tensor with fp32 weight w: w itself, or in
-// the BF16 build w stochastically rounded with Philox subsequence = index, offset = 4 t (a fresh
+// The parameter that step t gives element `index` of a tensor with fp32 weight w: w itself (FP32),
+// w rounded to nearest (FP16), or in the BF16 build w stochastically rounded with Philox subsequence = index, offset = 4 t (a fresh
 // random block per element and step).
 __device__ inline floatX param_from_master(float w, size_t index, int t, unsigned long long seed) {
 #if defined(PRECISION_BF16)
@@ -95,8 +99,8 @@ void round_master_weights(floatX* param, const float* master, size_t n, size_t i
 void adamw_update(floatX* param, float* master, const float* grad, float* m, float* v, size_t n,
                   size_t index0, float lr, float beta1, float beta2, float eps, float weight_decay,
                   float grad_scale, int t, unsigned long long seed) {
-#if defined(PRECISION_BF16)
-    if (!master) fatal("adamw_update: the BF16 build needs fp32 master weights");
+#if !defined(PRECISION_FP32)
+    if (!master) fatal("adamw_update: the " PRECISION_NAME " build needs fp32 master weights");
 #else
     if (master) fatal("adamw_update: the FP32 build keeps no master weights (master must be NULL)");
 #endif

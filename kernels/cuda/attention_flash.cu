@@ -7,28 +7,32 @@
 // Backward: a small kernel computes D_i = rowsum(dO_i * O_i) and lse_i = log2 of sum_j exp(s_ij);
 // then the dK/dV kernel (each block owns a block of key rows and loops over the query blocks at or
 // below the diagonal, recomputing P from Q, K and lse) and the dQ kernel (each block owns a block
-// of query rows and loops over the key blocks, recomputing P and dP); in the BF16 build both also
+// of query rows and loops over the key blocks, recomputing P and dP); in the BF16 and FP16 builds both also
 // sum the columns of each 64-row tile of dqkv they store, and one pass adds those partial sums
 // into the qkv bias gradient (less than half the time of the column-sum pass over dqkv that they
 // replace, which read dqkv again; FP32, naive and atomic dQ sum dqkv after it is written). dQ from a kernel of its own
 // costs two more tile products (S and dP recomputed: 7 instead of 5 per tile) but no atomics,
 // so every result is bit-identical from run to run, and no extra memory beyond D, lse and the bias
 // partials.
-// BF16 only, FLASH_ATTN_DETERMINISTIC=0: dQ added into an fp32 buffer by the dK/dV kernel instead
+// BF16 and FP16 only, FLASH_ATTN_DETERMINISTIC=0 (not on sm_75, whose 64 KB of shared memory the
+// atomic dQ's blocks exceed): dQ added into an fp32 buffer by the dK/dV kernel instead
 // (float atomics, or TMA adds on H100/H200), in another order on every run: 5 products, but the
 // adds keep the L2 busy: alone it is slower than the deterministic kernels at every length, and no
-// faster in training under the power cap (attention_flash_bf16_backward.cuh).
+// faster in training under the power cap (attention_flash_tc_backward.cuh).
 //
-// BF16 build: tensor cores, bf16 in, fp32 accumulate, through mma.sync m16n8k16 with ldmatrix
+// BF16 and FP16 builds: tensor cores, floatX (bf16 or fp16) in, fp32 accumulate, through mma.sync
+// m16n8k16 (on sm_75, FP16 only, two m16n8k8: attention_flash_tc_ptx.cuh) with ldmatrix
 // from shared memory rows padded by 16 bytes, or on H100/H200 (sm_90a) with HS 64 through wgmma
 // reading K, V, Q and dO straight from 128-byte-swizzled shared memory (see "Mma" in
-// attention_flash_bf16_mma.cuh); double buffering of the streamed tiles, by cp.async or on
+// attention_flash_tc_mma.cuh); double buffering of the streamed tiles, by cp.async or on
 // H100/H200 by TMA (one thread copies a tile, an mbarrier says when it has landed), with one
 // barrier per streamed tile;
-// Q, K, V are read straight from the qkv buffer. Head sizes 32, 64 and 128. Three configurations
-// are picked at launch from the GPU: sm90 (wgmma) for H100/H200, sm80 (mma.sync) for A100, sm86
-// for RTX 3090/4090 class GPUs with 100 KB of shared memory per SM (every block stays under
-// 99 KB); FLASH_ATTN_CONFIG=sm80|sm86|sm90 forces one (sm90 only on an H100/H200).
+// Q, K, V are read straight from the qkv buffer. Head sizes 32, 64 and 128 (on sm_75 32 and 64).
+// Four configurations are picked at launch from the GPU: sm90 (wgmma) for H100/H200, sm80
+// (mma.sync) for A100, sm86 for RTX 3090/4090 class GPUs with 100 KB of shared memory per SM (every
+// block stays under 99 KB), sm75 for T4 / RTX 20xx (64 KB per SM: every block under 57 KB at HS 64),
+// also wherever the code running is sm_75's (an sm_75 binary on a newer card, through the driver's
+// JIT); FLASH_ATTN_CONFIG=sm75|sm80|sm86|sm90 forces one (sm90 only on an H100/H200).
 // FP32 build: the same algorithm on CUDA cores in exact fp32 (expf), one warp per row, any HS
 // up to 128.
 //
@@ -36,15 +40,15 @@
 // host code and includes the others, which hold the kernels.
 //   attention_flash.cu                 the attention_* functions of kernels/kernels.h, the scratch
 //                                      layout, the D/lse kernel of both builds, the order in which
-//                                      the causal kernels' blocks start, the BF16 tile
+//                                      the causal kernels' blocks start, the tensor-core tile
 //                                      configurations and their choice (FLASH_ATTN_CONFIG), the TMA
 //                                      tensor maps, and every launch
-//   attention_flash_bf16_ptx.cuh       PTX wrappers: cp.async, ldmatrix, mma.sync, wgmma, TMA
-//                                      copies, reduce-adds and mbarriers
-//   attention_flash_bf16_mma.cuh       the MmaSync and Wgmma policies and the tile loads, streams
+//   attention_flash_tc_ptx.cuh         PTX wrappers: ldmatrix, mma.sync, wgmma, TMA copies,
+//                                      reduce-adds and mbarriers (cp.async is in common.cuh)
+//   attention_flash_tc_mma.cuh         the MmaSync and Wgmma policies and the tile loads, streams
 //                                      and stores, and the stores' column sums (qkv's bias gradient)
-//   attention_flash_bf16_forward.cuh   the BF16 forward kernel
-//   attention_flash_bf16_backward.cuh  the BF16 dK/dV and dQ kernels, and the atomic dQ's
+//   attention_flash_tc_forward.cuh     the tensor-core (BF16, FP16) forward kernel
+//   attention_flash_tc_backward.cuh    the tensor-core dK/dV and dQ kernels, and the atomic dQ's
 //   attention_flash_fp32.cuh           the FP32 build's kernels
 //
 // Built only with -DATTN_FLASH; kernels/cuda/attention_naive.cu is the ATTN=naive variant.
@@ -63,10 +67,10 @@
 
 size_t attention_saved_bytes(int B, int T, int NH) { return 2 * (size_t)B * NH * T * sizeof(float); }
 
-#if defined(PRECISION_BF16)
-// BF16: dQ comes from a kernel of its own, deterministic (FLASH_ATTN_DETERMINISTIC=1), or is added
+#if !defined(PRECISION_FP32)
+// BF16, FP16: dQ comes from a kernel of its own, deterministic (FLASH_ATTN_DETERMINISTIC=1), or is added
 // up by the dK/dV kernel (=0), in a different order on every run (the speed of each, measured:
-// attention_flash_bf16_backward.cuh).
+// attention_flash_tc_backward.cuh).
 static bool deterministic_dq(void) {
     const char* value = getenv("FLASH_ATTN_DETERMINISTIC");
     if (!value || !value[0]) return DETERMINISTIC_DEFAULT;
@@ -77,18 +81,18 @@ static bool deterministic_dq(void) {
 }
 #endif
 
-// D (B, NH, T) floats; the BF16 path also keeps lse in log2 units (B, NH, T) after it, and before
+// D (B, NH, T) floats; the tensor-core path also keeps lse in log2 units (B, NH, T) after it, and before
 // both the partial sums of the qkv bias gradient (B, bias_tiles(T), 3C) or, with atomic dQ, a float
 // accumulator (B, T, C).
-#if defined(PRECISION_BF16)
+#if !defined(PRECISION_FP32)
 // The qkv bias gradient's partial sums: one row of 3C floats per BIAS_TILE_ROWS rows of a sequence
-// (the backward kernels' epilogues, attention_flash_bf16_mma.cuh: four warp slabs of 16 rows).
+// (the backward kernels' epilogues, attention_flash_tc_mma.cuh: four warp slabs of 16 rows).
 constexpr int BIAS_TILE_ROWS = 64;
 __host__ __device__ inline int bias_tiles(int T) { return (T + BIAS_TILE_ROWS - 1) / BIAS_TILE_ROWS; }
 static size_t bias_tile_rows(int B, int T) { return (size_t)B * bias_tiles(T); }
 #endif
 size_t attention_scratch_bytes(int B, int T, int C, int NH) {
-#if defined(PRECISION_BF16)
+#if !defined(PRECISION_FP32)
     const size_t first = deterministic_dq() ? bias_tile_rows(B, T) * 3 * C : (size_t)B * T * C;
     return (2 * (size_t)B * NH * T + first) * sizeof(float);
 #else
@@ -107,6 +111,13 @@ static void check_shapes(int B, int T, int C, int NH) {
 }
 
 template <class Kernel> static void allow_shared_memory(Kernel kernel, size_t bytes) {
+    int device, most;
+    cudaCheck(cudaGetDevice(&device));
+    cudaCheck(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    if (bytes > (size_t)most)
+        fatal("flash attention: a block of these tiles needs %zu bytes of shared memory, this GPU gives a block at "
+              "most %d (on sm_75: head size 128 and FLASH_ATTN_DETERMINISTIC=0 do not fit; FLASH_ATTN_CONFIG "
+              "forces tiles)", bytes, most);
     cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
@@ -181,7 +192,7 @@ static void flash_backward_prepare(float* D, float* lse2, const floatX* dout, co
 // slot busy for a longest block's length): the tail becomes their shortest blocks. Measured at d12's
 // heads, 64K tokens: the wgmma forward 2-5% faster at T 1024 to 16384, forward + backward 0-4%
 // (within the noise in a second call).
-// The kernels take their place from causal_block. The BF16 dK/dV and dQ kernels call it again for
+// The kernels take their place from causal_block. The tensor-core dK/dV and dQ kernels call it again for
 // their epilogue: blockIdx is read through volatile asm so that each call recomputes the place (a
 // few instructions once per block) instead of the compiler holding it in registers across the tile
 // loop, which took the wgmma dK/dV kernel from 168 to 184 registers (two blocks per SM instead of
@@ -232,15 +243,15 @@ static void launch_causal(Kernel kernel, int n, int BH, int threads, size_t smem
     launchCheck();
 }
 
-#if defined(PRECISION_BF16)
-// ================================ BF16: tensor cores =========================================
-#include "kernels/cuda/attention_flash_bf16_forward.cuh"
-#include "kernels/cuda/attention_flash_bf16_backward.cuh"
+#if !defined(PRECISION_FP32)
+// ============================ BF16, FP16: tensor cores ======================================
+#include "kernels/cuda/attention_flash_tc_forward.cuh"
+#include "kernels/cuda/attention_flash_tc_backward.cuh"
 
 // ---- tile configurations -------------------------------------------------------------------
 // ROWS = 16 * WARPS * M_TILES rows per block; COLS columns per streamed tile, in STAGES buffers.
 // Shared memory, HS 64 (rows of 144 bytes), 2 stages: forward (ROWS + 4 COLS) rows, dK/dV and dQ
-// (2 ROWS + 4 COLS) rows; the atomic-dQ dK/dV kernel adds dS^T (ROWS x (COLS + 8) bf16), 93 KB at 8
+// (2 ROWS + 4 COLS) rows; the atomic-dQ dK/dV kernel adds dS^T (ROWS x (COLS + 8) floatX), 93 KB at 8
 // warps (on wgmma, 4 warps: dS^T (ROWS x COLS) and a 16 x 64 fp32 dQ tile per warp, 74 KB, three
 // blocks per SM at 161 registers; 8 warps summing dQ over 128 keys, half the TMA adds, ran one
 // block per SM at 177 registers and were 3-13% slower). HS 128 halves
@@ -265,6 +276,22 @@ struct TilesSm86 { // RTX 3090/4090: 100 KB per SM; 16-row warps keep the forwar
     static constexpr int STAGES = 2, LONG_T = 0, LONG_FWD_COLS = 64; // one forward tile width at every T
     static constexpr bool WGMMA = false;
 };
+// T4, RTX 20xx (sm_75, FP16 only): 64 KB of shared memory per SM and per block, so every block at HS
+// 64 keeps 4 warps of 16 rows: forward 46 KB, dK/dV and dQ 56 KB (one block per SM). HS 128 (69 KB
+// for dK/dV) and the atomic dQ do not fit; allow_shared_memory refuses them. Not timed on a T4.
+#if defined(PRECISION_FP16)
+struct TilesSm75 {
+    static constexpr int FWD_WARPS = 4, FWD_M_TILES = 1, DKV_WARPS = 4, DQ_WARPS = 4, DQ_M_TILES = 1, ATOMIC_DKV_WARPS = 4;
+    static constexpr int STAGES = 2, LONG_T = 0, LONG_FWD_COLS = 64; // one forward tile width at every T
+    static constexpr bool WGMMA = false;
+};
+constexpr bool SM75_TILES = true;
+#else
+// BF16 never takes the sm75 tiles (flash_config): named here so that the launches compile, without
+// building kernels of a fourth configuration that would never run (and cost CI's compile time).
+using TilesSm75 = TilesSm80;
+constexpr bool SM75_TILES = false;
+#endif
 // H100, H200 with the sm_90a build: wgmma for HS 64 (the atomic dQ's dK/dV blocks too), with the
 // resident A operands read from shared memory (Wgmma::SHARED_A), which takes one m-tile per warp.
 // Measured at T 1024 to 16384, with TMA: dK/dV 4 warps, 168 registers (165
@@ -292,13 +319,13 @@ template <int HS> constexpr int m_tiles_for(int m_tiles) { return HS > 64 ? 1 : 
 
 // ---- TMA --------------------------------------------------------------------------------------
 // The tensor maps of the Wgmma kernels (tensor_map_3d, common.cuh): the streamed tiles come through
-// maps of bf16 (qkv, width 3C, or dout, width C) in boxes of 64 rows by one 64-element head vector
+// maps of floatX (qkv, width 3C, or dout, width C) in boxes of 64 rows by one 64-element head vector
 // (TileStream), and rows at or past T (outside the tensor) arrive as zeros, as cp.async makes them;
 // the atomic dQ is added through a map of its fp32 accumulator (B, T, C) in boxes of 16 rows by 32
 // columns, and rows at or past T are not written.
 
 // ---- launch ---------------------------------------------------------------------------------
-template <int HS, class Tiles> struct FlashBf16 {
+template <int HS, class Tiles> struct FlashTc {
     using Mma = std::conditional_t<Tiles::WGMMA && HS == 64, Wgmma, MmaSync<HS>>;
     static constexpr int COLS = tile_cols<HS>(), STAGES = Tiles::STAGES;
     // The forward's key tiles from T = Tiles::LONG_T on (TilesSm90).
@@ -323,7 +350,7 @@ template <int HS, class Tiles> struct FlashBf16 {
     static CUtensorMap tile_map(const floatX* base, int B, int T, int width) {
         CUtensorMap map = {};
         if constexpr (Mma::TMA)
-            map = tensor_map_3d(base, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, sizeof(floatX), B, T, width, width,
+            map = tensor_map_3d(base, TENSOR_MAP_FLOATX, sizeof(floatX), B, T, width, width,
                                 Mma::TMA_BOX_ROWS);
         return map;
     }
@@ -380,20 +407,26 @@ template <int HS, class Tiles> struct FlashBf16 {
     }
 };
 
-enum FlashConfig { CONFIG_SM80, CONFIG_SM86, CONFIG_SM90 };
+enum FlashConfig { CONFIG_SM75, CONFIG_SM80, CONFIG_SM86, CONFIG_SM90 };
 
 // sm90 (wgmma) on H100/H200 when this build holds sm_90a code for them (the Makefile builds
-// GPU_ARCH 90 as sm_90a); sm86 on the sm_86/sm_87/sm_89 consumer parts; sm80 elsewhere.
-// KERNEL_PATH=sm80|sm86 picks that card's tiles; FLASH_ATTN_CONFIG=sm80|sm86|sm90 forces the tiles
-// alone (over KERNEL_PATH), so tests run every configuration on one GPU.
+// GPU_ARCH 90 as sm_90a); sm75 on Turing and wherever the GPU runs an sm_75 build's code (its
+// shared memory need not be Turing's, but its products are, and so are then its tiles); sm86 on
+// the sm_86/sm_87/sm_89 consumer parts; sm80 elsewhere. KERNEL_PATH=sm75|sm80|sm86 picks that
+// card's tiles; FLASH_ATTN_CONFIG=sm75|sm80|sm86|sm90 forces the tiles alone (over KERNEL_PATH), so
+// tests run every configuration on one GPU.
 static FlashConfig flash_config(void) {
     int device, major, minor;
     cudaCheck(cudaGetDevice(&device));
     cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     cudaCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    const bool wgmma = sm90a_code_runs((const void*)FlashBf16<64, TilesSm90>::forward_kernel());
+    const bool wgmma = sm90a_code_runs((const void*)FlashTc<64, TilesSm90>::forward_kernel());
     const char* forced = getenv("FLASH_ATTN_CONFIG");
     if (forced && forced[0]) {
+        if (strcmp(forced, "sm75") == 0) {
+            if (!SM75_TILES) fatal("FLASH_ATTN_CONFIG=sm75: the T4's tiles are for the FP16 build");
+            return CONFIG_SM75;
+        }
         if (strcmp(forced, "sm80") == 0) return CONFIG_SM80;
         if (strcmp(forced, "sm86") == 0) return CONFIG_SM86;
         if (strcmp(forced, "sm90") == 0 && wgmma) return CONFIG_SM90;
@@ -405,29 +438,31 @@ static FlashConfig flash_config(void) {
             fatal("FLASH_ATTN_CONFIG=sm90: the wgmma tiles need an H100/H200 (compute capability 9.0) and a build "
                   "with GPU_ARCH including 90; this GPU is %d.%d", major, minor);
         }
-        fatal("FLASH_ATTN_CONFIG=%s: unknown tile configuration (use sm80 for A100 tiles, sm86 for RTX 3090/4090 "
-              "tiles or sm90 for H100/H200 wgmma tiles)", forced);
+        fatal("FLASH_ATTN_CONFIG=%s: unknown tile configuration (use sm75 for T4 tiles, sm80 for A100 tiles, sm86 "
+              "for RTX 3090/4090 tiles or sm90 for H100/H200 wgmma tiles)", forced);
     }
     if (wgmma) return CONFIG_SM90;
-    if (forced_kernel_path()) return forced_kernel_path() == 86 ? CONFIG_SM86 : CONFIG_SM80;
+    const int path = forced_kernel_path();
+    if (path) return path == 75 ? CONFIG_SM75 : path == 86 ? CONFIG_SM86 : CONFIG_SM80;
+    if (major < 8 || device_code_arch() < 800) return CONFIG_SM75;
     return major == 8 && minor > 0 ? CONFIG_SM86 : CONFIG_SM80;
 }
 
-template <class Tiles> static void forward_bf16(floatX* out, float* m, float* l, const floatX* qkv, int B, int T, int NH, int HS) {
+template <class Tiles> static void forward_tc(floatX* out, float* m, float* l, const floatX* qkv, int B, int T, int NH, int HS) {
     switch (HS) {
-    case 32: FlashBf16<32, Tiles>::forward(out, m, l, qkv, B, T, NH); break;
-    case 64: FlashBf16<64, Tiles>::forward(out, m, l, qkv, B, T, NH); break;
-    case 128: FlashBf16<128, Tiles>::forward(out, m, l, qkv, B, T, NH); break;
+    case 32: FlashTc<32, Tiles>::forward(out, m, l, qkv, B, T, NH); break;
+    case 64: FlashTc<64, Tiles>::forward(out, m, l, qkv, B, T, NH); break;
+    case 128: FlashTc<128, Tiles>::forward(out, m, l, qkv, B, T, NH); break;
     }
 }
 
 template <class Tiles>
-static void backward_bf16(floatX* dqkv, float* dq_accum, float* bias_partials, const float* lse2, const float* D,
+static void backward_tc(floatX* dqkv, float* dq_accum, float* bias_partials, const float* lse2, const float* D,
                           const floatX* dout, const floatX* qkv, int B, int T, int NH, int HS) {
     switch (HS) {
-    case 32: FlashBf16<32, Tiles>::backward(dqkv, dq_accum, bias_partials, lse2, D, dout, qkv, B, T, NH); break;
-    case 64: FlashBf16<64, Tiles>::backward(dqkv, dq_accum, bias_partials, lse2, D, dout, qkv, B, T, NH); break;
-    case 128: FlashBf16<128, Tiles>::backward(dqkv, dq_accum, bias_partials, lse2, D, dout, qkv, B, T, NH); break;
+    case 32: FlashTc<32, Tiles>::backward(dqkv, dq_accum, bias_partials, lse2, D, dout, qkv, B, T, NH); break;
+    case 64: FlashTc<64, Tiles>::backward(dqkv, dq_accum, bias_partials, lse2, D, dout, qkv, B, T, NH); break;
+    case 128: FlashTc<128, Tiles>::backward(dqkv, dq_accum, bias_partials, lse2, D, dout, qkv, B, T, NH); break;
     }
 }
 
@@ -446,35 +481,36 @@ struct FloatMatrixColumns {
 
 // The head sizes the tensor-core tiles exist for; the tile loads address a sequence's rows with
 // 32-bit offsets.
-static void check_bf16_shape(int T, int C, int HS) {
+static void check_tc_shape(int T, int C, int HS) {
     if (HS != 32 && HS != 64 && HS != 128) {
-        fatal("flash attention (BF16): head size %d is not supported (32, 64 or 128; choose the number of heads "
+        fatal("flash attention (" PRECISION_NAME "): head size %d is not supported (32, 64 or 128; choose the number of heads "
               "so that channels / heads is one of these)", HS);
     }
     if ((size_t)T * 3 * C > INT_MAX) {
-        fatal("flash attention (BF16): a sequence of T %d x 3C %d elements is above 2^31 - 1 (use a shorter -t)", T,
+        fatal("flash attention (" PRECISION_NAME "): a sequence of T %d x 3C %d elements is above 2^31 - 1 (use a shorter -t)", T,
               3 * C);
     }
 }
 
 // cp.async moves 16-byte chunks: head vectors must start on 16-byte boundaries.
-static void check_bf16_alignment(const void* a, const void* b) {
+static void check_tc_alignment(const void* a, const void* b) {
     if (((uintptr_t)a | (uintptr_t)b) % 16 != 0) {
-        fatal("flash attention (BF16): the qkv and output buffers must be 16-byte aligned");
+        fatal("flash attention (" PRECISION_NAME "): the qkv and output buffers must be 16-byte aligned");
     }
 }
 
 void attention_forward(floatX* out, void* saved, const floatX* qkv, int B, int T, int C, int NH) {
     check_shapes(B, T, C, NH);
     const int HS = C / NH;
-    check_bf16_shape(T, C, HS);
-    check_bf16_alignment(qkv, out);
+    check_tc_shape(T, C, HS);
+    check_tc_alignment(qkv, out);
     float* m = (float*)saved;
     float* l = m + (size_t)B * NH * T;
     switch (flash_config()) {
-    case CONFIG_SM90: forward_bf16<TilesSm90>(out, m, l, qkv, B, T, NH, HS); break;
-    case CONFIG_SM86: forward_bf16<TilesSm86>(out, m, l, qkv, B, T, NH, HS); break;
-    case CONFIG_SM80: forward_bf16<TilesSm80>(out, m, l, qkv, B, T, NH, HS); break;
+    case CONFIG_SM90: forward_tc<TilesSm90>(out, m, l, qkv, B, T, NH, HS); break;
+    case CONFIG_SM86: forward_tc<TilesSm86>(out, m, l, qkv, B, T, NH, HS); break;
+    case CONFIG_SM75: forward_tc<TilesSm75>(out, m, l, qkv, B, T, NH, HS); break;
+    case CONFIG_SM80: forward_tc<TilesSm80>(out, m, l, qkv, B, T, NH, HS); break;
     }
 }
 
@@ -483,9 +519,9 @@ void attention_backward(floatX* dqkv, float* dbias, void* scratch, const floatX*
     check_shapes(B, T, C, NH);
     if (dbias) check_sequence_groups("attention_backward", B, T, group_rows);
     const int HS = C / NH;
-    check_bf16_shape(T, C, HS);
-    check_bf16_alignment(qkv, dqkv);
-    check_bf16_alignment(dout, out);
+    check_tc_shape(T, C, HS);
+    check_tc_alignment(qkv, dqkv);
+    check_tc_alignment(dout, out);
     const float* m = (const float*)saved;
     const float* l = m + (size_t)B * NH * T;
     // First in the scratch, 16-byte aligned for float4: dQ's accumulator or the bias partials.
@@ -496,9 +532,10 @@ void attention_backward(floatX* dqkv, float* dbias, void* scratch, const floatX*
     float* lse2 = D + (size_t)B * NH * T;
     flash_backward_prepare(D, lse2, dout, out, m, l, B, T, NH, HS);
     switch (flash_config()) {
-    case CONFIG_SM90: backward_bf16<TilesSm90>(dqkv, dq_accum, bias_partials, lse2, D, dout, qkv, B, T, NH, HS); break;
-    case CONFIG_SM86: backward_bf16<TilesSm86>(dqkv, dq_accum, bias_partials, lse2, D, dout, qkv, B, T, NH, HS); break;
-    case CONFIG_SM80: backward_bf16<TilesSm80>(dqkv, dq_accum, bias_partials, lse2, D, dout, qkv, B, T, NH, HS); break;
+    case CONFIG_SM90: backward_tc<TilesSm90>(dqkv, dq_accum, bias_partials, lse2, D, dout, qkv, B, T, NH, HS); break;
+    case CONFIG_SM86: backward_tc<TilesSm86>(dqkv, dq_accum, bias_partials, lse2, D, dout, qkv, B, T, NH, HS); break;
+    case CONFIG_SM75: backward_tc<TilesSm75>(dqkv, dq_accum, bias_partials, lse2, D, dout, qkv, B, T, NH, HS); break;
+    case CONFIG_SM80: backward_tc<TilesSm80>(dqkv, dq_accum, bias_partials, lse2, D, dout, qkv, B, T, NH, HS); break;
     }
     if (bias_partials) {
         column_sums_accumulate(dbias, (int)bias_tile_rows(B, T), 3 * C, group_rows / T * bias_tiles(T),
@@ -565,5 +602,5 @@ void attention_backward(floatX* dqkv, float* dbias, void* scratch, const floatX*
     }
     if (dbias) column_sums_accumulate(dbias, B * T, 3 * C, group_rows, MatrixColumns{dqkv, 3 * C});
 }
-#endif // PRECISION_BF16
+#endif // !PRECISION_FP32
 #endif // ATTN_FLASH

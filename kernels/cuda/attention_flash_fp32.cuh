@@ -1,5 +1,5 @@
-// The kernels of the FP32 build's flash attention (launched by attention_flash.cu; the BF16
-// build's tensor-core kernels are in attention_flash_bf16_*.cuh): the same algorithm on CUDA cores
+// The kernels of the FP32 build's flash attention (launched by attention_flash.cu; the BF16 and
+// FP16 builds' tensor-core kernels are in attention_flash_tc_*.cuh): the same algorithm on CUDA cores
 // in exact fp32, the forward, the dQ kernel and the dK/dV kernel (D comes from
 // flash_backward_prepare in attention_flash.cu, as in the BF16 build).
 //

@@ -16,6 +16,35 @@ static char description[512];
 static double peak_flops;
 static char peak_source[512];
 
+// Writes the __CUDA_ARCH__ of the code the GPU runs: the build's code for its architecture, or
+// another's compiled by the driver from PTX (an sm_75 build on a newer card).
+__global__ void code_arch_kernel(int* arch) {
+#ifdef __CUDA_ARCH__
+    *arch = __CUDA_ARCH__;
+#endif
+}
+
+// Asked once, of the current GPU. A build without code for it (no SASS of its architecture nor PTX
+// of an older one) is refused with what to build instead.
+int device_code_arch(void) {
+    static int arch = 0;
+    if (arch) return arch;
+    int device, major, minor;
+    cudaCheck(cudaGetDevice(&device));
+    cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    cudaCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    int* dev = (int*)dev_malloc(sizeof(int), "code architecture");
+    code_arch_kernel<<<1, 1>>>(dev);
+    const cudaError_t err = cudaGetLastError();
+    if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorUnsupportedPtxVersion)
+        fatal("this program holds no code that GPU %d (sm_%d%d) can run (%s): build it with GPU_ARCH=%d%d", device,
+              major, minor, cudaGetErrorString(err), major, minor);
+    cudaCheck(err);
+    dev_download(&arch, dev, sizeof(int));
+    dev_free(dev);
+    return arch;
+}
+
 void backend_init(int device_index) {
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
@@ -38,11 +67,19 @@ void backend_init(int device_index) {
     cublasCheck(cublasLtCreate(&cublaslt_handle));
     cublaslt_workspace = dev_malloc(cublaslt_workspace_bytes, "cuBLASLt workspace");
 #if defined(PRECISION_BF16)
-    const char* precision = "BF16";
+    if (props.major < 8)
+        fatal("%s (sm_%d%d) has no bf16 tensor cores, which the BF16 build needs (sm_80 or newer): build with "
+              "PRECISION=FP16 GPU_ARCH=%d%d", props.name, props.major, props.minor, props.major, props.minor);
+#endif
+    const int code_arch = device_code_arch();
+    const char* precision = PRECISION_NAME;
+#if defined(PRECISION_BF16)
     const PeakPrecision peak_precision = PEAK_BF16;
     const char* peak_kind = "dense BF16 tensor peak";
+#elif defined(PRECISION_FP16)
+    const PeakPrecision peak_precision = PEAK_FP16;
+    const char* peak_kind = "dense FP16 tensor peak (FP32 accumulation)";
 #else
-    const char* precision = "FP32";
     const PeakPrecision peak_precision = PEAK_FP32;
     const char* peak_kind = "FP32 peak without tensor cores";
 #endif
@@ -51,8 +88,10 @@ void backend_init(int device_index) {
     if (entry) snprintf(peak_source, sizeof peak_source, "the %s of the %s (built-in table)", peak_kind, entry);
     else snprintf(peak_source, sizeof peak_source, "no %s peak known for %.256s", precision, props.name);
     const int path = forced_kernel_path();
-    char path_note[64] = "";
+    char path_note[128] = "";
     if (path) snprintf(path_note, sizeof path_note, ", the kernels of sm_%d (KERNEL_PATH)", path);
+    else if (code_arch < 800 && props.major >= 8)
+        snprintf(path_note, sizeof path_note, ", the sm_%d kernels (compiled from PTX by the driver)", code_arch / 10);
     snprintf(description, sizeof description, "%.256s (GPU %d, sm_%d%d, %.1f GiB), %s%s", props.name,
              device_index, props.major, props.minor, props.totalGlobalMem / 1073741824.0, precision, path_note);
 }
@@ -189,8 +228,10 @@ CUtensorMap tensor_map_3d(const void* base, CUtensorMapDataType type, size_t ele
     return map;
 }
 
-// KERNEL_PATH=sm80|sm86 (read once): an H100/H200 then runs the kernels of a card without sm_90a
-// code, so it stands in for that card's arithmetic. Returns 80, 86, or 0 when unset.
+// KERNEL_PATH=sm75|sm80|sm86 (read once): an H100/H200 then runs the kernels of a card without
+// sm_90a code, so it stands in for that card's arithmetic (sm75: the tiles of a T4, FP16 only; its
+// m16n8k8 products need the sm_75 code, which an sm_75 build runs through the driver's JIT).
+// Returns 75, 80, 86, or 0 when unset.
 int forced_kernel_path(void) {
     static int path = -1;
     if (path < 0) {
@@ -198,8 +239,12 @@ int forced_kernel_path(void) {
         if (!value || !value[0]) path = 0;
         else if (strcmp(value, "sm80") == 0) path = 80;
         else if (strcmp(value, "sm86") == 0) path = 86;
+#if defined(PRECISION_FP16)
+        else if (strcmp(value, "sm75") == 0) path = 75;
+#endif
         else fatal("KERNEL_PATH=%s: use sm86 (the kernels of an RTX 30xx/40xx: cuBLASLt's products, the sm86 "
-                   "attention tiles) or sm80 (those of an A100 or an RTX 50xx: the sm80 tiles)", value);
+                   "attention tiles), sm80 (those of an A100 or an RTX 50xx: the sm80 tiles) or, in the FP16 "
+                   "build, sm75 (those of a T4 or RTX 20xx: the sm75 tiles)", value);
     }
     return path;
 }
@@ -212,7 +257,9 @@ bool sm90a_code_runs(const void* kernel) {
     cudaCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
     cudaFuncAttributes attributes;
     cudaCheck(cudaFuncGetAttributes(&attributes, kernel));
-    return major == 9 && minor == 0 && attributes.binaryVersion == 90;
+    // binaryVersion is 90 also for sm_75 PTX that the driver compiled for this GPU: device_code_arch
+    // tells that code, which holds no wgmma, apart.
+    return major == 9 && minor == 0 && attributes.binaryVersion == 90 && device_code_arch() == 900;
 }
 
 template <class Dst, class Src> __global__ void convert_kernel(Dst* dst, const Src* src, size_t n) {

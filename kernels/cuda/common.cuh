@@ -42,27 +42,48 @@ extern void* cublaslt_workspace;
 extern size_t cublaslt_workspace_bytes;
 extern int device_sm_count;
 extern size_t device_shared_per_sm; // bytes of shared memory an SM has for its blocks
+// The __CUDA_ARCH__ of the code the current GPU runs of this build: 750 for an sm_75 build, also
+// where a newer card runs it through the driver's JIT, 900 for the sm_90a code of an H100/H200.
+int device_code_arch(void);
 
 // cp.async (sm_80 on): global to shared memory without passing through registers, so that a load
 // can be in flight while the thread works on something else. A thread sees its own copies once
 // cp_async_wait has let their group through.
+// sm_75 (Turing, FP16 build) has no cp.async: there the copy is a plain load and store, done when the
+// call returns, which is one of the moments an asynchronous copy may land at; so code that is right
+// with cp.async (it reads a buffer only after the wait and a barrier, and never copies into one
+// that others may still read) is right with these too, only without the overlap.
 __device__ __forceinline__ uint32_t smem_address(const void* p) {
     return (uint32_t)__cvta_generic_to_shared(p);
 }
 // 16 bytes; zeros where !valid.
 __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src),
                  "r"(valid ? 16 : 0));
+#else
+    *(uint4*)dst = valid ? *(const uint4*)src : make_uint4(0, 0, 0, 0);
+#endif
 }
 // 4 bytes; zeros where !valid.
 __device__ __forceinline__ void cp_async_4(void* dst, const void* src, bool valid) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(dst)), "l"(src),
                  "r"(valid ? 4 : 0));
+#else
+    *(uint32_t*)dst = valid ? *(const uint32_t*)src : 0u;
+#endif
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_commit() {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
 // Waits until at most `pending` of this thread's committed groups are still in flight.
 template <int pending> __device__ __forceinline__ void cp_async_wait() {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
     asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
+#endif
 }
 
 // A TMA tensor map (cuda.h's CUtensorMap) of a (depth, rows, width) matrix whose rows are row_stride
@@ -75,7 +96,7 @@ CUtensorMap tensor_map_3d(const void* base, CUtensorMapDataType type, size_t ele
 // Whether this GPU runs `kernel`'s sm_90a code (wgmma, TMA): an H100/H200 (compute capability 9.0),
 // a build that holds that code (GPU_ARCH including 90, built as sm_90a), and no KERNEL_PATH.
 bool sm90a_code_runs(const void* kernel);
-// The card whose kernels KERNEL_PATH=sm80|sm86 asks for (80 or 86), 0 when it is unset.
+// The card whose kernels KERNEL_PATH=sm75|sm80|sm86 asks for (75, 80 or 86), 0 when it is unset.
 int forced_kernel_path(void);
 
 // Working memory that grows on demand and is never returned (reused by later calls of the same
@@ -83,10 +104,37 @@ int forced_kernel_path(void);
 // synchronizes the device.
 void* grow_scratch(void** buffer, size_t* capacity, size_t bytes, const char* what);
 
+// floatX's type for cuBLASLt and TMA, and the build's name in messages.
 #if defined(PRECISION_BF16)
 #define CUDA_FLOATX CUDA_R_16BF
+#define TENSOR_MAP_FLOATX CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+#define PRECISION_NAME "BF16"
+#elif defined(PRECISION_FP16)
+#define CUDA_FLOATX CUDA_R_16F
+#define TENSOR_MAP_FLOATX CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+#define PRECISION_NAME "FP16"
 #else
 #define CUDA_FLOATX CUDA_R_32F
+#define TENSOR_MAP_FLOATX CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+#define PRECISION_NAME "FP32"
+#endif
+
+#if !defined(PRECISION_FP32)
+// Two floatX (bf16 or fp16) in one 32-bit word, lo in the low half: how the tensor-core kernels
+// pack operands and store pairs of outputs.
+#if defined(PRECISION_BF16)
+typedef __nv_bfloat162 floatX2;
+__device__ __forceinline__ floatX2 floatX2_from_floats(float lo, float hi) { return __floats2bfloat162_rn(lo, hi); }
+__device__ __forceinline__ float2 floats_from_floatX2(floatX2 v) { return __bfloat1622float2(v); }
+#else
+typedef __half2 floatX2;
+__device__ __forceinline__ floatX2 floatX2_from_floats(float lo, float hi) { return __floats2half2_rn(lo, hi); }
+__device__ __forceinline__ float2 floats_from_floatX2(floatX2 v) { return __half22float2(v); }
+#endif
+__device__ __forceinline__ uint32_t pack_floatX2(float lo, float hi) {
+    floatX2 v = floatX2_from_floats(lo, hi);
+    return *(uint32_t*)&v;
+}
 #endif
 
 // floatX elements in one 16-byte vector.

@@ -10,7 +10,7 @@
 #   $(BUILD)/tests/dump_grads          the whole model's loss and gradients of one batch
 #   $(BUILD)/tests/test_generate       greedy generation against the argmax of the logits
 #   $(BUILD)/tests/dump_logits         the logits of a model file for some tokens (tests/gpu/test_hf_gpu.sh)
-#   test-cuda-compile                  compiles every variant for sm 80 86 89 90, warnings fatal
+#   test-cuda-compile                  compiles every variant for sm 80 86 89 90 (FP16: 75), warnings fatal
 #   test-gpu                           the GPU tests (needs a GPU; the divergence guard's also on 2 GPUs
 #                                      when there are 2)
 #   test-multi-gpu                     data parallelism on 2 GPUs against 1 (needs 2 GPUs)
@@ -22,6 +22,7 @@ TOP_MAKEFILE := $(firstword $(MAKEFILE_LIST))
 PRECISION_DEF = -DPRECISION_$(PRECISION)
 cuda_empty :=
 cuda_space := $(cuda_empty) $(cuda_empty)
+comma := ,
 # The sources whose code tests ATTN_FLASH / ATTN_NAIVE: compiled with ATTN_DEF, into a directory per
 # ATTN. Every other source of the CUDA builds is compiled without it, once for both variants (layernorm.cu
 # and encoder.cu alone take some 2.5 minutes for the four architectures of test-cuda-compile), so a
@@ -34,7 +35,12 @@ CUDA_ATTN_OBJ = $(OBJ)/cuda-$(ATTN)-$(cuda_variant)
 cuda_obj = $(foreach s,$(1),$(if $(filter $(s),$(CUDA_ATTN_SRC)),$(CUDA_ATTN_OBJ),$(CUDA_OBJ))/$(basename $(s)).o)
 # 90 builds as sm_90a: the same H100/H200 code plus their wgmma instructions (flash attention).
 cuda_sass = $(if $(filter 90,$(1)),90a,$(1))
-GENCODE = $(foreach arch,$(GPU_ARCH),-gencode arch=compute_$(call cuda_sass,$(arch)),code=sm_$(call cuda_sass,$(arch)))
+# 75 also carries its PTX, which the driver compiles for any newer card: an sm_75 build runs the
+# T4's instructions on an H100/H200 (how the GPU machine tests that code). No CUDA_FORCE_PTX_JIT=1 is
+# needed, as the build holds no SASS for those cards; it would also force cuBLAS's kernels through
+# PTX, which the library need not ship for them.
+GENCODE = $(foreach arch,$(GPU_ARCH),-gencode arch=compute_$(call cuda_sass,$(arch)),code=sm_$(call cuda_sass,$(arch))) \
+    $(if $(filter 75,$(GPU_ARCH)),-gencode arch=compute_75$(comma)code=compute_75)
 # CUDA_WERROR=1 (set by test-cuda-compile) makes every warning of our code an error.
 CUDA_WERROR ?= 0
 NVCC_WERROR = $(if $(filter 1,$(CUDA_WERROR)),-Werror all-warnings -Xcompiler -Werror)
@@ -117,32 +123,40 @@ $(BUILD)/profile_step: $(call cuda_obj,scripts/profile_step.cu $(COMMON_SRC) mod
 # naive variant follows the flash one and reuses its objects of the sources that do not depend on
 # ATTN (the two variants' programs have the same names there: the naive ones are left, and the flash
 # train_gpt as train_gpt-flash, whose --dry-run tests/e2e/test_offload_plan.sh asks).
+# FP16 for sm 75 alone, its own code (plain copies for cp.async, m16n8k8 products): elsewhere it
+# compiles BF16's source with the other element type. Its sm_90a code (fp16 wgmma) is compiled by
+# test-gpu: measured 2026-12-02, FP16 for 75 takes 97 s of CPU (about 50 s of CI's 2 cores), and 90
+# would add 66 s of CPU more.
 CUDA_CHECK_ARCH = 80 86 89 90
-CUDA_CHECK_TARGETS = $(addprefix cuda-compile-,BF16 FP32)
+CUDA_CHECK_ARCH_FP16 = 75
+CUDA_CHECK_TARGETS = $(addprefix cuda-compile-,BF16 FP32 FP16)
 .PHONY: $(CUDA_CHECK_TARGETS)
 test-cuda-compile: $(CUDA_CHECK_TARGETS)
+$(CUDA_CHECK_TARGETS): cuda_check_arch = $(or $(CUDA_CHECK_ARCH_$*),$(CUDA_CHECK_ARCH))
 $(CUDA_CHECK_TARGETS): cuda-compile-%:
 	@dir=$(BUILD)/cuda-compile/$*; \
 	for a in flash naive; do \
 	    tests="$$dir/tests/test_kernels_gpu $$dir/tests/dump_grads $$dir/tests/test_generate $$dir/tests/dump_logits"; \
 	    [ $$a = flash ] && tests="$$tests $$dir/tests/test_attention_gpu"; \
-	    $(MAKE) -f $(TOP_MAKEFILE) --no-print-directory BUILD=$$dir ATTN=$$a PRECISION=$* GPU_ARCH="$(CUDA_CHECK_ARCH)" \
+	    $(MAKE) -f $(TOP_MAKEFILE) --no-print-directory BUILD=$$dir ATTN=$$a PRECISION=$* GPU_ARCH="$(cuda_check_arch)" \
 	        CUDA_WERROR=1 $$dir/train_gpt $$dir/profile_step $$tests || exit 1; \
 	    if [ $$a = flash ]; then cp $$dir/train_gpt $$dir/train_gpt-flash; fi; \
-	    echo "PASS ATTN=$$a PRECISION=$* compiles for sm $(CUDA_CHECK_ARCH) without warnings"; \
+	    echo "PASS ATTN=$$a PRECISION=$* compiles for sm $(cuda_check_arch) without warnings"; \
 	done
 
-# On a GPU machine: the kernel tests in both precisions (the flash kernels under both tile
-# configurations), then the whole-model checks.
+# On a GPU machine: the kernel tests in every precision (the flash kernels under every tile
+# configuration), FP16 also from a build for sm_75 alone, whose PTX the driver compiles for this
+# GPU (the instructions a T4 runs), then the whole-model checks.
 test-gpu:
-	@for p in FP32 BF16; do \
-	    dir=$(BUILD)/gpu-$$p; \
-	    $(MAKE) -f $(TOP_MAKEFILE) --no-print-directory BUILD=$$dir ATTN=flash PRECISION=$$p \
+	@for v in FP32 BF16 FP16 FP16-sm75; do \
+	    p=$${v%-sm75}; dir=$(BUILD)/gpu-$$v; arch=$$([ $$v = FP16-sm75 ] && echo 75 || echo "$(GPU_ARCH)"); \
+	    $(MAKE) -f $(TOP_MAKEFILE) --no-print-directory BUILD=$$dir ATTN=flash PRECISION=$$p GPU_ARCH="$$arch" \
 	        $$dir/tests/test_kernels_gpu $$dir/tests/test_attention_gpu || exit 1; \
 	    $$dir/tests/test_kernels_gpu || exit 1; \
 	    $$dir/tests/test_attention_gpu || exit 1; \
 	done
 	BUILD=$(BUILD) tests/gpu/test_gpu_model.sh
+	BUILD=$(BUILD) tests/gpu/test_fp16_gpu.sh
 	BUILD=$(BUILD) tests/gpu/test_gpu_grads.sh
 	BUILD=$(BUILD) tests/gpu/test_cross_resume.sh
 	BUILD=$(BUILD) tests/gpu/test_offload_gpu.sh

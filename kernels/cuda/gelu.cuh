@@ -5,14 +5,14 @@
 
 #define GELU_SCALE 0.7978845608028654f // sqrt(2 / pi)
 
-// BF16: 0.5 x (1 + tanh u) written as x / (1 + e^(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3): one
-// exp2 and one reciprocal (MUFU), 7 instructions where tanhf took about 25; the approximate exp2
-// and division err by up to about 3e-5 relative, well inside bf16's rounding (3.9e-3), and the fc
-// product's epilogue (matmul_gelu.cu) is bound by the GELU's instructions. FP32, which must match
-// the CPU to 1e-5: tanhf.
+// BF16, FP16: 0.5 x (1 + tanh u) written as x / (1 + e^(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3):
+// one exp2 and one reciprocal (MUFU), 7 instructions where tanhf took about 25; the approximate exp2
+// and division err by up to about 3e-5 relative, well inside bf16's rounding (3.9e-3) and fp16's
+// (4.9e-4), and the fc product's epilogue (matmul_gelu.cu) is bound by the GELU's instructions.
+// FP32, which must match the CPU to 1e-5: tanhf.
 struct GeluForward {
     __device__ float operator()(float x, float) const {
-#if defined(PRECISION_BF16)
+#if !defined(PRECISION_FP32)
         const float minus_2u_log2e = x * fmaf(x * x, -2.0f * LOG2E * GELU_SCALE * 0.044715f, -2.0f * LOG2E * GELU_SCALE);
         return __fdividef(x, 1.0f + fast_exp2(minus_2u_log2e));
 #else

@@ -1,6 +1,6 @@
 // The head of one slice of rows (kernels.h, head_classifier): the logits, the classifier's losses and
-// dlogits, and the head's backward. Elsewhere (sm80/86/89, FP32, operands the kernel does not take)
-// as the CPU computes it: matmul_forward, fused_classifier, matmul_backward. On H100/H200 (sm_90a,
+// dlogits, and the head's backward. Elsewhere (sm75/80/86/89, FP32, FP16, operands the kernel does
+// not take) as the CPU computes it: matmul_forward, fused_classifier, matmul_backward. On H100/H200 (sm_90a,
 // BF16) the logits are never stored, which saves the classifier's pass over them (13.2 GB a GPT-2
 // 124M step of 64K tokens):
 //   - each row's target logit b_r = inp_r . weight_target, a dot product in fp32 (head_shift_kernel);
@@ -18,6 +18,7 @@
 // exponentials that overflowed) would leave the range of the scales; the row pass then computes that
 // row's logits again in fp32, shifted by their max: slow, but a run that is not diverging has no
 // such rows.
+// FP16 cannot take this form: p~ = exp(l - b_r) reaches HEAD_RANGE (1e26), far beyond fp16's 65504.
 // Against float64, this form's losses and gradients are 3 to 10 times closer than those made from the
 // other path's bf16 logits and dlogits (a simulation), and the step is shorter by the pass it saves
 // (docs/performance.md).
@@ -105,7 +106,7 @@ struct ProbabilitiesEpilogue {
                     const float lo = col + 2 * k < params.V ? fast_exp2(x.x * LOG2E) : 0.0f;
                     const float hi = col + 2 * k + 1 < params.V ? fast_exp2(x.y * LOG2E) : 0.0f;
                     row_sums[u] += lo + hi;
-                    w[k] = pack_bf16(lo, hi);
+                    w[k] = pack_floatX2(lo, hi);
                 }
             }
             store_panel(v, staged + panel * (BM * 128), chunk_offset, &params.probs_map, col0 + 64 * panel, row0);

@@ -9,7 +9,9 @@
 // epilogue below, which stores pre by TMA panel by panel and, as each panel's store has read it,
 // turns that panel into gelu(pre) in place (a thread's chunks of the panel all loaded first, for
 // the latency) and stores it to out, beside the next tile's product. Elsewhere (and for shapes it
-// does not take): matmul_forward, then gelu_forward.
+// does not take): matmul_forward, then gelu_forward. The FP16 build takes that way on H100/H200 too:
+// the epilogue turns bf16 bits into floats by shifting them, and FP16 is for cards without bf16
+// (Turing), where speed on an H100 matters little; cuBLASLt's fp16 product is the simplest right one.
 #include "kernels/cuda/gelu.cuh"
 #if defined(PRECISION_BF16)
 #include "kernels/cuda/matmul_wgmma.cuh"
@@ -25,7 +27,7 @@ struct GeluEpilogue {
     };
     static constexpr int ROW_GROUP = 0;
     static constexpr bool HAS_BIAS = true, SHIFT_ROWS = false;
-    __device__ static uint32_t pack(float lo, float hi) { return pack_bf16(lo, hi); }
+    __device__ static uint32_t pack(float lo, float hi) { return pack_floatX2(lo, hi); }
     // The epilogue (warps 1-3): stores the staged tile at (row0, col0) to pre, then gelu of it to out,
     // panel by panel. Its thread 0's bulk groups are pre's BN / 64 panels, then out's in turn: before
     // panel p's GELU, at most BN / 64 - 1 groups may still be reading (pre's later panels and out's
@@ -58,7 +60,7 @@ struct GeluEpilogue {
                 uint32_t* w = &v[u].x;
 #pragma unroll
                 for (int k = 0; k < 4; k++) // a bf16's bits are the top half of its float's
-                    w[k] = pack_bf16(gelu(__uint_as_float(w[k] << 16), 0.0f), gelu(__uint_as_float(w[k] & 0xFFFF0000u), 0.0f));
+                    w[k] = pack_floatX2(gelu(__uint_as_float(w[k] << 16), 0.0f), gelu(__uint_as_float(w[k] & 0xFFFF0000u), 0.0f));
             }
             store_panel(v, staged + panel * (BM * 128), chunk_offset, out_map, col0 + 64 * panel, row0);
         }

@@ -43,7 +43,7 @@
 #if !defined(PRECISION_BF16)
 #error "our wgmma product (matmul_wgmma.cuh) is for the BF16 build"
 #endif
-#include "kernels/cuda/attention_flash_bf16_ptx.cuh"
+#include "kernels/cuda/attention_flash_tc_ptx.cuh"
 
 namespace wgmma_product {
 constexpr int BM = 128, BN = 256, BK = 64, STAGES = 3, THREADS = 384, EPILOGUE_THREADS = 96;

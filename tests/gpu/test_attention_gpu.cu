@@ -1,13 +1,15 @@
 // The GPU flash attention (kernels/cuda/attention_flash.cu) against the CPU flash reference
 // (kernels/cpu/attention_flash.c, fp32): O, (m, l), dQ, dK, dV on fresh random inputs for T in
 // {1, 7, 64, 65, 127, 1024, 1025, 4096, 4161}, several B and NH (up to 96 (b, h)), head sizes 64, 32 and
-// 128; in the BF16 build with every tile configuration the GPU can run (FLASH_ATTN_CONFIG=sm80 and
-// sm86, and sm90, the wgmma kernels, on an H100/H200), each with dQ from its own kernel and summed
-// by atomics (FLASH_ATTN_DETERMINISTIC=1 and 0). GPU outputs are poisoned with 0xFF
-// bytes (NaN in fp32 and bf16) before every run, so an unwritten element fails, and every case runs
+// 128; in the BF16 and FP16 builds with every tile configuration the GPU can run
+// (FLASH_ATTN_CONFIG=sm80 and sm86, sm75 in FP16, and sm90, the wgmma kernels, where the code is an
+// H100/H200's), each with dQ from its own kernel and summed by atomics (FLASH_ATTN_DETERMINISTIC=1
+// and 0; not with the sm75 tiles, which leave it out). GPU outputs are poisoned with 0xFF
+// bytes (NaN in fp32, bf16 and fp16) before every run, so an unwritten element fails, and every case runs
 // twice to check that the results are bit-identical (with atomic dQ: all but dQ, and both runs' dQ
-// against the reference). The seed is printed; TEST_SEED=n repeats a run. In the BF16 build a
-// sequence of more than 2^31 - 1 qkv elements (T x 3C) must be refused, in forked children.
+// against the reference). The seed is printed; TEST_SEED=n repeats a run. On a GPU with the
+// shared memory of sm_75 (64 KB a block) the cases of head size 128 are left out (the sm75 tiles do
+// not take it). In the BF16 and FP16 builds a sequence of more than 2^31 - 1 qkv elements (T x 3C) must be refused, in forked children.
 // The backward also adds the qkv bias gradient (the column sums of dqkv, in groups of one
 // sequence) into random values: against a float64 sum of the dqkv the GPU stored (the sums' fp32
 // rounding is at most about 60 additions deep: 1e-5 of the largest column's sum of magnitudes;
@@ -32,11 +34,15 @@
 //   to at most u sum_j p_j |v_j| / l <= u max|v|. The gradients sum terms of either sign, so their
 //   rounding errors add up like the sums themselves: 2u relative plus 4u of the tensor's largest
 //   value.
+// - FP16 build: the same with fp16's unit roundoff, u = 2^-11 (11 significant bits). Its subnormals
+//   (below 2^-14) round with an absolute error of up to 2^-25 instead: a P or dS term that small
+//   errs by at most 2^-25 times |v|, |k| or |q|, which the bounds above (u of the largest value)
+//   hold many times over at these sizes (T 2^-25 <= 2^-13 for T <= 4161).
 // - Gradients also get an absolute floor for sums that cancel to about zero (at T = 1, dS = 0
 //   exactly): dP_ij - D_i carries fp32 rounding of 2 HS 2^-24 max|dO| max|v|, which dQ and dK
 //   multiply by P, |k| or |q| and the scale; 4 times that.
 //
-// Alone, from the repository root (sm_90, BF16; -DPRECISION_FP32 for the FP32 build):
+// Alone, from the repository root (sm_90, BF16; -DPRECISION_FP32 or -DPRECISION_FP16 for those builds):
 //   gcc -O3 -march=native -fopenmp -I. -c kernels/cpu/attention_flash.c -o ref.o
 //   nvcc -std=c++17 -O3 -arch=sm_90 -I. -DATTN_FLASH -DPRECISION_BF16 tests/gpu/test_attention_gpu.cu
 //       kernels/cuda/attention_flash.cu kernels/cuda/backend.cu tests/lib/testutil.c common/util.c ref.o
@@ -239,8 +245,12 @@ static void check_results(const Problem* p, const Results* r, const char* label)
     const Case c = p->c;
     const int rows = c.B * c.T;
     char name[208];
+#if !defined(PRECISION_FP32)
 #if defined(PRECISION_BF16)
     const double u = 1.0 / 256.0; // unit roundoff of bf16 (8 significant bits)
+#else
+    const double u = 1.0 / 2048.0; // unit roundoff of fp16 (11 significant bits)
+#endif
     const double out_rtol = 2 * u, grad_rtol = 2 * u, grad_atol_of_max = 4 * u;
 #else
     const double out_rtol = 1e-4, grad_rtol = 1e-4, grad_atol_of_max = 1e-5;
@@ -257,7 +267,7 @@ static void check_results(const Problem* p, const Results* r, const char* label)
     const double l_rtol = 2 * m_atol + c.T * ldexp(1.0, -24) + 1e-5;
     const double grad_floor = 4.0 * 2 * c.HS * ldexp(1.0, -24) * max_abs(p->dout, p->n_out) * max_slot[2] *
                               fmax(max_slot[0], max_slot[1]) * scale;
-#if defined(PRECISION_BF16)
+#if !defined(PRECISION_FP32)
     const double out_atol = u * max_slot[2] + 1e-6;
 #else
     const double out_atol = 1e-5 * max_abs(p->out_ref, p->n_out);
@@ -303,19 +313,8 @@ static int same_slots(const float* a, const float* b, int from, int rows, int C)
     return 1;
 }
 
-#if defined(PRECISION_BF16)
-// The wgmma tiles run on compute capability 9.0 (H100, H200); the test builds with GPU_ARCH 90.
-static int gpu_is_sm90(void) {
-    int device, major, minor;
-    cudaCheck(cudaGetDevice(&device));
-    cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    cudaCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    return major == 9 && minor == 0;
-}
-#endif
-
-#if defined(PRECISION_BF16)
-// The BF16 tile loads address a sequence's rows with 32-bit offsets: T x 3C past 2^31 - 1 elements
+#if !defined(PRECISION_FP32)
+// The tensor-core tile loads address a sequence's rows with 32-bit offsets: T x 3C past 2^31 - 1 elements
 // (here T = 2^20, C = 768: 2.4e9) must be refused before anything runs (hence NULL buffers).
 static const int TOO_LONG_T = 1 << 20, TOO_LONG_C = 768, TOO_LONG_NH = 12;
 static void forward_too_long(const void* arg) {
@@ -332,10 +331,17 @@ static void run_case(Case c, TestRng* rng) {
     Problem p = make_problem(c, rng);
     Results first = {host_floats(p.n_out), host_floats(2 * p.n_stat), host_floats(p.n_qkv), host_floats(3 * p.C)};
     Results second = {host_floats(p.n_out), host_floats(2 * p.n_stat), host_floats(p.n_qkv), host_floats(3 * p.C)};
-#if defined(PRECISION_BF16)
-    // FLASH_ATTN_CONFIG picks the tensor-core tiles, FLASH_ATTN_DETERMINISTIC how dQ is summed.
+#if !defined(PRECISION_FP32)
+    // FLASH_ATTN_CONFIG picks the tensor-core tiles, FLASH_ATTN_DETERMINISTIC how dQ is summed. The
+    // wgmma tiles (sm90, last) run where the GPU runs this build's sm_90a code: an H100/H200, the
+    // test built with GPU_ARCH 90 (not an sm_75 build's code compiled for it by the driver).
+#if defined(PRECISION_FP16)
+    const char* configs[] = {"sm75", "sm80", "sm86", "sm90"};
+#else
     const char* configs[] = {"sm80", "sm86", "sm90"};
-    const size_t num_configs = gpu_is_sm90() ? 3 : 2;
+#endif
+    const size_t all_configs = sizeof(configs) / sizeof(configs[0]);
+    const size_t num_configs = device_code_arch() == 900 ? all_configs : all_configs - 1;
     const char* dq_modes[] = {"1", "0"};
 #else
     const char* configs[] = {"fp32"}; // neither variable is used in FP32
@@ -347,6 +353,7 @@ static void run_case(Case c, TestRng* rng) {
             setenv("FLASH_ATTN_CONFIG", configs[k], 1);
             setenv("FLASH_ATTN_DETERMINISTIC", dq_modes[d], 1);
             const int atomic_dq = strcmp(dq_modes[d], "0") == 0;
+            if (atomic_dq && strcmp(configs[k], "sm75") == 0) continue; // too large for a T4's shared memory
             char label[128];
             snprintf(label, sizeof(label), "B %d T %d NH %d HS %d qk %.0f %s%s", c.B, c.T, c.NH, c.HS, c.qk_range,
                      configs[k], atomic_dq ? " atomic dQ" : "");
@@ -398,7 +405,7 @@ int main(void) {
     const unsigned long long seed = seed_env ? strtoull(seed_env, NULL, 10) : (unsigned long long)time(NULL);
     printf("test_attention_gpu: seed %llu (TEST_SEED=%llu repeats this run)\n", seed, seed);
     TestRng rng = test_rng(seed);
-#if defined(PRECISION_BF16) // in forked children, before this process touches the GPU
+#if !defined(PRECISION_FP32) // in forked children, before this process touches the GPU
     test_expect_fatal("a sequence of T x 3C above 2^31 - 1 is refused (forward)", forward_too_long, NULL,
                       "T 1048576 x 3C 2304", "2^31 - 1");
     test_expect_fatal("a sequence of T x 3C above 2^31 - 1 is refused (backward)", backward_too_long, NULL,
@@ -422,6 +429,14 @@ int main(void) {
         // 44 and 53 for the wgmma kernels on an H100), so blocks of both orders run
         {8, 1025, 12, 64, 2.0f},
     };
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) run_case(cases[i], &rng);
+    int most_shared;
+    cudaCheck(cudaDeviceGetAttribute(&most_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        if (cases[i].HS == 128 && most_shared <= 64 * 1024) {
+            printf("SKIP head size 128: this GPU gives a block %d bytes of shared memory (sm75 tiles)\n", most_shared);
+            continue;
+        }
+        run_case(cases[i], &rng);
+    }
     return test_summary("test_attention_gpu");
 }

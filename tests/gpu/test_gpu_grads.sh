@@ -1,12 +1,14 @@
 #!/bin/bash
 # The whole model's loss and every gradient tensor of the CUDA builds against the CPU reference: one
 # forward + backward of a small GPT-2 on the first batch of tinyshakespeare from the same seed,
-# dumped by tests/lib/dump_grads.c and compared tensor by tensor (loss and 16 gradients) for FP32 and
-# BF16, ATTN=naive and ATTN=flash (the BF16 flash build under every tile configuration, and with
-# dQ summed by atomics, FLASH_ATTN_DETERMINISTIC=0). Per tensor:
+# dumped by tests/lib/dump_grads.c and compared tensor by tensor (loss and 16 gradients) for FP32,
+# BF16 and FP16, ATTN=naive and ATTN=flash (the BF16 flash build under every tile configuration, and
+# with dQ summed by atomics, FLASH_ATTN_DETERMINISTIC=0; the FP16 one also with the sm75 tiles). Per
+# tensor:
 #   FP32: ||gpu - cpu|| / ||cpu|| <= 1e-5 and every element within 1e-4 of the tensor's largest |cpu|
 #   BF16: ||gpu - cpu|| / ||cpu|| <= 3e-2 and every element within 1e-1 of it (bf16 storage, see
 #         tests/lib/dump_grads.c)
+#   FP16: 4e-3 and 1.25e-2 (fp16 storage, 8 times finer than bf16; the dump scales the loss by 2^16)
 # and no NaN or inf (the dump fills its buffers with NaN first, so an element never copied fails).
 # Awkward sizes: C 96 with 3 heads (head size 32, the smallest the BF16 flash kernels take), T 67 (no
 # multiple of a tile) below max T 80 (wpe rows that the batch never reaches get no gradient), B 3.
@@ -29,7 +31,7 @@ fail() { echo "FAIL $1"; failed=1; }
 gpu_dir() { if [ "$1" = naive ]; then echo "$BUILD/model-$2"; else echo "$BUILD/model-$1-$2"; fi; }
 make -j"$(nproc)" --no-print-directory BUILD="$BUILD/model-cpu" ATTN=naive "$BUILD/model-cpu/tests/dump_grads_cpu" >/dev/null
 for a in naive flash; do
-    for p in FP32 BF16; do
+    for p in FP32 BF16 FP16; do
         dir=$(gpu_dir $a $p)
         make -j"$(nproc)" --no-print-directory BUILD="$dir" ATTN=$a PRECISION=$p GPU_ARCH="$ARCH" \
             "$dir/tests/dump_grads" >/dev/null
@@ -63,8 +65,13 @@ check flash-BF16 flash BF16
 check flash-BF16-sm80-tiles flash BF16 sm80
 check flash-BF16-sm86-tiles flash BF16 sm86
 check flash-BF16-atomic-dQ flash BF16 "" 0
+check naive-FP16 naive FP16
+check flash-FP16 flash FP16
+check flash-FP16-sm75-tiles flash FP16 sm75
 MODEL=(--layers 2 --channels 128 --heads 2 --max-seq 80 -b 3 -t 67 --seed 1337)
 "$REF" "$TOKENS" "${MODEL[@]}" -o "$WORK/cpu.bin" | tail -n 1
 check flash-BF16-hs64 flash BF16
 check flash-BF16-hs64-sm80-tiles flash BF16 sm80
+check flash-FP16-hs64 flash FP16
+check flash-FP16-hs64-sm75-tiles flash FP16 sm75
 [ $failed = 0 ] && echo "test_gpu_grads: all passed" || { echo "test_gpu_grads: FAILED"; exit 1; }

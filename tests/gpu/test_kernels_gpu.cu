@@ -1,6 +1,6 @@
 // Every CUDA kernel against the CPU reference kernels (fp32, linked under cpu_<name>, see
 // kernels/cpu_reference_names.h) on fresh random inputs of awkward sizes. GPU outputs are poisoned
-// with 0xFF bytes (NaN in fp32 and bf16) before each run, so an unwritten element fails.
+// with 0xFF bytes (NaN in fp32, bf16 and fp16) before each run, so an unwritten element fails.
 // The seed is printed; TEST_SEED=n reruns one case.
 //
 // Tolerances. FP32 build: 1e-5 relative (TF32 is off: cuBLAS runs CUBLAS_COMPUTE_32F), plus
@@ -8,7 +8,12 @@
 // inputs are rounded to bf16 before both backends see them, so the only differences are the
 // roundings to bf16 along the GPU path; each has relative error <= 2^-9, counted as 2^-8 for
 // margin, so a result after k roundings gets k * 2^-8 relative (and of the largest value as
-// absolute slack), with k counted at each check.
+// absolute slack), with k counted at each check. FP16 build: the same with fp16's rounding, whose
+// relative error is <= 2^-11 (11 significant bits), counted as 2^-10: k * 2^-10. Below fp16's
+// smallest normal (6.1e-5) the error is absolute (up to 2^-25), which the slack of k * 2^-10 of the
+// largest value covers wherever that value is above 0.03; so the gradients that seed a backward
+// (dloss) are scaled by GRADIENT_SCALE in FP16, as training scales the loss (train.c's
+// --loss-scale), and stay normal.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +29,8 @@ extern "C" {
 
 #if defined(PRECISION_BF16)
 static double tolerance(int roundings) { return roundings * (1.0 / 256.0); }
+#elif defined(PRECISION_FP16)
+static double tolerance(int roundings) { return roundings * (1.0 / 1024.0); }
 #else
 static double tolerance(int roundings) {
     (void)roundings;
@@ -31,8 +38,13 @@ static double tolerance(int roundings) {
 }
 #endif
 
-// Parameter gradients are float in both builds and nothing rounds them to bf16: only the order of
+// Parameter gradients are float in every build and nothing rounds them to floatX: only the order of
 // the fp32 sums differs from the CPU's.
+#if defined(PRECISION_FP16)
+#define GRADIENT_SCALE 1024.0f
+#else
+#define GRADIENT_SCALE 1.0f
+#endif
 #define GRAD_TOLERANCE 1e-5
 
 static TestRng rng;
@@ -545,8 +557,8 @@ static void test_weight_gradient_write(int N, int C, int OC, int group_rows, int
 
 // The backward of a layer (N, OC) -> (N, C) whose input is gelu(pre), pre (N, C), with the GELU's
 // backward fused into it, against the CPU's matmul and GELU backward in turn. In BF16, C a multiple
-// of 8 takes cuBLASLt's DGELU epilogue, other widths the unfused fallback; FP32 always takes the
-// fallback. dinp rounds once, after gelu' of a pre that was rounded on upload (2).
+// of 8 takes cuBLASLt's DGELU epilogue, other widths the unfused fallback; FP32 and FP16 always take
+// the fallback. dinp rounds once, after gelu' of a pre that was rounded on upload (2).
 static void test_matmul_backward_gelu(int N, int C, int OC) {
     char name[128];
     float *inp = random_array((size_t)N * C, -1, 1), *w = random_array((size_t)OC * C, -1, 1);
@@ -717,7 +729,7 @@ static void test_classifier(int N, int V, int Vp) {
     int* d_targets = upload_tokens(targets, N);
     float* d_losses = (float*)poisoned(N * sizeof(float));
     float* losses = host_floats(N);
-    float dloss = 1.0f / N;
+    float dloss = GRADIENT_SCALE / N;
     // Without dlogits the logits must stay as they were.
     fused_classifier(d_logits, d_losses, d_targets, dloss, N, V, Vp, 0);
     float* kept = host_floats(n);
@@ -736,12 +748,16 @@ static void test_classifier(int N, int V, int Vp) {
     dev_free(d_logits), dev_free(d_targets), dev_free(d_losses);
 }
 
-// Whether head_classifier computes bf16 logits (head.cu: BF16 off sm_90a, or C or Vp not a multiple
-// of 8); sm90a_probe_kernel is built with this binary's code, as head.cu's kernel is.
+// Whether head_classifier computes floatX logits (head.cu: always in FP16; BF16 off sm_90a, or C or
+// Vp not a multiple of 8); sm90a_probe_kernel is built with this binary's code, as head.cu's kernel is.
 __global__ void sm90a_probe_kernel(void) {}
-static bool head_takes_bf16_logits(int C, int Vp) {
-    if (sizeof(floatX) != 2) return false;
+static bool head_takes_floatX_logits(int C, int Vp) {
+#if defined(PRECISION_BF16)
     return C % 8 != 0 || Vp % 8 != 0 || !sm90a_code_runs((const void*)sm90a_probe_kernel);
+#else
+    (void)C, (void)Vp;
+    return sizeof(floatX) == 2;
+#endif
 }
 
 // head_classifier against the CPU's (matmul_forward, fused_classifier, matmul_backward in fp32).
@@ -763,8 +779,8 @@ static void test_head_classifier(int N, int C, int V, int Vp, int group_rows, in
     int* targets = (int*)xmalloc(N * sizeof(int), "targets");
     for (int i = 0; i < N; i++) targets[i] = (int)(test_uniform(&rng) * V);
     targets[0] = V - 1; // the last real column
-    float* dw = random_array((size_t)Vp * C, -1e-3f, 1e-3f);
-    const float dloss = 1.0f / N;
+    float* dw = random_array((size_t)Vp * C, -1e-3f * GRADIENT_SCALE, 1e-3f * GRADIENT_SCALE);
+    const float dloss = GRADIENT_SCALE / N;
     floatX *d_inp = upload_x(inp, (size_t)N * C), *d_w = upload_x(w, (size_t)Vp * C);
     int* d_targets = upload_tokens(targets, N);
     float* want_losses = host_floats(N);
@@ -774,17 +790,17 @@ static void test_head_classifier(int N, int C, int V, int Vp, int group_rows, in
     cpu_head_classifier(want_losses, want_dinp, want_dw, scratch, targets, dloss, inp, w, N, C, V, Vp, group_rows,
                         GRAD_ADD);
     // Absolute, of losses up to a few hundred. BF16: 0.02 for the staged differences; where the GPU
-    // takes the other path (bf16 logits), the roundings of the target's logit and of the largest,
-    // each up to 2^-9 of the largest |logit|.
+    // takes the other path (floatX logits), the roundings of the target's logit and of the largest,
+    // each up to half a rounding's tolerance (bf16: 2^-9, fp16: 2^-11) of the largest |logit|.
     double loss_tol = sizeof(floatX) == 2 ? 0.02 : 1e-4;
-    if (head_takes_bf16_logits(C, Vp)) {
+    if (head_takes_floatX_logits(C, Vp)) {
         float* logits = host_floats((size_t)N * Vp);
         cpu_matmul_forward(logits, inp, w, NULL, NULL, N, C, Vp, C, N);
         float largest = 0.0f;
         for (int r = 0; r < N; r++)
             for (int v = 0; v < V; v++) largest = fmaxf(largest, fabsf(logits[(size_t)r * Vp + v]));
         free(logits);
-        loss_tol = fmax(loss_tol, 2.0 * largest / 512.0);
+        loss_tol = fmax(loss_tol, 2.0 * largest * tolerance(1) / 2.0);
     }
     // Twice, each time into poisoned outputs and scratch: the second must give the first's bits.
     float* d_losses[2];
@@ -850,8 +866,8 @@ static void test_head_classifier(int N, int C, int V, int Vp, int group_rows, in
     for (int run = 0; run < 2; run++) dev_free(d_losses[run]), dev_free(d_dinp[run]), dev_free(d_dw[run]);
 }
 
-// BF16 roundings: forward: the scores (their absolute error 2^-9 |s| becomes a relative error of
-// exp(s); |s| <= ~2 here, so 2), the probabilities (1), the output (1): 4. Backward adds dP, dS
+// floatX roundings (BF16 counted, FP16 alike): forward: the scores (their absolute error 2^-9 |s|
+// becomes a relative error of exp(s); |s| <= ~2 here, so 2), the probabilities (1), the output (1): 4. Backward adds dP, dS
 // and the output rounding, with the forward's 4 inside: 8.
 static void test_attention(int B, int T, int C, int NH) {
     char name[128];
@@ -931,12 +947,12 @@ static void test_adamw(size_t n) {
     float *d_m = (float*)dev_malloc(n * sizeof(float), "m"), *d_v = (float*)dev_malloc(n * sizeof(float), "v");
     dev_upload(d_m, m, n * sizeof(float));
     dev_upload(d_v, v, n * sizeof(float));
-#if defined(PRECISION_BF16)
+#if !defined(PRECISION_FP32)
     float* d_master = (float*)dev_malloc(n * sizeof(float), "master");
     dev_upload(d_master, w, n * sizeof(float));
     float* w_bf16 = (float*)xmalloc(n * sizeof(float), "w");
     memcpy(w_bf16, w, n * sizeof(float));
-    floatX* d_w = upload_x(w_bf16, n); // the bf16 parameters; the CPU updates the fp32 master
+    floatX* d_w = upload_x(w_bf16, n); // the floatX parameters; the CPU updates the fp32 master
     cudaCheck(cudaMemset(d_w, 0xff, n * sizeof(floatX)));
     adamw_update(d_w, d_master, d_g, d_m, d_v, n, 0, lr, b1, b2, eps, wd, scale, t, seed);
     float* d_updated = d_master;
@@ -952,7 +968,30 @@ static void test_adamw(size_t n) {
     check_f(name, d_m, m, n, 1e-5);
     snprintf(name, sizeof name, "adamw_update v n=%zu", n);
     check_f(name, d_v, v, n, 1e-5);
-#if defined(PRECISION_BF16)
+#if defined(PRECISION_FP16)
+    // Rounded to nearest: each fp16 weight within half an ulp of its master value (11 significant
+    // bits; below 2^-14, fp16's subnormals, the ulp is 2^-24), and round_master_weights gives the
+    // step's weights back bit for bit.
+    float *master = host_floats(n), *param = host_floats(n);
+    dev_download(master, d_master, n * sizeof(float));
+    download_x(param, d_w, n);
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        int exponent;
+        frexpf(master[i], &exponent);
+        double ulp = ldexp(1.0, exponent - 11 > -24 ? exponent - 11 : -24);
+        if (!(fabs((double)param[i] - master[i]) <= ulp / 2)) off++;
+    }
+    snprintf(name, sizeof name, "adamw_update rounds the fp16 weights to nearest n=%zu", n);
+    test_check(off == 0, name, "%zu of %zu fp16 weights are not the nearest to their master", off, n);
+    floatX* d_rebuilt = (floatX*)poisoned(n * sizeof(floatX));
+    round_master_weights(d_rebuilt, d_master, n, 0, t, seed);
+    snprintf(name, sizeof name, "round_master_weights rebuilds the step's fp16 weights n=%zu", n);
+    const int rebuilt = same_bytes(d_rebuilt, d_w, n * sizeof(floatX));
+    test_check(rebuilt, name, "%s", rebuilt ? "bit for bit" : "the fp16 weights differ");
+    dev_free(d_rebuilt), dev_free(d_master);
+    free(master), free(param), free(w_bf16);
+#elif defined(PRECISION_BF16)
     // Stochastic rounding: each bf16 weight is one of the two bf16 neighbours of its master value;
     // about a quarter (E[min(f, 1 - f)] for uniform fractions f) go to the farther one, and the
     // rounding errors average to zero.

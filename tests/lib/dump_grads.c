@@ -5,7 +5,7 @@
 // gradients of every CUDA build against the CPU reference, tensor by tensor.
 //
 //   dump_grads TOKENS [--layers L --channels C --heads NH --max-seq N -b B -t T --seed S] -o OUT
-//   dump_grads --compare REF TEST [--precision FP32|BF16] [--rtol X] [--etol X]
+//   dump_grads --compare REF TEST [--precision FP32|BF16|FP16] [--rtol X] [--etol X]
 //
 // The comparison takes the loss as a tensor of one element. A tensor passes when
 //   ||test - ref||_2 / ||ref||_2 <= rtol   and   max |test - ref| <= etol * max |ref|
@@ -17,6 +17,8 @@
 //         roundoff 2^-8 = 3.9e-3) and each layer rounds a few times forward and backward: a few
 //         roundings per layer of 2^-8 give errors of 1e-2 relative; elements that are sums with
 //         cancellation lose more relative to themselves, hence etol against the largest element.
+//   FP16: rtol 4e-3, etol 1.25e-2: the same with fp16's unit roundoff, 2^-11 = 4.9e-4, 8 times
+//         smaller than bf16's (the dump scales the loss by 2^16 so that no gradient underflows).
 // An element that the backward never writes keeps its zero (gpt2_zero_grad's, or the model's at build
 // for the products' weight gradients, which the backward writes whole) and fails unless the
 // reference's is (nearly) zero too.
@@ -60,13 +62,13 @@ typedef struct {
 static void usage(FILE* f) {
     fprintf(f,
             "usage: dump_grads TOKENS [options] -o OUT      the loss and gradients of the first batch\n"
-            "       dump_grads --compare REF TEST [--precision FP32|BF16] [--rtol X] [--etol X]\n"
+            "       dump_grads --compare REF TEST [--precision FP32|BF16|FP16] [--rtol X] [--etol X]\n"
             "  --layers N --channels N --heads N --max-seq N  model size (default 2, 64, 4, T)\n"
             "  -b N, -t N                 batch and sequence length (default 4, 64)\n"
             "  --seed N                   initialisation seed (default 1337)\n"
             "  -o FILE                    where to write the loss and the gradients\n"
             "  --compare REF TEST         compare TEST against REF, tensor by tensor\n"
-            "  --precision FP32|BF16      default tolerances of TEST's build (default FP32)\n"
+            "  --precision FP32|BF16|FP16 default tolerances of TEST's build (default FP32)\n"
             "  --rtol X                   limit of ||test - ref|| / ||ref|| per tensor\n"
             "  --etol X                   limit of max |test - ref| / max |ref| per tensor\n");
 }
@@ -108,7 +110,8 @@ static Options parse_options(int argc, char** argv) {
         case OPT_SEED: o.seed = (unsigned long long)parse_int_option(optarg, name, 0, 1LL << 40); break;
         case OPT_COMPARE: o.compare = 1; break;
         case OPT_PRECISION:
-            if (strcmp(optarg, "FP32") && strcmp(optarg, "BF16")) fatal("option --precision: '%s' is not FP32 or BF16", optarg);
+            if (strcmp(optarg, "FP32") && strcmp(optarg, "BF16") && strcmp(optarg, "FP16"))
+                fatal("option --precision: '%s' is not FP32, BF16 or FP16", optarg);
             o.precision = optarg;
             break;
         case OPT_RTOL: o.rtol = parse_tolerance(optarg, name); break;
@@ -132,6 +135,12 @@ static Options parse_options(int argc, char** argv) {
 
 // ---- dump --------------------------------------------------------------------------------
 
+#if defined(PRECISION_FP16)
+#define LOSS_SCALE 65536.0f
+#else
+#define LOSS_SCALE 1.0f
+#endif
+
 static int dump(const Options* o) {
     GPT2Config cfg = {.max_seq_len = o->max_seq, .vocab_size = GPT2_VOCAB_SIZE,
                       .padded_vocab_size = gpt2_padded_vocab(GPT2_VOCAB_SIZE),
@@ -149,7 +158,10 @@ static int dump(const Options* o) {
     gpt2_build(&model, &spec);
     gpt2_init_random(&model, o->seed);
     gpt2_zero_grad(&model);
-    gpt2_forward(&model, loader.inputs, loader.targets, o->B, o->T, 1.0f / (float)(o->B * o->T));
+    // The FP16 build's gradients underflow fp16 without a loss scale, as its training scales them
+    // (train.c's --loss-scale, from 2^16): the loss times LOSS_SCALE, the gradients divided by it
+    // after (exactly: a power of two).
+    gpt2_forward(&model, loader.inputs, loader.targets, o->B, o->T, LOSS_SCALE / (float)(o->B * o->T));
     size_t count;
     const float* losses = gpt2_losses(&model, &count);
     float loss = (float)(gpt2_loss_sum(losses, count) / (double)count);
@@ -159,6 +171,7 @@ static int dump(const Options* o) {
     float* host = xmalloc(n * sizeof(float), "gradients");
     dev_download(host, model.grads, n * sizeof(float)); // fp32 in every build
     dev_synchronize();
+    for (size_t i = 0; i < n; i++) host[i] /= LOSS_SCALE;
 
     GradsHeader h;
     memset(&h, 0, sizeof h);
@@ -241,9 +254,9 @@ static int compare_tensor(const char* name, const float* ref, const float* test,
 }
 
 static int compare(const Options* o, const char* ref_path, const char* test_path) {
-    int bf16 = strcmp(o->precision, "BF16") == 0;
-    double rtol = o->rtol >= 0.0 ? o->rtol : bf16 ? 3e-2 : 1e-5;
-    double etol = o->etol >= 0.0 ? o->etol : bf16 ? 1e-1 : 1e-4;
+    int bf16 = strcmp(o->precision, "BF16") == 0, fp16 = strcmp(o->precision, "FP16") == 0;
+    double rtol = o->rtol >= 0.0 ? o->rtol : bf16 ? 3e-2 : fp16 ? 4e-3 : 1e-5;
+    double etol = o->etol >= 0.0 ? o->etol : bf16 ? 1e-1 : fp16 ? 1.25e-2 : 1e-4;
     Grads ref, test;
     grads_read(ref_path, &ref);
     grads_read(test_path, &test);

@@ -234,6 +234,19 @@ static void test_find_nonfinite(void) {
     test_check(none && whole && shard && last, "first non-finite value named by tensor and index",
                "all finite %s, whole model %s, shard %s, last value %s", none ? "right" : "wrong",
                whole ? "right" : "wrong", shard ? "right" : "wrong", last ? "right" : "wrong");
+    // gpt2_find_beyond (the FP16 build's range check of loaded weights, 65504): magnitudes up to the
+    // limit pass, the first above it (either sign) or NaN is named.
+    memset(v, 0, n * sizeof(float));
+    v[5] = 65504.0f, v[6] = -65504.0f;
+    int within = !gpt2_find_beyond(&tiny, v, 0, n, 65504.0f, &tensor, &index);
+    v[qkvw + 7] = -65505.0f;
+    v[qkvw + 9] = 1e6f;
+    int beyond = gpt2_find_beyond(&tiny, v, 0, n, 65504.0f, &tensor, &index) && tensor == P_QKVW && index == 7;
+    v[qkvw + 7] = NAN;
+    int nan = gpt2_find_beyond(&tiny, v, 0, n, 65504.0f, &tensor, &index) && tensor == P_QKVW && index == 7;
+    test_check(within && beyond && nan, "first value beyond a limit named by tensor and index",
+               "+-65504 within %s, -65505 named %s, NaN named %s", within ? "right" : "wrong",
+               beyond ? "right" : "wrong", nan ? "right" : "wrong");
     free(v);
 }
 

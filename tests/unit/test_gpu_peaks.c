@@ -5,7 +5,7 @@
 //    the architecture whitepapers (dense BF16 with FP32 accumulation: 512 FLOP per clock per SM on
 //    GeForce, 1024 on the workstation cards; FP32: 256);
 //  - the matching: the most specific name wins, case does not matter, laptop and cut-down parts
-//    and names the table lacks give 0, BF16 and FP32 are told apart (the T4 has no BF16).
+//    and names the table lacks give 0, BF16, FP16 and FP32 are told apart (the T4 has no BF16).
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -18,7 +18,8 @@ static void expect_peak(const char* device, PeakPrecision precision, double want
     const char* entry = NULL;
     double got = gpu_peak_tflops(device, precision, &entry);
     char name[160];
-    snprintf(name, sizeof name, "%s %s", device, precision == PEAK_BF16 ? "BF16" : "FP32");
+    snprintf(name, sizeof name, "%s %s", device,
+             precision == PEAK_BF16 ? "BF16" : precision == PEAK_FP16 ? "FP16" : "FP32");
     test_check(fabs(got - want) <= rtol * want && entry != NULL, name, "%g TFLOP/s (want %g within %g%%), entry %s",
                got, want, 100 * rtol, entry ? entry : "(none)");
 }
@@ -70,9 +71,11 @@ int main(void) {
     // The sheets round to 3 or 4 digits (the H100 PCIe's FP32 to 51, its whitepaper says 51.2).
     for (size_t i = 0; i < sizeof sheets / sizeof sheets[0]; i++) {
         expect_peak(sheets[i].device, PEAK_BF16, sheets[i].bf16, 0.002);
+        expect_peak(sheets[i].device, PEAK_FP16, sheets[i].bf16, 0.002); // one rate for both since Ampere
         expect_peak(sheets[i].device, PEAK_FP32, sheets[i].fp32, 0.004);
     }
     expect_peak("Tesla T4", PEAK_FP32, 8.1, 0.001);
+    expect_peak("Tesla T4", PEAK_FP16, 65, 0.001); // the data sheet's mixed precision (FP16/FP32)
 
     // SMs x boost clock x the architecture's rate per SM and clock.
     const struct { const char* device; int sms, mhz, bf16_per_clock; } derived[] = {

@@ -1,11 +1,11 @@
-// The backward kernels of the BF16 flash attention, launched by attention_flash.cu after its
-// flash_backward_prepare (D and lse, shared with the FP32 build):
+// The backward kernels of the tensor-core (BF16, FP16) flash attention, launched by
+// attention_flash.cu after its flash_backward_prepare (D and lse, shared with the FP32 build):
 //   flash_backward_dkv_kernel         dK and dV, a block per block of key rows (with ATOMIC_DQ
 //                                     also dQ, by float atomics or TMA adds)
 //   flash_backward_dq_kernel          dQ, a block per block of query rows
 //   flash_backward_dq_convert_kernel  the atomic dQ's fp32 sums into dqkv
-// Their products and tile loads are in attention_flash_bf16_mma.cuh; the forward in
-// attention_flash_bf16_forward.cuh. Given bias_partials, the dK/dV and dQ kernels also write the
+// Their products and tile loads are in attention_flash_tc_mma.cuh; the forward in
+// attention_flash_tc_forward.cuh. Given bias_partials, the dK/dV and dQ kernels also write the
 // column sums of each 64-row tile of dqkv they store (the qkv bias gradient's partial sums, which
 // attention_flash.cu adds up), so that nothing reads dqkv again for them.
 //
@@ -26,7 +26,7 @@
 #pragma once
 #include <math.h>
 
-#include "kernels/cuda/attention_flash_bf16_mma.cuh"
+#include "kernels/cuda/attention_flash_tc_mma.cuh"
 #include "kernels/constants.h"
 
 // Adds a warp's (16 x NCOLS) accumulator to rows row0 .. (< T), columns col0 .. of a float matrix
@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
                     for (int half = 0; half < 2; half++)
                         *(uint32_t*)(ds_tile + ds_offset(warp * 16 + lane / 4 + half * 8, nt * 8 + lane % 4 * 2)) =
-                            pack_bf16(ds[0][nt][2 * half], ds[0][nt][2 * half + 1]);
+                            pack_floatX2(ds[0][nt][2 * half], ds[0][nt][2 * half + 1]);
             }
             Mma::template gemm_c_b<1, COLS>(dv_acc, p, do_tile); // dV += P^T dO
             Mma::template gemm_c_b<1, COLS>(dk_acc, ds, q_tile); // dK += dS^T Q (scaled at the end)
@@ -391,9 +391,9 @@ __global__ void flash_backward_dq_convert_kernel(floatX* dqkv, const float* dq_a
     if (i >= n) return;
     const float4 lo = *(const float4*)(dq_accum + i), hi = *(const float4*)(dq_accum + i + 4);
     uint4 packed;
-    packed.x = pack_bf16(lo.x * scale, lo.y * scale);
-    packed.y = pack_bf16(lo.z * scale, lo.w * scale);
-    packed.z = pack_bf16(hi.x * scale, hi.y * scale);
-    packed.w = pack_bf16(hi.z * scale, hi.w * scale);
+    packed.x = pack_floatX2(lo.x * scale, lo.y * scale);
+    packed.y = pack_floatX2(lo.z * scale, lo.w * scale);
+    packed.z = pack_floatX2(hi.x * scale, hi.y * scale);
+    packed.w = pack_floatX2(hi.z * scale, hi.w * scale);
     *(uint4*)(dqkv + i / C * 3 * C + i % C) = packed;
 }

@@ -1,14 +1,14 @@
-// PTX wrappers of the BF16 tensor-core kernels: the flash attention (kernels/cuda/attention_flash.cu
-// and the files it includes, listed there) and our wgmma product (kernels/cuda/matmul_wgmma.cuh, with
-// the fc layer's GELU and the head's probabilities): ldmatrix and stmatrix, mma.sync m16n8k16 and its
+// PTX wrappers of the tensor-core kernels of the BF16 and FP16 builds (their element type is
+// floatX's): the flash attention (kernels/cuda/attention_flash.cu and the files it includes, listed
+// there) and our wgmma product (kernels/cuda/matmul_wgmma.cuh, BF16 only, with the fc layer's GELU and the head's probabilities): ldmatrix and stmatrix, mma.sync m16n8k16 and its
 // fragment layouts, wgmma (sm_90a) with its shared-memory descriptor, fences and register pins, TMA
 // tile copies with the mbarriers they signal, and TMA stores and reduce-adds with their bulk
 // async-groups (sm_90a); cp.async, which the layernorm uses too, is in common.cuh. Nothing here
 // knows about attention, GELU or the head: the matrix-product policies built on these, and the tile
-// loads and stores, are in attention_flash_bf16_mma.cuh and matmul_wgmma.cuh.
+// loads and stores, are in attention_flash_tc_mma.cuh and matmul_wgmma.cuh.
 #pragma once
-#if !defined(PRECISION_BF16)
-#error "the bf16 tensor-core kernels' PTX (attention_flash_bf16_ptx.cuh) is for the BF16 build"
+#if defined(PRECISION_FP32)
+#error "the tensor-core kernels' PTX (attention_flash_tc_ptx.cuh) is for the BF16 and FP16 builds"
 #endif
 #include <stdint.h>
 
@@ -37,16 +37,36 @@ __device__ __forceinline__ void stmatrix_x4(void* p, uint32_t r0, uint32_t r1, u
                  : "memory");
 #endif
 }
-// c (16 x 8, fp32) += a (16 x 16, bf16, row-major) b (16 x 8, bf16, column-major).
+// The PTX name of floatX in the mma and wgmma instructions.
+#if defined(PRECISION_BF16)
+#define MMA_TYPE "bf16"
+#else
+#define MMA_TYPE "f16"
+#endif
+// c (16 x 8, fp32) += a (16 x 16, floatX, row-major) b (16 x 8, floatX, column-major).
+// sm_75 (Turing) has only the m16n8k8 shape, and only for f16 (the Makefile refuses BF16 there): the
+// product over k = 16 is that of its first 8 columns of a and rows of b, then of its last 8, and the
+// m16n8k16 fragments split exactly so (below: a[0..1] and b0 hold k 0..7, a[2..3] and b1 k 8..15, in
+// the m16n8k8 layout), so the same fragments serve both. The two adds of fp32 partial products may
+// round differently from the one m16n8k16 of newer cards.
 __device__ __forceinline__ void mma_16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." MMA_TYPE "." MMA_TYPE ".f32 {%0, %1, %2, %3}, "
                  "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *(uint32_t*)&v;
+#elif defined(PRECISION_FP16)
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(b0));
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[2]), "r"(a[3]), "r"(b1));
+#else
+#error "bf16 tensor cores need sm_80 or newer (build BF16 without GPU_ARCH 75)"
+#endif
 }
 
 // Fragment layouts (PTX ISA, mma.m16n8k16): lane = 4 g + q. An accumulator c[4] of a 16 x 8 tile
@@ -55,13 +75,13 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 // (row g+8, same). A B fragment (b0, b1) of a 16 x 8 tile holds (rows 2q..2q+1, col g) and
 // (rows 2q+8..2q+9, col g).
 
-// The A fragment (16 x 16, bf16) of columns 16 k .. 16 k + 15 of a warp's fp32 tile in the
+// The A fragment (16 x 16, floatX) of columns 16 k .. 16 k + 15 of a warp's fp32 tile in the
 // accumulator layout: P or dS as the left operand of the next product.
 __device__ __forceinline__ void a_fragment_of(uint32_t a[4], const float (*c)[4], int k) {
-    a[0] = pack_bf16(c[2 * k][0], c[2 * k][1]);
-    a[1] = pack_bf16(c[2 * k][2], c[2 * k][3]);
-    a[2] = pack_bf16(c[2 * k + 1][0], c[2 * k + 1][1]);
-    a[3] = pack_bf16(c[2 * k + 1][2], c[2 * k + 1][3]);
+    a[0] = pack_floatX2(c[2 * k][0], c[2 * k][1]);
+    a[1] = pack_floatX2(c[2 * k][2], c[2 * k][3]);
+    a[2] = pack_floatX2(c[2 * k + 1][0], c[2 * k + 1][1]);
+    a[3] = pack_floatX2(c[2 * k + 1][2], c[2 * k + 1][3]);
 }
 
 // wgmma (PTX ISA, "asynchronous warpgroup level matrix multiply"), compiled for sm_90a only; the
@@ -69,7 +89,7 @@ __device__ __forceinline__ void a_fragment_of(uint32_t a[4], const float (*c)[4]
 // trap if it did.
 // Shared-memory matrix descriptor: start address, 1024 bytes between groups of 8 rows (the
 // "stride byte offset"), 128-byte swizzle. The leading byte offset is not used by these shapes:
-// a bf16 operand 64 wide is exactly one swizzle row (tried: any value works).
+// a 2-byte operand 64 wide is exactly one swizzle row (tried in BF16: any value works).
 __device__ __forceinline__ uint64_t wgmma_descriptor(const floatX* tile) {
     return (uint64_t)((smem_address(tile) & 0x3FFFF) >> 4) | (uint64_t)(1024 >> 4) << 32 | 1ull << 62;
 }
@@ -89,7 +109,7 @@ template <int TRANS_B>
 __device__ __forceinline__ void wgmma_m64n64k16(float d[8][4], const uint32_t a[4], uint64_t b, bool accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WGMMA_D_REGISTERS
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." MMA_TYPE "." MMA_TYPE " " WGMMA_D_REGISTERS
                  ", {%32, %33, %34, %35}, %36, p, 1, 1, %37;\n}\n"
                  : WGMMA_D_OPERANDS(d)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(TRANS_B), "r"((int)accumulate));
@@ -105,7 +125,7 @@ template <int TRANS_A, int TRANS_B>
 __device__ __forceinline__ void wgmma_m64n64k16_shared_a(float d[8][4], uint64_t a, uint64_t b, bool accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %36, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WGMMA_D_REGISTERS
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." MMA_TYPE "." MMA_TYPE " " WGMMA_D_REGISTERS
                  ", %32, %33, p, 1, 1, %34, %35;\n}\n"
                  : WGMMA_D_OPERANDS(d)
                  : "l"(a), "l"(b), "n"(TRANS_A), "n"(TRANS_B), "r"((int)accumulate));
@@ -132,7 +152,7 @@ __device__ __forceinline__ void wgmma_m64n64k16_shared_a(float d[8][4], uint64_t
 __device__ __forceinline__ void wgmma_m64n256k16_shared_a(float d[128], uint64_t a, uint64_t b, bool accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" WGMMA_N256_D_0 ", " WGMMA_N256_D_1
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32." MMA_TYPE "." MMA_TYPE " {" WGMMA_N256_D_0 ", " WGMMA_N256_D_1
                  ", " WGMMA_N256_D_2 ", " WGMMA_N256_D_3 "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
                  : WGMMA_D32(d, 0), WGMMA_D32(d, 32), WGMMA_D32(d, 64), WGMMA_D32(d, 96)
                  : "l"(a), "l"(b), "r"((int)accumulate));

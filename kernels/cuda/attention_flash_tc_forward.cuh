@@ -1,5 +1,5 @@
-// The forward kernel of the BF16 flash attention: each thread block owns a block of query rows of
-// one (batch, head) and streams the K/V tiles at or below the diagonal through shared memory
+// The forward kernel of the tensor-core (BF16, FP16) flash attention: each thread block owns a
+// block of query rows of one (batch, head) and streams the K/V tiles at or below the diagonal through shared memory
 // (TileStream: cp.async or TMA, double-buffered, one barrier per tile); an online softmax keeps
 // the running max and sum in registers; it writes O and (m, l). With products that run while the
 // warps go on (Wgmma), tile j - 1's O += P V is issued right after tile j's S = Q K^T, so the tensor
@@ -8,12 +8,12 @@
 // moves it up to the softmax's start, before the max: it interleaves O's rescale with the
 // exponentials. Left so: the ways to a true overlap that were tried cost registers or shared
 // memory, so blocks per SM, and were slower; docs/performance.md.) Its products and tile loads are in
-// attention_flash_bf16_mma.cuh; its tile shapes and launch in attention_flash.cu; the backward in
-// attention_flash_bf16_backward.cuh.
+// attention_flash_tc_mma.cuh; its tile shapes and launch in attention_flash.cu; the backward in
+// attention_flash_tc_backward.cuh.
 #pragma once
 #include <math.h>
 
-#include "kernels/cuda/attention_flash_bf16_mma.cuh"
+#include "kernels/cuda/attention_flash_tc_mma.cuh"
 #include "kernels/constants.h"
 
 #define LN2 0.6931471805599453f

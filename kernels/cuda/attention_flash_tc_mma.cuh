@@ -1,16 +1,16 @@
-// The building blocks of the BF16 flash kernels (attention_flash_bf16_forward.cuh,
-// attention_flash_bf16_backward.cuh): the two matrix-product policies, MmaSync (mma.sync, every
-// GPU from sm_80) and Wgmma (wgmma, H100/H200), and the tile work both directions share: cp.async
+// The building blocks of the tensor-core flash kernels, BF16 and FP16 (attention_flash_tc_forward.cuh,
+// attention_flash_tc_backward.cuh): the two matrix-product policies, MmaSync (mma.sync, every
+// GPU from sm_80, and sm_75 in FP16) and Wgmma (wgmma, H100/H200), and the tile work both directions share: cp.async
 // loads of tiles and vectors into shared memory, the streaming of tiles (TileStream: cp.async, or
-// TMA with Wgmma), A fragments from a tile, the causal mask of a score fragment, and the bf16
+// TMA with Wgmma), A fragments from a tile, the causal mask of a score fragment, and the floatX
 // store of an accumulator. The PTX underneath is in
-// attention_flash_bf16_ptx.cuh; which policy and tile shapes run is chosen in attention_flash.cu.
+// attention_flash_tc_ptx.cuh; which policy and tile shapes run is chosen in attention_flash.cu.
 #pragma once
 #include <math.h>
 
-#include "kernels/cuda/attention_flash_bf16_ptx.cuh"
+#include "kernels/cuda/attention_flash_tc_ptx.cuh"
 
-// A fragments (16 x 16 blocks, bf16) of a warp's (16 M_TILES x COLS) accumulator: P for O += P V.
+// A fragments (16 x 16 blocks, floatX) of a warp's (16 M_TILES x COLS) accumulator: P for O += P V.
 template <int M_TILES, int COLS>
 __device__ __forceinline__ void a_fragments_of(uint32_t a[M_TILES][COLS / 16][4], const float p[M_TILES][COLS / 8][4]) {
 #pragma unroll
@@ -91,7 +91,7 @@ template <int HEAD_SIZE> struct MmaSync {
         }
     }
 
-    // acc (16 M_TILES x HS) += P (16 M_TILES x COLS, accumulator layout, rounded to bf16) B, B a
+    // acc (16 M_TILES x HS) += P (16 M_TILES x COLS, accumulator layout, rounded to floatX) B, B a
     // (COLS x HS) row-major tile: O += P V.
     template <int M_TILES, int COLS>
     __device__ static void gemm_c_b(float acc[M_TILES][HS / 8][4], const float p[M_TILES][COLS / 8][4],
@@ -324,7 +324,7 @@ __device__ __forceinline__ void mask_scores(float s[M_TILES][COLS / 8][4], Hidde
                 if (hidden(mt * 16 + lane / 4 + i / 2 * 8, nt * 8 + lane % 4 * 2 + i % 2)) s[mt][nt][i] = -INFINITY;
 }
 
-// Writes a warp's (16 M_TILES x HS) accumulator times `scale` as bf16 into rows row0.. (< T) of a
+// Writes a warp's (16 M_TILES x HS) accumulator times `scale` as floatX into rows row0.. (< T) of a
 // matrix whose rows are `stride` elements apart.
 template <int M_TILES, int HS>
 __device__ __forceinline__ void store_rows(floatX* dst, const float acc[M_TILES][HS / 8][4], const float scale[M_TILES][2],
@@ -338,14 +338,14 @@ __device__ __forceinline__ void store_rows(floatX* dst, const float acc[M_TILES]
             if (row >= T) continue;
 #pragma unroll
             for (int nt = 0; nt < HS / 8; nt++) {
-                *(__nv_bfloat162*)(dst + (size_t)row * stride + nt * 8 + lane % 4 * 2) = __floats2bfloat162_rn(
+                *(floatX2*)(dst + (size_t)row * stride + nt * 8 + lane % 4 * 2) = floatX2_from_floats(
                     acc[mt][nt][2 * half] * scale[mt][half], acc[mt][nt][2 * half + 1] * scale[mt][half]);
             }
         }
 }
 
 // ---- the qkv bias gradient's partial sums (attention_backward's dbias) ----------------------
-// The column sums of what store_rows stores (the bf16 values, rows below T), one row of partial
+// The column sums of what store_rows stores (the floatX values, rows below T), one row of partial
 // sums per tile of BIAS_TILE_ROWS (64) rows of a sequence (attention_flash.cu, which adds them up),
 // added in an order that depends on no tile configuration:
 // a warp sums each of its 16-row slabs (a lane adds its rows g and g + 8, then the eight row
@@ -371,7 +371,7 @@ __device__ __forceinline__ void slab_column_sums(float* slab_sums, const float a
 #pragma unroll
             for (int half = 0; half < 2; half++)
                 if (row0 + mt * 16 + lane / 4 + half * 8 < T) {
-                    const float2 stored = __bfloat1622float2(__floats2bfloat162_rn(
+                    const float2 stored = floats_from_floatX2(floatX2_from_floats(
                         acc[mt][nt][2 * half] * scale[mt][half], acc[mt][nt][2 * half + 1] * scale[mt][half]));
                     v[2 * nt] += stored.x;
                     v[2 * nt + 1] += stored.y;
