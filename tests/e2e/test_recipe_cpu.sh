@@ -2,13 +2,13 @@
 # The CPU recipe end to end against its committed reference curve and envelope (recipes/ci-tiny.conf,
 # recipes/reference/ci-tiny.csv and ci-tiny.envelope.csv, made by train_gpt_cpu) with
 # scripts/compare_curves.py: the recipe with another thread count and micro-batch than the
-# reference's passes (IDENTICAL or REPRODUCED); a learning rate 1.5 times the recipe's FAILs in the
-# first window; a run that stops early FAILs naming the first missing step; an envelope of other
-# recipe settings, or one that lacks steps, is refused naming both files; without an envelope the
-# recipe's fixed tolerances judge, say so, pass the other threads and B and fail the wrong learning
-# rate; unreadable inputs give exit status 2.
-# One whole run of 120 steps; the wrong learning rate is stopped after step 10, where its verdict is
-# decided; the other cases are judged on these two runs' logs. About 2 minutes on 2 cores.
+# reference's passes (IDENTICAL or REPRODUCED); a learning rate 1.5 times the recipe's, and weight
+# decay 0, FAIL in the first window; a run that stops early FAILs naming the first missing step; an
+# envelope of other recipe settings, or one that lacks steps, is refused naming both files; without an
+# envelope the recipe's fixed tolerances judge, say so, pass the other threads and B and fail the
+# wrong learning rate; unreadable inputs give exit status 2.
+# One whole run of 120 steps; the wrong learning rate and weight decay are stopped after step 10, where
+# their verdict is decided; the other cases are judged on these runs' logs. About 2 minutes on 2 cores.
 set -euo pipefail
 BUILD=${BUILD:-.}
 DATA=$(cd "${1:?usage: tests/e2e/test_recipe_cpu.sh DATA_DIR (the directory scripts/get_data.sh fills)}" && pwd)
@@ -48,6 +48,17 @@ compare "$tmp/lr" 1 --through-step 10
 grep -Eq "^FAIL: steps 0-10 \(order window\): .* it left at step [0-9]+" "$tmp/lr.compare" ||
     fail "a learning rate 1.5 times the recipe's did not fail in steps 0-10 naming the step"
 echo "PASS a learning rate 1.5 times the recipe's ($lr) fails in steps 0-10, naming the step"
+
+# Weight decay 0 moves the first steps' losses by about 2e-5, far less than a wrong learning rate but
+# twenty times the order windows' floor (an fp32 ulp of the loss, which the order runs stay under).
+"$BUILD/train_gpt_cpu" -f recipes/ci-tiny.conf "${data[@]}" -c 0 -o "$tmp/wd" > "$tmp/wd.out" &
+pid=$!
+stop_at_step "$pid" "$tmp/wd/log.csv" 10 || fail "the run with weight decay 0 ended before step 11: $(tail -n 3 "$tmp/wd.out")"
+wait "$pid" 2>/dev/null || true
+compare "$tmp/wd" 1 --through-step 10
+grep -Eq "^FAIL: steps 0-10 \(order window\): .*an fp32 ulp of the loss" "$tmp/wd.compare" ||
+    fail "weight decay 0 did not fail in steps 0-10 against the fp32 floor"
+echo "PASS weight decay 0 fails in steps 0-10, against the fp32 floor"
 
 head -n 60 "$tmp/order/log.csv" > "$tmp/short.csv"
 compare "$tmp/short.csv" 1
