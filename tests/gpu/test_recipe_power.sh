@@ -14,7 +14,9 @@
 # error passes more often than 1 in 20.
 #   tests/gpu/test_recipe_power.sh     TRIES (20) runs of each error, ORDER_RUNS (20) order-only runs,
 #                                  SWEEP_TRIES (10) of each lr change, JOBS at a time;
-#                                  NO_BUILD=1 takes the programs already in BUILD/recipe-PRECISION
+#                                  NO_BUILD=1 takes the programs already in BUILD/recipe-PRECISION;
+#                                  ERRORS="0 1 ..." runs only those of the error list (from 0), so a
+#                                  long study can be split over several calls
 #   RECIPE=recipes/shakespeare-d12.conf (the default): the BF16 build on the reference's GPU model (an
 #     H100/H200), STOP 30 (its order windows end at step 30, the seed windows after it), JOBS 2 (about 35 s
 #     per whole run and 8 s per stopped run).
@@ -80,6 +82,11 @@ errors=(
     "attention scale 1% high|attn-scale|"
     "layernorm eps 1e-3|ln-eps|"
 )
+ERRORS=${ERRORS:-${!errors[*]}}
+for e in $ERRORS; do
+    case $e in '' | *[!0-9]*) ;; *) [ -n "${errors[e]:-}" ] && continue ;; esac
+    echo "FAIL ERRORS=\"$ERRORS\": no error '$e' (0 to $((${#errors[@]} - 1)))"; exit 1
+done
 
 # one NAME ORDER_INDEX PERTURB STOP OPTIONS...: the recipe in $WORK/NAME on order configuration
 # ORDER_INDEX with dQ by atomics, stopped after step STOP (0: run it all), then its verdict in
@@ -112,7 +119,7 @@ queue() {
 }
 
 for ((t = 0; t < ORDER_RUNS; t++)); do queue "order-$t" $((t % ${#orders[@]})) "" 0; done
-for e in "${!errors[@]}"; do
+for e in $ERRORS; do
     IFS='|' read -r _ perturb options <<< "${errors[e]}"
     # shellcheck disable=SC2086
     for ((t = 0; t < TRIES; t++)); do queue "error-$e-$t" $(((t + e) % ${#orders[@]})) "$perturb" "$STOP" $options; done
@@ -152,7 +159,7 @@ echo "$RECIPE, PRECISION=$PRECISION, $(nvidia-smi --query-gpu=name --format=csv,
 row "order only (whole recipe)" order- "PASS in 19 of 20"
 upto=$STOP
 [ "$STOP" -gt 0 ] || upto="the end"
-for e in "${!errors[@]}"; do row "${errors[e]%%|*} (steps 0-$upto)" "error-$e-" "FAIL in 19 of 20"; done
+for e in $ERRORS; do row "${errors[e]%%|*} (steps 0-$upto)" "error-$e-" "FAIL in 19 of 20"; done
 for d in $LR_DELTAS; do
     for sign in + -; do row "lr x (1 $sign $d) (steps 0-$upto)" "lr$sign$d-" "(the smallest change it sees)"; done
 done
