@@ -62,15 +62,6 @@ LR=$(sed -n 's/^lr  *//p' "$RECIPE") WARMUP=$(sed -n 's/^warmup  *//p' "$RECIPE"
 WORK=${POWER_WORK:-$(mktemp -d)}
 mkdir -p "$WORK"
 
-for p in "" attn-scale ln-eps; do
-    [ "${NO_BUILD:-0}" = 1 ] && break
-    make --no-print-directory -j"$(nproc)" BUILD="$BUILD/recipe-$PRECISION" PRECISION=$PRECISION GPU_ARCH="$ARCH" \
-        ${p:+PERTURB=$p} train_gpt > "$WORK/build$p.log" 2>&1 || { tail -n 20 "$WORK/build$p.log"; exit 1; } &
-done
-wait
-bin() { echo "$BUILD/recipe-$PRECISION${1:+/perturb-$1}/train_gpt"; }
-for p in "" attn-scale ln-eps; do [ -x "$(bin "$p")" ] || { echo "FAIL no $(bin "$p")"; exit 1; }; done
-
 # The errors: NAME|PERTURB build|OPTIONS
 errors=(
     "lr +10%||-l $(python3 -c "print($LR * 1.1)")"
@@ -87,6 +78,15 @@ for e in $ERRORS; do
     case $e in '' | *[!0-9]*) ;; *) [ -n "${errors[e]:-}" ] && continue ;; esac
     echo "FAIL ERRORS=\"$ERRORS\": no error '$e' (0 to $((${#errors[@]} - 1)))"; exit 1
 done
+
+for p in "" attn-scale ln-eps; do
+    [ "${NO_BUILD:-0}" = 1 ] && break
+    make --no-print-directory -j"$(nproc)" BUILD="$BUILD/recipe-$PRECISION" PRECISION=$PRECISION GPU_ARCH="$ARCH" \
+        ${p:+PERTURB=$p} train_gpt > "$WORK/build$p.log" 2>&1 || { tail -n 20 "$WORK/build$p.log"; exit 1; } &
+done
+wait
+bin() { echo "$BUILD/recipe-$PRECISION${1:+/perturb-$1}/train_gpt"; }
+for p in "" attn-scale ln-eps; do [ -x "$(bin "$p")" ] || { echo "FAIL no $(bin "$p")"; exit 1; }; done
 
 # one NAME ORDER_INDEX PERTURB STOP OPTIONS...: the recipe in $WORK/NAME on order configuration
 # ORDER_INDEX with dQ by atomics, stopped after step STOP (0: run it all), then its verdict in
