@@ -33,6 +33,13 @@ GPT2_URL=${GPT2_URL:-https://openaipublic.blob.core.windows.net/gpt-2/models/124
 SHAKESPEARE_URL=${SHAKESPEARE_URL:-https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt}
 SUMS=scripts/data.sha256
 
+# Tests run side by side may call this at once: one at a time (a lock on this script, which leaves
+# no file behind), the others then find the files done.
+if command -v flock > /dev/null; then
+    exec 9< scripts/get_data.sh
+    flock 9
+fi
+
 sha256_of() { sha256sum "$1" | cut -d' ' -f1; }
 
 # download URL DEST, or die with the downloader's own reason on the same line.
