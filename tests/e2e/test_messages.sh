@@ -10,7 +10,7 @@
 #     over the steps' times, the last and the best validation loss and their steps, a skipped step
 #     (an injected NaN loss), the newest model and state files, the log;
 #  5. the ETA of step 5 of 16, with validation, samples and checkpoints every 4 steps, within 25% (and
-#     a second for its rounding) of the time the run then took.
+#     a second for its rounding) of the time the run then took, in one of up to 3 runs.
 set -euo pipefail
 BUILD=${BUILD:-.}
 DATA=$(cd "${1:?usage: tests/e2e/test_messages.sh DATA_DIR (the directory scripts/get_data.sh fills)}" && pwd)
@@ -100,18 +100,24 @@ want=$(awk -F, 'NR > 1 && $3 != "" { last = $3; at = $1; if (best == "" || $3 + 
 echo "PASS the summary agrees with log.csv: $(line summary:)"
 
 # 5. the ETA. Validations of 8 batches make evaluation a large part of the time, so an ETA of the
-# steps alone would be far off.
+# steps alone would be far off. A prediction from the first steps is only as good as the machine is
+# steady: other work starting or stopping beside the run (make -j, a CI host) moves it by more than
+# 25%, so a miss is tried again, up to 3 runs; a wrong formula misses in every one.
 stamp() { while IFS= read -r l; do echo "$EPOCHREALTIME $l"; done; } # each line with its time
-"$BUILD/train_gpt_cpu" "${small[@]}" -d 1024 -x 16 -v 4 -m 8 -s 4 -g 16 -n 4 --vocab "$DATA/gpt2" -o "$tmp/eta" |
-    stamp > "$tmp/eta.out"
-at5=$(grep -m 1 "^[0-9.]* step     5/16 " "$tmp/eta.out") || fail "no line of step 5: $(head -n 20 "$tmp/eta.out")"
-eta=$(sed -n 's/.* | eta \([0-9]*\)m\([0-9]*\)s.*/\1 \2/p' <<< "$at5")
-[ -n "$eta" ] || fail "no ETA in '$at5'"
-awk -v t5="${at5%% *}" -v end="$(tail -n 1 "$tmp/eta.out" | cut -d' ' -f1)" -v eta="$eta" -F, '
-    NR > 1 && $1 >= 2 && $1 <= 5 && $2 != "" { ms += $6; n++ }
-    END { split(eta, e, " "); predicted = 60 * e[1] + e[2]; actual = end - t5
-          printf "ETA at step 5: %d s predicted, %.1f s taken (the steps alone: %.1f s)\n", predicted, actual,
-              ms / n * 11 / 1000
-          d = predicted - actual; exit !(d * d <= (0.25 * actual + 1) ^ 2) }' "$tmp/eta/log.csv" > "$tmp/eta.txt" ||
-    fail "$(cat "$tmp/eta.txt")"
-echo "PASS $(cat "$tmp/eta.txt")"
+eta_check() {
+    rm -rf "$tmp/eta"
+    "$BUILD/train_gpt_cpu" "${small[@]}" -d 1024 -x 16 -v 4 -m 8 -s 4 -g 16 -n 4 --vocab "$DATA/gpt2" -o "$tmp/eta" |
+        stamp > "$tmp/eta.out"
+    at5=$(grep -m 1 "^[0-9.]* step     5/16 " "$tmp/eta.out") || fail "no line of step 5: $(head -n 20 "$tmp/eta.out")"
+    eta=$(sed -n 's/.* | eta \([0-9]*\)m\([0-9]*\)s.*/\1 \2/p' <<< "$at5")
+    [ -n "$eta" ] || fail "no ETA in '$at5'"
+    awk -v t5="${at5%% *}" -v end="$(tail -n 1 "$tmp/eta.out" | cut -d' ' -f1)" -v eta="$eta" -F, '
+        NR > 1 && $1 >= 2 && $1 <= 5 && $2 != "" { ms += $6; n++ }
+        END { split(eta, e, " "); predicted = 60 * e[1] + e[2]; actual = end - t5
+              printf "ETA at step 5: %d s predicted, %.1f s taken (the steps alone: %.1f s)\n", predicted, actual,
+                  ms / n * 11 / 1000
+              d = predicted - actual; exit !(d * d <= (0.25 * actual + 1) ^ 2) }' "$tmp/eta/log.csv" >> "$tmp/eta.txt"
+}
+: > "$tmp/eta.txt"
+eta_check || eta_check || eta_check || fail "3 runs: $(cat "$tmp/eta.txt")"
+echo "PASS $(tail -n 1 "$tmp/eta.txt")$([ "$(wc -l < "$tmp/eta.txt")" -gt 1 ] && echo " (run $(wc -l < "$tmp/eta.txt") of 3)")"
