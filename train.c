@@ -512,7 +512,8 @@ static void write_run_conf(const Options* o) {
     AtomicFile f;
     atomic_open(&f, path);
     const char* header = "# The options of the run in this directory, as -f reads them. -y 1 -o DIR resumes with\n"
-                         "# them; an option that changes the run is refused unless --allow-change names it.\n";
+                         "# them; an option that changes the run is refused unless --allow-change names it.\n"
+                         "# precision " PRECISION_NAME ": the build that trained it (scripts/compare_curves.py reads this line)\n";
     atomic_write(&f, header, strlen(header));
     for (int i = 0; i < N_RECORDED; i++) {
         if (strcmp(recorded_value(o, i, value, sizeof value), recorded_value(&d, i, fallback, sizeof fallback)) == 0)

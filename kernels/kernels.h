@@ -52,6 +52,14 @@ typedef uint16_t floatX; // the bits of an fp16; C code only moves it, the CUDA 
 #else
 typedef float floatX;
 #endif
+// The build's name for floatX, in messages and in the run.conf a run writes (the CPU's is FP32).
+#if defined(PRECISION_BF16)
+#define PRECISION_NAME "BF16"
+#elif defined(PRECISION_FP16)
+#define PRECISION_NAME "FP16"
+#else
+#define PRECISION_NAME "FP32"
+#endif
 // fp16's largest finite value: a weight beyond it cannot be stored, and gpt2_set_weights refuses
 // it (bf16 and float have float's range, which every finite weight is in).
 #if defined(PRECISION_FP16)

@@ -2,7 +2,7 @@
 """Compare a run's loss curve with a recipe's reference curve and give a verdict.
 
     scripts/compare_curves.py RUN_DIR_OR_LOG REFERENCE [--recipe FILE] [--envelope FILE]
-                              [--through-step N] [-o PNG]
+                              [--precision BF16|FP16|FP32] [--through-step N] [-o PNG]
 
 RUN_DIR_OR_LOG is a training output directory (its log.csv) or a log.csv; REFERENCE is a
 recipes/reference/NAME.csv. Every CSV is read by its header names, so extra columns do not matter.
@@ -32,6 +32,13 @@ A changed summation order is a rounding-sized change that the training amplifies
 wrong setting (learning rate, warmup, AdamW's constants, a layer's arithmetic) changes the curve
 from its first steps by far more than that. Late in a run both look like another seed.
 
+A run of another precision than the reference's (an FP16 run against a BF16 reference: the build
+named by the "# precision P" line of the run.conf beside its log.csv, or --precision) differs from
+it from the first step by the other precision's roundings, which the order runs do not show. Its
+early windows are judged against the envelope's runs of that precision instead (kind P: the recipe
+with its seed in a build of precision P, each in another summation order; scripts/write_envelope.sh
+--precision P), in the same way; an envelope without them cannot judge such a run (exit 2).
+
 A reference with no envelope is judged by the recipe's fixed tolerances instead, and says so:
     # tolerance train-mean 0.01   mean |train loss - reference| over the steps, in nats
     # tolerance val-rel 0.01      every validation point within this fraction of the reference's
@@ -54,6 +61,7 @@ import sys
 import textwrap
 
 TOLERANCES = ("train-mean", "val-rel")
+PRECISIONS = ("BF16", "FP16", "FP32")
 # A window's number may be this many times the largest of the order runs': the order runs are a
 # handful of draws of a spread whose tail they do not show, and a run on another GPU model is one
 # more draw. The power study shows what this margin still catches.
@@ -140,8 +148,9 @@ def recipe_settings(recipe):
 
 
 def read_envelope(path, reference_path, reference, recipe, name):
-    """{"order": {run: rows}, "seed": {run: rows}}, refused (exit 2) unless it was written for this
-    recipe's settings and covers every step of the reference."""
+    """{"order": {run: rows}, "seed": {run: rows}, and P: {run: rows} for each precision P it has runs
+    of}, refused (exit 2) unless it was written for this recipe's settings and covers every step of
+    the reference."""
     about = os.path.splitext(path)[0] + ".txt"
     fields = {}
     try:
@@ -163,11 +172,13 @@ def read_envelope(path, reference_path, reference, recipe, name):
     by_run = {}
     with f:
         for line, row in enumerate(reader, start=2):
-            if row["kind"] not in ("order", "seed"):
-                die(f"{path} line {line}: kind '{row['kind']}' is neither 'order' nor 'seed'")
+            if row["kind"] not in ("order", "seed") + PRECISIONS:
+                die(f"{path} line {line}: kind '{row['kind']}' is not 'order', 'seed' or a precision "
+                    f"({', '.join(PRECISIONS)})")
             by_run.setdefault((row["kind"], row["run"]), []).append((line, row))
     runs = {"order": {}, "seed": {}}
     for (kind, run), lines in by_run.items():
+        runs.setdefault(kind, {})
         rows = read_rows(path, lines, f" (run '{run}')")
         lacking = [s for s in sorted(reference) if s not in rows or
                    (reference[s][0] is not None and not finite(rows[s][0]))]
@@ -204,9 +215,17 @@ def window_numbers(rows, reference, train_steps, val_steps):
     return train, val
 
 
-def judge_envelope(run, reference, envelope, steps):
-    """Every window's numbers against its threshold. Returns (windows, failures), each window a dict
-    with its steps, tier, numbers and thresholds; failures a list of messages, first failure first."""
+def early_runs(early, count=None):
+    """How a message names the runs that set the order windows' limits (and how many)."""
+    name = "order-only runs" if early == "order" else f"{early} runs"
+    return name if count is None else f"{count} {name}"
+
+
+def judge_envelope(run, reference, envelope, steps, early):
+    """Every window's numbers against its threshold, the order windows' against the envelope's runs of
+    kind `early` ("order", or the run's precision where it differs from the reference's). Returns
+    (windows, failures), each window a dict with its steps, tier, numbers and thresholds; failures a
+    list of messages, first failure first."""
     failures = []
     judged = []
     order_tier = True
@@ -217,8 +236,8 @@ def judge_envelope(run, reference, envelope, steps):
         if not train_steps and not val_steps:
             continue
         numbers = {kind: [window_numbers(rows, reference, train_steps, val_steps) for rows in envelope[kind].values()]
-                   for kind in envelope}
-        order_train = max(n[0] for n in numbers["order"]) if train_steps else 0.0
+                   for kind in (early, "seed")}
+        order_train = max(n[0] for n in numbers[early]) if train_steps else 0.0
         seed_train_min = min(n[0] for n in numbers["seed"]) if train_steps else math.inf
         order_tier = order_tier and ORDER_MARGIN * order_train < seed_train_min
         w = {"first": first, "last": last, "tier": "order" if order_tier else "seed"}
@@ -226,11 +245,11 @@ def judge_envelope(run, reference, envelope, steps):
             if (what == "train" and not train_steps) or (what == "val" and not val_steps):
                 continue
             if order_tier:
-                spread = ORDER_MARGIN * max(n[i] for n in numbers["order"])
+                spread = ORDER_MARGIN * max(n[i] for n in numbers[early])
                 resolution = floor(reference, train_steps if i == 0 else val_steps, i)
                 limit = max(spread, resolution)
-                basis = f"{ORDER_MARGIN:g} x the largest of {len(numbers['order'])} order-only runs" \
-                    if spread >= resolution else "an fp32 ulp of the loss: the order-only runs are closer still"
+                basis = f"{ORDER_MARGIN:g} x the largest of {early_runs(early, len(numbers[early]))}" \
+                    if spread >= resolution else f"an fp32 ulp of the loss: the {early_runs(early)} are closer still"
             else:
                 limit = SEED_MARGIN * max(n[i] for n in numbers["seed"])
                 basis = f"{SEED_MARGIN:g} x the largest of {len(numbers['seed'])} other seeds"
@@ -238,17 +257,19 @@ def judge_envelope(run, reference, envelope, steps):
             w[what] = (got, limit)
             if not got <= limit:
                 measure = "mean |train loss difference|" if what == "train" else "largest |val loss difference|"
-                left = left_at(run, reference, envelope, train_steps if what == "train" else val_steps, i, order_tier)
+                left = left_at(run, reference, envelope, train_steps if what == "train" else val_steps, i,
+                               early if order_tier else "seed")
                 failures.append(f"steps {first}-{last} ({w['tier']} window): {measure} {got:.3g} > {limit:.3g} "
                                 f"({basis}); {left}")
         judged.append(w)
     return judged, failures
 
 
-def left_at(run, reference, envelope, steps, i, order_tier):
+def left_at(run, reference, envelope, steps, i, kind):
     """Where in `steps` the run first went farther from the reference than the envelope's runs of
-    the window's tier (times its margin) went at that step."""
-    kind, margin = ("order", ORDER_MARGIN) if order_tier else ("seed", SEED_MARGIN)
+    `kind`, the window's tier's (times its margin), went at that step."""
+    order_tier = kind != "seed"
+    margin = ORDER_MARGIN if order_tier else SEED_MARGIN
     what = "train" if i == 0 else "val"
     for s in steps:
         off = abs(run[s][i] - reference[s][i])
@@ -295,7 +316,35 @@ def read_tolerances(recipe):
     return found
 
 
-def plot(png, title, verdict_ok, run, reference, envelope, steps, judged, fail_step):
+def reference_precision(about):
+    """The precision of the build that wrote the reference, from the "build:" line of its description
+    (PRECISION=P; train_gpt_cpu is FP32), or None."""
+    try:
+        with open(about) as f:
+            for line in f:
+                if line.startswith("build:"):
+                    m = re.search(r"PRECISION=(\w+)", line)
+                    return m.group(1) if m else "FP32" if "train_gpt_cpu" in line else None
+    except OSError:
+        pass
+    return None
+
+
+def run_precision(log):
+    """The precision of the build that trained the run: the "# precision P" line train_gpt writes into
+    the run.conf beside its log.csv, or None."""
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(log)), "run.conf")) as f:
+            for line in f:
+                m = re.match(r"#\s*precision\s+(\w+)", line)
+                if m:
+                    return m.group(1)
+    except OSError:
+        pass
+    return None
+
+
+def plot(png, title, verdict_ok, run, reference, envelope, early, steps, judged, fail_step):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -305,7 +354,7 @@ def plot(png, title, verdict_ok, run, reference, envelope, steps, judged, fail_s
     train_steps = [s for s in steps if reference[s][0] is not None]
     val_steps = [s for s in steps if reference[s][1] is not None]
     if envelope:
-        for kind, color in (("seed", "0.8"), ("order", "tab:blue")):
+        for kind, color in (("seed", "0.8"), (early, "tab:blue")):
             values = [[rows[s][0] for rows in envelope[kind].values()] for s in train_steps]
             top.fill_between(train_steps, [min(v) for v in values], [max(v) for v in values], color=color,
                              alpha=0.35 if kind == "order" else 0.6, lw=0,
@@ -325,7 +374,7 @@ def plot(png, title, verdict_ok, run, reference, envelope, steps, judged, fail_s
     bottom.plot(have, [max(abs(run[s][0] - reference[s][0]), 1e-7) for s in have], color="tab:red", lw=0.8,
                 label="|run - reference| (train)")
     if envelope:
-        for kind, color in (("order", "tab:blue"), ("seed", "0.5")):
+        for kind, color in ((early, "tab:blue"), ("seed", "0.5")):
             spread = [max(max(abs(rows[s][0] - reference[s][0]) for rows in envelope[kind].values()), 1e-7)
                       for s in train_steps]
             bottom.plot(train_steps, spread, color=color, lw=0.8, alpha=0.8, label=f"largest of the {kind} runs")
@@ -353,6 +402,8 @@ def main():
     parser.add_argument("reference", help="recipes/reference/NAME.csv")
     parser.add_argument("--recipe", help="the recipe (default: recipes/NAME.conf beside the reference directory)")
     parser.add_argument("--envelope", help="default: NAME.envelope.csv beside the reference, when it exists")
+    parser.add_argument("--precision", choices=PRECISIONS,
+                        help="the run's build (default: the '# precision' line of its run.conf, else the reference's)")
     parser.add_argument("--through-step", type=int, metavar="N", help="judge steps 0..N only (a run stopped early)")
     parser.add_argument("-o", "--output", help="PNG of the curves (default: compare_NAME.png beside the log)")
     args = parser.parse_args()
@@ -382,13 +433,22 @@ def main():
                     print(f"          {line.rstrip()}")
     if args.through_step is not None:
         print(f"judged through step {args.through_step} only (--through-step)")
+    ref_precision = reference_precision(about)
+    precision, source = (args.precision, "--precision") if args.precision else (run_precision(log), "its run.conf")
+    if precision is None:
+        precision, source = ref_precision, "no run.conf names it: taken as the reference's"
+    print(f"precision {precision or '?'} ({source}); the reference's {ref_precision or '?'}")
 
     missing = [s for s in steps if s not in run]
     bad = [s for s in steps if s in run and any(reference[s][i] is not None and not finite(run[s][i]) for i in (0, 1))]
     envelope = None
     if os.path.exists(envelope_path):
         envelope = read_envelope(envelope_path, args.reference, reference, recipe, name)
-        print(f"envelope  {envelope_path}: {len(envelope['order'])} order-only runs, {len(envelope['seed'])} seeds")
+        others = "".join(f", {len(envelope[p])} {p} runs" for p in PRECISIONS if p in envelope)
+        print(f"envelope  {envelope_path}: {len(envelope['order'])} order-only runs, {len(envelope['seed'])} seeds{others}")
+    early = "order"
+    if precision and ref_precision and precision != ref_precision:
+        early = precision
 
     failures, judged = [], []
     identical = not missing and all(run[s][i] == reference[s][i] for s in steps for i in (0, 1)
@@ -405,7 +465,12 @@ def main():
     elif identical:
         pass
     elif envelope:
-        judged, failures = judge_envelope(run, reference, envelope, steps)
+        if early not in envelope:
+            die(f"the run was trained in {early} ({source}), the reference {args.reference} in {ref_precision}: "
+                f"from its first step the run differs by {early}'s roundings, which the order-only runs of the "
+                f"envelope {envelope_path} do not show, and it has no {early} runs to judge that by "
+                f"(scripts/write_envelope.sh --precision {early} writes them on the reference's GPU model)")
+        judged, failures = judge_envelope(run, reference, envelope, steps, early)
         print(f"{'steps':>9} {'tier':>5} {'train mean|d|':>13} {'limit':>9} {'val max|d|':>11} {'limit':>9}")
         for w in judged:
             t = w.get("train")
@@ -433,7 +498,7 @@ def main():
         detail = "every loss of the reference, bit for bit"
     elif envelope:
         verdict = "REPRODUCED"
-        detail = "within the order-only envelope early and the seed band late"
+        detail = f"within the envelope of the {early_runs(early)} early and the seed band late"
     else:
         verdict = "REPRODUCED"
         detail = "within the recipe's fixed tolerances (no envelope)"
@@ -445,7 +510,7 @@ def main():
         fail_step = int(m.group(1) or m.group(2))
     try:
         plot(png, f"{name}: {verdict}\n" + "\n".join(textwrap.wrap(detail, 120)[:3]), not failures, run, reference, envelope,
-             [s for s in steps if s in run], judged, fail_step)
+             early, [s for s in steps if s in run], judged, fail_step)
         print(f"curves: {png}")
     except ImportError:
         print("warning: no matplotlib, no PNG (pip install matplotlib)", file=sys.stderr)

@@ -104,19 +104,16 @@ int forced_kernel_path(void);
 // synchronizes the device.
 void* grow_scratch(void** buffer, size_t* capacity, size_t bytes, const char* what);
 
-// floatX's type for cuBLASLt and TMA, and the build's name in messages.
+// floatX's type for cuBLASLt and TMA.
 #if defined(PRECISION_BF16)
 #define CUDA_FLOATX CUDA_R_16BF
 #define TENSOR_MAP_FLOATX CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-#define PRECISION_NAME "BF16"
 #elif defined(PRECISION_FP16)
 #define CUDA_FLOATX CUDA_R_16F
 #define TENSOR_MAP_FLOATX CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-#define PRECISION_NAME "FP16"
 #else
 #define CUDA_FLOATX CUDA_R_32F
 #define TENSOR_MAP_FLOATX CU_TENSOR_MAP_DATA_TYPE_FLOAT32
-#define PRECISION_NAME "FP32"
 #endif
 
 #if !defined(PRECISION_FP32)
