@@ -10,6 +10,11 @@
 # Then the CPU recipe ci-tiny on the FP32 build, against the reference train_gpt_cpu wrote:
 #   (f) every kernel of an RTX 30xx/40xx (KERNEL_PATH=sm86) must be REPRODUCED;
 #   (g) weight decay 0 (which the shakespeare recipe cannot see) must FAIL.
+# Then the shakespeare recipe as a T4 runs it, against the BF16 reference:
+#   (h) a T4's run: the FP16 build for sm_75 alone, whose PTX the driver compiles for this GPU, at
+#       --memory-limit 16, judged by the envelope's FP16 runs (compare_curves.py reads the run's
+#       precision from its run.conf): must be REPRODUCED;
+#   (i) the same with a learning rate 10% high, stopped after step 10: must FAIL.
 # The recipe sets batch-invariant 8, so on the reference's GPU model (a), (b) and (c) must be
 # IDENTICAL to it; (d) sums in another order and must be REPRODUCED; (e) must FAIL. Each prints the
 # B and -r that -b auto picked, the plan against what the run held at its end (the program's
@@ -20,10 +25,11 @@
 #   tests/gpu/test_recipe_gpu.sh --write-reference  run (a) and write it as the reference
 #                                                   (recipes/reference/shakespeare-d12.csv, .txt: GPU,
 #                                                   precision, commit, date) and its envelope
-#                                                   (scripts/write_envelope.sh, 16 runs), then (b) to (e)
-# A datacenter GPU (A100/H100/H200) must write the reference. About 4 minutes on an H200 after the
-# build (the envelope 9 more). BUILD (default .) and GPU_ARCH (default: this GPU's) as in the
-# Makefile.
+#                                                   (scripts/write_envelope.sh: 16 runs, then 8 FP16
+#                                                   runs with --precision FP16), then (b) to (i)
+# A datacenter GPU (A100/H100/H200) must write the reference. (a) to (g) take about 4 minutes on an
+# H200 after the builds, (h) and (i) a minute or two more (not yet timed); the envelope 9 more, its
+# FP16 runs about 5. BUILD (default .) and GPU_ARCH (default: this GPU's) as in the Makefile.
 set -eu
 "$(dirname "$0")/../../scripts/get_data.sh" # before any cd: a relative GPT_DATA_DIR is the caller's
 cd "$(dirname "$0")/../.."
@@ -43,9 +49,10 @@ trap 'rm -rf "$WORK"' EXIT
 failed=0
 fail() { echo "FAIL $1"; failed=1; }
 
-for p in BF16 FP32; do
+for p in BF16 FP32 FP16; do
     make --no-print-directory BUILD="$BUILD/recipe-$p" PRECISION=$p GPU_ARCH="$ARCH" "$BUILD/recipe-$p/train_gpt" >/dev/null
 done
+make --no-print-directory BUILD="$BUILD/recipe-FP16-sm75" PRECISION=FP16 GPU_ARCH=75 "$BUILD/recipe-FP16-sm75/train_gpt" >/dev/null
 bin=$BUILD/recipe-BF16/train_gpt
 gpu=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader -i "${CUDA_VISIBLE_DEVICES:-0}" | head -n 1)
 echo "GPU: $gpu, sm_$ARCH, BF16"
@@ -120,6 +127,7 @@ EOF
     echo "wrote $REF and ${REF%.csv}.txt:"
     cat "${REF%.csv}.txt"
     scripts/write_envelope.sh "$RECIPE" "$bin"
+    scripts/write_envelope.sh --precision FP16 "$RECIPE" "$BUILD/recipe-FP16/train_gpt"
 fi
 [ -f "$REF" ] || { echo "FAIL no reference $REF: run tests/gpu/test_recipe_gpu.sh --write-reference on a datacenter GPU"; exit 1; }
 compare a IDENTICAL
@@ -137,5 +145,10 @@ RECIPE=recipes/ci-tiny.conf REF=recipes/reference/ci-tiny.csv bin=$BUILD/recipe-
 REF=recipes/reference/ci-tiny.csv compare f REPRODUCED
 RECIPE=recipes/ci-tiny.conf bin=$BUILD/recipe-FP32/train_gpt OPTIONS="-c 0" run g -
 REF=recipes/reference/ci-tiny.csv compare g FAIL
+bin=$BUILD/recipe-FP16-sm75/train_gpt run h 16
+grep -q "the sm_75 kernels (compiled from PTX by the driver)" "$WORK/h.out" || fail "(h) does not say it runs the sm_75 kernels"
+compare h REPRODUCED
+bin=$BUILD/recipe-FP16-sm75/train_gpt OPTIONS="-l $lr" run i 16 10
+compare i FAIL --through-step 10
 [ "$failed" -eq 0 ] && echo "test_recipe_gpu: all passed" || echo "test_recipe_gpu: FAILED"
 exit "$failed"
