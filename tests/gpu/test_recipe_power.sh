@@ -20,6 +20,9 @@
 #   RECIPE=recipes/shakespeare-d12.conf (the default): the BF16 build on the reference's GPU model (an
 #     H100/H200), STOP 30 (its order windows end at step 30, the seed windows after it), JOBS 2 (about 35 s
 #     per whole run and 8 s per stopped run).
+#     With PRECISION=FP16, the FP16 build instead, judged by the envelope's FP16 runs (as a T4's run
+#     is; the envelope must hold them: scripts/write_envelope.sh --precision FP16), one order
+#     configuration the T4's kernels at 16 GiB in place of the A100's tiles.
 #   RECIPE=recipes/ci-tiny.conf: the FP32 build on any GPU against the CPU's reference, whole runs
 #     (STOP 0: every window is an order window), JOBS 8, about a second per run.
 set -u
@@ -34,12 +37,14 @@ REF=recipes/reference/$recipe_name.csv
 # The order-only configurations (ENVIRONMENT|OPTIONS), taken in turn, and the build.
 case $recipe_name in
 shakespeare-d12)
-    PRECISION=BF16 STOP=${STOP:-30} JOBS=${JOBS:-2} LR_DELTAS=${LR_DELTAS:-0.01 0.02 0.05}
+    PRECISION=${PRECISION:-BF16} STOP=${STOP:-30} JOBS=${JOBS:-2} LR_DELTAS=${LR_DELTAS:-0.01 0.02 0.05}
+    case $PRECISION in BF16) fourth="FLASH_ATTN_CONFIG=sm80|" ;; FP16) fourth="KERNEL_PATH=sm75|--memory-limit 16" ;;
+    *) echo "FAIL PRECISION=$PRECISION: shakespeare-d12's study is of BF16 or FP16" >&2; exit 1 ;; esac
     orders=(
         "KERNEL_PATH=sm86|--memory-limit 8"
         "KERNEL_PATH=sm86|--memory-limit 24"
         "|--batch-invariant 0 -b 32"
-        "FLASH_ATTN_CONFIG=sm80|"
+        "$fourth"
         "KERNEL_PATH=sm80|--batch-invariant 0 -b 16"
         "MATMUL_TUNE=0|--batch-invariant 0 -b 64"
         "FLASH_ATTN_CONFIG=sm86|-b 16 -r 1"
