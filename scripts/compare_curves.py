@@ -316,17 +316,13 @@ def read_tolerances(recipe):
     return found
 
 
-def reference_precision(about):
+def reference_precision(about_lines):
     """The precision of the build that wrote the reference, from the "build:" line of its description
     (PRECISION=P; train_gpt_cpu is FP32), or None."""
-    try:
-        with open(about) as f:
-            for line in f:
-                if line.startswith("build:"):
-                    m = re.search(r"PRECISION=(\w+)", line)
-                    return m.group(1) if m else "FP32" if "train_gpt_cpu" in line else None
-    except OSError:
-        pass
+    for line in about_lines:
+        if line.startswith("build:"):
+            m = re.search(r"PRECISION=(\w+)", line)
+            return m.group(1) if m else "FP32" if "train_gpt_cpu" in line else None
     return None
 
 
@@ -357,7 +353,7 @@ def plot(png, title, verdict_ok, run, reference, envelope, early, steps, judged,
         for kind, color in (("seed", "0.8"), (early, "tab:blue")):
             values = [[rows[s][0] for rows in envelope[kind].values()] for s in train_steps]
             top.fill_between(train_steps, [min(v) for v in values], [max(v) for v in values], color=color,
-                             alpha=0.35 if kind == "order" else 0.6, lw=0,
+                             alpha=0.6 if kind == "seed" else 0.35, lw=0,
                              label=f"{kind} envelope ({len(envelope[kind])} runs)")
     top.plot(train_steps, [reference[s][0] for s in train_steps], "k--", lw=1.2, label="reference train", zorder=3)
     top.plot(val_steps, [reference[s][1] for s in val_steps], "k--", marker="o", ms=3, lw=1.2, label="reference val",
@@ -426,14 +422,15 @@ def main():
     print(f"run       {log}")
     print(f"reference {args.reference}")
     about = os.path.splitext(args.reference)[0] + ".txt"
+    about_lines = []
     if os.path.exists(about):
         with open(about) as f:
-            for line in f:
-                if line.strip():
-                    print(f"          {line.rstrip()}")
+            about_lines = [line.rstrip() for line in f if line.strip()]
+    for line in about_lines:
+        print(f"          {line}")
     if args.through_step is not None:
         print(f"judged through step {args.through_step} only (--through-step)")
-    ref_precision = reference_precision(about)
+    ref_precision = reference_precision(about_lines)
     precision, source = (args.precision, "--precision") if args.precision else (run_precision(log), "its run.conf")
     if precision is None:
         precision, source = ref_precision, "no run.conf names it: taken as the reference's"

@@ -129,7 +129,8 @@ run() {
     fi
     rm -f "$WORK/$1"/*.bin # only the log is kept: a GPT-2 124M's last checkpoint is 1.7 GB
     local trained
-    trained=$(sed -n 's/^# precision \([A-Z0-9]*\).*/\1/p' "$WORK/$1/run.conf")
+    trained=$(cd "$root/scripts" &&
+        python3 -c "import sys; from compare_curves import run_precision; print(run_precision(sys.argv[1]) or '')" "$WORK/$1/log.csv")
     if [ -n "$PRECISION" ] && [ "$trained" != "$PRECISION" ]; then
         echo "FAIL: run '$label': $program trains in ${trained:-an unknown precision}, not $PRECISION" >&2
         return 1
