@@ -1,6 +1,7 @@
 // AdamW, the gradient norm, and in a GRADS=BF16 build the fold of fp32 gradients into the bf16 ones.
 // AdamW and the norm read gradients of either type (template G) with the same arithmetic on the value
-// as a float; kernels.h's functions are their gradX instances. In the BF16 build the fp32 master weights are updated and the bf16
+// as a float; kernels.h's functions are their gradX instances.
+// In the BF16 build the fp32 master weights are updated and the bf16
 // parameters get them stochastically rounded (cuRAND Philox, seeded by (seed, index in the tensor)), so
 // small updates survive on average instead of always rounding away. In the FP16 build the fp16
 // parameters get them rounded to nearest, as mixed-precision training with fp32 master weights does

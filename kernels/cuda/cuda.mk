@@ -129,9 +129,9 @@ $(BUILD)/profile_step: $(call cuda_obj,scripts/profile_step.cu $(COMMON_SRC) mod
 # compiles BF16's source with the other element type. Its sm_90a code (fp16 wgmma) is compiled by
 # test-gpu: measured 2026-12-02, FP16 for 75 takes 97 s of CPU (about 50 s of CI's 2 cores), and 90
 # would add 66 s of CPU more.
-# BF16-grads, GRADS=BF16 on PRECISION=BF16, compiles the flash variant for sm 80 and 90 alone: what
-# it changes (the folds of the gradients, AdamW and the norm reading them) depends neither on the
-# attention nor on the architecture, and all four would add BF16's whole compile to make test's time.
+# BF16-grads, GRADS=BF16 on PRECISION=BF16, compiles the flash variant for sm 80 and 90 alone (2 minutes
+# of CPU): what it changes (the folds of the gradients, AdamW and the norm reading them) depends
+# neither on the attention nor on the architecture.
 CUDA_CHECK_ARCH = 80 86 89 90
 CUDA_CHECK_ARCH_FP16 = 75
 CUDA_CHECK_ARCH_BF16-grads = 80 90
@@ -156,16 +156,16 @@ $(CUDA_CHECK_TARGETS): cuda-compile-%:
 
 # On a GPU machine: the kernel tests in every precision (the flash kernels under every tile
 # configuration), FP16 also from a build for sm_75 alone, whose PTX the driver compiles for this
-# GPU (the instructions a T4 runs), and BF16 with GRADS=BF16 (the fold of bf16 gradients, AdamW
-# reading them), then the whole-model checks.
+# GPU (the instructions a T4 runs), and the kernel tests of BF16 with GRADS=BF16 (the fold of bf16
+# gradients, AdamW and the norm reading them; its attention is BF16's), then the whole-model checks.
 test-gpu:
 	@for v in FP32 BF16 FP16 FP16-sm75 BF16-grads; do \
 	    p=$${v%-*}; dir=$(BUILD)/gpu-$$v; arch=$$([ $$v = FP16-sm75 ] && echo 75 || echo "$(GPU_ARCH)"); \
-	    grads=$$([ $$v = BF16-grads ] && echo BF16 || echo FP32); \
+	    grads=FP32; tests="$$dir/tests/test_kernels_gpu $$dir/tests/test_attention_gpu"; \
+	    if [ $$v = BF16-grads ]; then grads=BF16; tests=$$dir/tests/test_kernels_gpu; fi; \
 	    $(MAKE) -f $(TOP_MAKEFILE) --no-print-directory BUILD=$$dir ATTN=flash PRECISION=$$p GRADS=$$grads \
-	        GPU_ARCH="$$arch" $$dir/tests/test_kernels_gpu $$dir/tests/test_attention_gpu || exit 1; \
-	    $$dir/tests/test_kernels_gpu || exit 1; \
-	    $$dir/tests/test_attention_gpu || exit 1; \
+	        GPU_ARCH="$$arch" $$tests || exit 1; \
+	    for t in $$tests; do $$t || exit 1; done; \
 	done
 	BUILD=$(BUILD) tests/gpu/test_gpu_model.sh
 	BUILD=$(BUILD) tests/gpu/test_fp16_gpu.sh
