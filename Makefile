@@ -4,6 +4,9 @@
 #                         (FP16: with dynamic loss scaling; the one for sm_75, T4 / RTX 20xx)
 #   GPU_ARCH="80 86 89 90" SASS to build for train_gpt (75 also, FP16 only) default 80 86 89 90
 #                         (FP16: 75 80 86 89 90)
+#   GRADS=FP32|BF16       train_gpt's parameter gradients: fp32, or bf16 (PRECISION=BF16 only)   default FP32
+#                         with an fp32 scratch of two layers and wte/wpe, rounded once a micro-step
+#                         (train_gpt_cpu's are fp32 always)
 #   BUILD=DIR             where objects and binaries go                default .
 #   NCCL=1|0              multi-GPU train_gpt through NCCL             default 1 when nccl.h is found
 #   MARCH=native|x86-64|x86-64-v3|...  gcc's -march for the C code    default native
@@ -31,6 +34,19 @@ endif
 ifeq ($(filter $(PRECISION),BF16 FP16 FP32),)
 $(error PRECISION must be BF16, FP16 or FP32, not '$(PRECISION)')
 endif
+GRADS ?= FP32
+ifeq ($(filter $(GRADS),FP32 BF16),)
+$(error GRADS must be FP32 or BF16, not '$(GRADS)')
+endif
+# bf16 gradients fold into an array of floatX's type: the kernels that fold them and sum them over the
+# ranks are BF16's.
+ifneq ($(and $(filter BF16,$(GRADS)),$(filter-out BF16,$(PRECISION))),)
+$(error GRADS=BF16 needs PRECISION=BF16, not PRECISION=$(PRECISION))
+endif
+# Only the CUDA build's sources see it (kernels/cuda/cuda.mk: train_gpt and its test programs); their
+# objects and the stamp are named by it, and a GRADS=FP32 build keeps the names it had before.
+GRADS_DEF = $(if $(filter BF16,$(GRADS)),-DGRADS_BF16)
+GRADS_TAG = $(if $(filter BF16,$(GRADS)),-gradsBF16)
 # Turing (sm_75) has fp16 tensor cores but no bf16 ones.
 ifneq ($(and $(filter BF16,$(PRECISION)),$(filter 75,$(GPU_ARCH))),)
 $(error PRECISION=BF16 needs bf16 tensor cores (sm_80 or newer): GPU_ARCH 75 (T4, RTX 20xx) builds with PRECISION=FP16)
@@ -63,7 +79,7 @@ CFLAGS_CPU = $(CFLAGS_BASE) $(ATTN_DEF)
 LDLIBS_CPU = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcurand -lm -fopenmp
 
 OBJ = $(BUILD)/obj
-CONFIG_STAMP = $(OBJ)/config-$(ATTN)-$(PRECISION)-nccl$(NCCL).stamp
+CONFIG_STAMP = $(OBJ)/config-$(ATTN)-$(PRECISION)$(GRADS_TAG)-nccl$(NCCL).stamp
 
 COMMON_SRC = common/util.c common/config_file.c common/crc32c.c common/gpu_peaks.c model/config.c
 DATA_SRC = data/tokenfile.c data/dataloader.c data/tokenizer.c data/jsonl.c data/hellaswag.c

@@ -211,7 +211,8 @@ static void print_usage(const char* prog) {
            "                            every -b that is a multiple of G trains the same bits on one GPU\n"
            "                            model (-b auto picks such a B); 0 = off. Costs smaller products and\n"
            "                            fp32 adds of the groups' gradients: G 1 slows an H100 d12 step by\n"
-           "                            ~20%%, G 8 by ~1%% (docs/options.md) (default %d)\n"
+           "                            ~20%%, G 8 by ~1%% (docs/options.md); not with GRADS=BF16's bf16\n"
+           "                            gradients (default %d)\n"
            "speed\n"
            "      --peak-tflops F       the peak TFLOP/s of one GPU that the MFU (model FLOPs utilisation)\n"
            "                            of the step lines and log.csv is a fraction of; 0: the built-in\n"
@@ -513,7 +514,8 @@ static void write_run_conf(const Options* o) {
     atomic_open(&f, path);
     const char* header = "# The options of the run in this directory, as -f reads them. -y 1 -o DIR resumes with\n"
                          "# them; an option that changes the run is refused unless --allow-change names it.\n"
-                         "# precision " PRECISION_NAME ": the build that trained it (scripts/compare_curves.py reads this line)\n";
+                         "# precision " PRECISION_NAME GRADS_NOTE ": the build that trained it (scripts/compare_curves.py "
+                         "reads this line)\n";
     atomic_write(&f, header, strlen(header));
     for (int i = 0; i < N_RECORDED; i++) {
         if (strcmp(recorded_value(o, i, value, sizeof value), recorded_value(&d, i, fallback, sizeof fallback)) == 0)
@@ -1215,6 +1217,11 @@ static void plan_step_batch(Run* r) {
               seqs, total_batch);
     if (o->B && o->group_sequences && o->B % o->group_sequences != 0)
         fatal("-b %d is not a multiple of --batch-invariant %d", o->B, o->group_sequences);
+    // bf16 gradients (GRADS=BF16) round each micro-batch's sum into the step's: the bits depend on B.
+    if (o->group_sequences && sizeof(gradX) < sizeof(float))
+        fatal("--batch-invariant %d promises the same bits at every -b, which this train_gpt cannot keep: its "
+              "gradients are bf16 (built with GRADS=BF16), rounded once per micro-batch; give --batch-invariant 0 "
+              "(also after a recipe's -f) or use a build with GRADS=FP32", o->group_sequences);
     r->total_batch = total_batch;
     r->seqs = seqs;
 }

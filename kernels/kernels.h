@@ -8,10 +8,14 @@
 // - floatX is the storage type of parameters and activations (and of activation gradients): float
 //   on the CPU and in the CUDA FP32 build, bf16 in the CUDA BF16 build, fp16 (IEEE half) in the CUDA
 //   FP16 build (whose losses are scaled, train.c's --loss-scale). Parameter gradients are float
-//   in every build, so that summing micro-batches and ranks rounds no more than one large batch
-//   would: in bf16, 8 micro-batches of 8 sequences trained the shakespeare recipe to a train loss
-//   0.04 above one batch of 64. Statistics (layernorm mean/rstd, attention state, losses) and
-//   optimizer state are float too.
+//   wherever a kernel writes them, so that summing micro-batches and ranks rounds no more than one
+//   large batch would: in bf16, 8 micro-batches of 8 sequences trained the shakespeare recipe to a
+//   train loss 0.04 above one batch of 64. Statistics (layernorm mean/rstd, attention state,
+//   losses) and optimizer state are float too.
+// - gradX is the storage type of the model's whole gradient array: float, but bf16 in a CUDA build
+//   made with GRADS=BF16 (PRECISION=BF16 only), which halves that array's memory (GPT-2 1.5B: 5.8
+//   GiB to 2.9). There the kernels write fp32 gradients into a small scratch, and gradX_fold rounds
+//   each micro-step's into the bf16 array once; the all-reduce, the norm and AdamW read bf16.
 // - Shapes: N = B*T rows; C channels; weights are (out, in) row-major as in PyTorch's Linear.
 // - Gradients of parameters ACCUMULATE (+=) so micro-batches add up; the model zeroes them once per
 //   step. The products' weight gradients (dweight of matmul_backward and its kin, head_classifier)
@@ -52,6 +56,18 @@ typedef uint16_t floatX; // the bits of an fp16; C code only moves it, the CUDA 
 #else
 typedef float floatX;
 #endif
+#if defined(GRADS_BF16)
+#if !defined(PRECISION_BF16)
+#error "GRADS_BF16 needs PRECISION_BF16: the bf16 gradients are floatX's type"
+#endif
+typedef floatX gradX;
+#define GRADS_NOTE ", bf16 gradients"
+#else
+typedef float gradX;
+#define GRADS_NOTE ""
+#endif
+// GRADS_NOTE follows PRECISION_NAME where the build is named (the start-up line, run.conf): what a
+// GRADS=BF16 build adds to its name.
 // The build's name for floatX, in messages and in the run.conf a run writes (the CPU's is FP32).
 #if defined(PRECISION_BF16)
 #define PRECISION_NAME "BF16"
@@ -248,14 +264,20 @@ const char* attention_name(void); // "flash" or "naive"
 
 // ---- optimizer ---------------------------------------------------------------------------
 // Sum of squares of n gradient values (accumulated in at least fp32; fp64 on the CPU).
-float grad_norm_squared(const float* grad, size_t n);
-// One AdamW step on n parameters (PyTorch's AdamW): g = grad * grad_scale;
+float grad_norm_squared(const gradX* grad, size_t n);
+#if defined(GRADS_BF16)
+// A micro-step's fp32 gradients src into the bf16 gradients dst, n values: dst = src rounded
+// (mode GRAD_WRITE: the step's first micro-step, dst is not read) or dst + src summed in fp32 and
+// rounded (GRAD_ADD), to nearest even. The CUDA build made with GRADS=BF16 only.
+void gradX_fold(gradX* dst, const float* src, size_t n, int mode);
+#endif
+// One AdamW step on n parameters (PyTorch's AdamW): g = grad * grad_scale (a bf16 grad as a float);
 // m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; w -= lr * (m / (1-b1^t) / (sqrt(v / (1-b2^t)) + eps)
 // + weight_decay * w). `master` holds the fp32 weights when floatX is not float (then param gets the
 // stochastically rounded master, randomness from seed) and is NULL when floatX is float.
 // index0 is the index of param[0] in its tensor: element i draws its randomness from (seed, index0
 // + i), so a ZeRO shard that updates part of a tensor rounds exactly as the whole tensor would.
-void adamw_update(floatX* param, float* master, const float* grad, float* m, float* v, size_t n,
+void adamw_update(floatX* param, float* master, const gradX* grad, float* m, float* v, size_t n,
                   size_t index0, float lr, float beta1, float beta2, float eps, float weight_decay,
                   float grad_scale, int t, unsigned long long seed);
 
@@ -272,6 +294,12 @@ void round_master_weights(floatX* param, const float* master, size_t n, size_t i
 // for its result, and a collective that does not finish within the timeout (a rank died or hangs)
 // aborts the communicator and exits with a message.
 typedef enum { COMM_FLOATX, COMM_FLOAT } CommType;
+// gradX's (a GRADS=BF16 build's gradients are floatX's bf16).
+#if defined(GRADS_BF16)
+#define COMM_GRADX COMM_FLOATX
+#else
+#define COMM_GRADX COMM_FLOAT
+#endif
 typedef enum { COMM_SUM, COMM_MIN, COMM_MAX } CommOp;
 // Joins the `world` ranks: rank 0 creates the NCCL id and hands it to the others through the
 // rendezvous rdv (common/rendezvous.h: TCP or a shared file; not used, and may be NULL, when world

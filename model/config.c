@@ -32,12 +32,15 @@ size_t gpt2_parameter_sizes(const GPT2Config* cfg, size_t sizes[NUM_PARAMETER_TE
     return total;
 }
 
+int gpt2_gradient_written(int tensor) {
+    return tensor == P_WTE || tensor == P_QKVW || tensor == P_ATTPROJW || tensor == P_FCW || tensor == P_FCPROJW;
+}
+
 int gpt2_zeroed_gradient_runs(const size_t sizes[NUM_PARAMETER_TENSORS], size_t start[], size_t count[]) {
     int runs = 0;
     size_t offset = 0, run = 0; // the run being gathered: [run, offset)
     for (int i = 0; i < NUM_PARAMETER_TENSORS; offset += sizes[i], i++) {
-        const int written = i == P_WTE || i == P_QKVW || i == P_ATTPROJW || i == P_FCW || i == P_FCPROJW;
-        if (!written) continue;
+        if (!gpt2_gradient_written(i)) continue;
         if (offset > run) start[runs] = run, count[runs++] = offset - run;
         run = offset + sizes[i];
     }

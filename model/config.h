@@ -31,8 +31,13 @@ extern const char* const parameter_tensor_names[NUM_PARAMETER_TENSORS];
 // Fills sizes[16] (in elements) and returns the total number of parameters.
 size_t gpt2_parameter_sizes(const GPT2Config* cfg, size_t sizes[NUM_PARAMETER_TENSORS]);
 
+// Whether tensor i's gradient is a product's weight gradient, which the product can write without
+// reading it (GRAD_WRITE, kernels.h): wte's (the head's), qkvw's, attprojw's, fcw's and fcprojw's.
+// The other gradients are added into, so they start from zeros.
+int gpt2_gradient_written(int tensor);
+
 // The gradients that gpt2_zero_grad zeroes: every tensor but those that a step's first product
-// writes (GRAD_WRITE, kernels.h: wte, qkvw, attprojw, fcw, fcprojw), in runs of neighbours in
+// writes (gpt2_gradient_written), in runs of neighbours in
 // model-file order. Fills start[] and count[] (elements, at most NUM_PARAMETER_TENSORS runs) and
 // returns the number of runs: 5 in GPT-2's order, 0.1% of GPT-2 124M's gradients.
 int gpt2_zeroed_gradient_runs(const size_t sizes[NUM_PARAMETER_TENSORS], size_t start[], size_t count[]);

@@ -82,6 +82,121 @@ static size_t offload_piece_floats(size_t n) { return n < GPT2_OFFLOAD_PIECE_FLO
 // staging piece's worth in all.
 static size_t gathered_piece_floats(size_t shard, int world) { return piece_floats(shard * (size_t)world) / (size_t)world; }
 
+// ---- where the kernels write the gradients -----------------------------------------------------
+// The kernels write fp32 parameter gradients (kernels.h). Where the model's gradients are fp32
+// (GRADS=FP32, and the CPU), they write them in place, into model->grads. Where they are bf16
+// (GRADS=BF16), they write them into the fp32 GradScratch (gpt2.h), and each micro-step folds the
+// scratch into model->grads, one rounding per value (gradX_fold): a layer's slot once the layer's
+// last write has finished (the wait for its weight-gradient stream), the non-layer tensors' after
+// the encoder's backward. The first micro-step of a step writes the bf16 values, so they need no
+// zeroing; later ones add. A slot is fresh in every micro-step, so every micro-step's first product
+// writes its weight gradient (GRAD_WRITE), and the slot's other gradients are zeroed before its
+// first write.
+
+#if defined(GRADS_BF16)
+static const int grads_in_scratch = 1;
+
+static int is_layer_tensor(int i) { return i >= P_LN1W && i <= P_FCPROJB; }
+
+// Lays out the scratch of cfg's gradients at base (NULL: the sizes only) and returns its floats: two
+// slots, then the non-layer tensors. In each, the gradients that kernels add into come first (one
+// memset zeroes them), then the products' (gpt2_gradient_written); each starts 256-byte aligned.
+static size_t lay_out_grad_scratch(GradScratch* s, const GPT2Config* cfg, float* base) {
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    gpt2_parameter_sizes(cfg, sizes);
+    size_t used[2] = {0, 0}; // [0]: the non-layer tensors', [1]: a slot's
+    for (int written = 0; written <= 1; written++) {
+        if (written) s->nonlayer_zeroed = used[0], s->slot_zeroed = used[1];
+        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+            if (gpt2_gradient_written(i) != written) continue;
+            const int layer = is_layer_tensor(i);
+            s->offset[i] = used[layer];
+            used[layer] += ((layer ? sizes[i] / cfg->num_layers : sizes[i]) + 63) / 64 * 64;
+        }
+    }
+    s->slot_floats = used[1];
+    s->nonlayer_floats = used[0];
+    s->slots = base;
+    s->nonlayer = base ? base + 2 * s->slot_floats : NULL;
+    return 2 * s->slot_floats + s->nonlayer_floats;
+}
+
+// Where the kernels write a parameter's gradient: layer l's in slot l % 2, the others' in the
+// non-layer scratch.
+static float* grad_of(const GPT2* model, const floatX* param) {
+    int i = 0;
+    while (i + 1 < NUM_PARAMETER_TENSORS && param >= model->params.t[i + 1]) i++;
+    size_t index = param - model->params.t[i];
+    const GradScratch* s = &model->scratch;
+    if (!is_layer_tensor(i)) return s->nonlayer + s->offset[i] + index;
+    const size_t per_layer = model->param_sizes[i] / model->config.num_layers, l = index / per_layer;
+    return s->slots + l % 2 * s->slot_floats + s->offset[i] + index % per_layer;
+}
+
+// Before layer l's first gradient is written (the fcproj bias's, by the layernorm backward above it).
+static void start_layer_grads(GPT2* model, int l) {
+    dev_memset_zero(model->scratch.slots + l % 2 * model->scratch.slot_floats, model->scratch.slot_zeroed * sizeof(float));
+}
+
+// Once layer l's gradients are all written: each of its tensors into its place in grads.
+static void fold_layer_grads(GPT2* model, int l) {
+    const int mode = model->layer_grads_stale ? GRAD_WRITE : GRAD_ADD;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        if (!is_layer_tensor(i)) continue;
+        const floatX* param = model->params.t[i] + model->param_sizes[i] / model->config.num_layers * l;
+        gradX_fold(model->grads + (param - model->params.t[0]), grad_of(model, param),
+                   model->param_sizes[i] / model->config.num_layers, mode);
+    }
+}
+
+// Before the backward: wte's gradient the head has written in the forward, the others start from zeros.
+static void start_nonlayer_grads(GPT2* model) {
+    dev_memset_zero(model->scratch.nonlayer, model->scratch.nonlayer_zeroed * sizeof(float));
+}
+
+// After the encoder's backward. wte's scratch is then spent: the next micro-step's head writes it.
+static void fold_nonlayer_grads(GPT2* model) {
+    const int mode = model->layer_grads_stale ? GRAD_WRITE : GRAD_ADD;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        if (is_layer_tensor(i)) continue;
+        gradX_fold(model->grads + (model->params.t[i] - model->params.t[0]), grad_of(model, model->params.t[i]),
+                   model->param_sizes[i], mode);
+    }
+    model->wte_grad_stale = 1;
+}
+
+// --batch-invariant's share of wte's gradient that the encoder's backward kept apart, into grads.
+static void add_kept_wte_grad(GPT2* model) {
+    gradX_fold(model->grads, model->wte_encoder_grad, model->param_sizes[P_WTE], GRAD_ADD);
+}
+
+static float float_from_gradX(gradX g) { // bf16 is the top half of an fp32
+    const uint32_t bits = (uint32_t)g << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+static const gradX gradX_nan = 0x7fc0; // bf16's quiet NaN
+#else
+static const int grads_in_scratch = 0;
+
+static size_t lay_out_grad_scratch(GradScratch* s, const GPT2Config* cfg, float* base) {
+    (void)s, (void)cfg, (void)base;
+    return 0;
+}
+// At the same offset in the gradients as the parameter in the parameters.
+static float* grad_of(const GPT2* model, const floatX* param) { return model->grads + (param - model->params.t[0]); }
+static void start_layer_grads(GPT2* model, int l) { (void)model, (void)l; }
+static void fold_layer_grads(GPT2* model, int l) { (void)model, (void)l; }
+static void start_nonlayer_grads(GPT2* model) { (void)model; }
+static void fold_nonlayer_grads(GPT2* model) { (void)model; }
+static void add_kept_wte_grad(GPT2* model) {
+    float_accumulate(model->grads, model->wte_encoder_grad, model->param_sizes[P_WTE]);
+}
+static float float_from_gradX(gradX g) { return g; }
+static const gradX gradX_nan = NAN;
+#endif
+
 MemoryPlan gpt2_memory_plan(const GPT2BuildSpec* spec) {
     const GPT2Config* cfg = &spec->config;
     size_t sizes[NUM_PARAMETER_TENSORS], n = gpt2_parameter_sizes(cfg, sizes);
@@ -90,8 +205,11 @@ MemoryPlan gpt2_memory_plan(const GPT2BuildSpec* spec) {
     size_t arrays = 2 + (sizeof(floatX) != sizeof(float)); // m, v and the master weights
     MemoryPlan p;
     p.parameters = padded * sizeof(floatX);
+    GradScratch scratch;
+    p.gradient_scratch = lay_out_grad_scratch(&scratch, cfg, NULL) * sizeof(float);
     // and, with --batch-invariant, the encoder's share of wte's kept apart (gpt2_backward)
-    p.gradients = (padded + (spec->group_sequences ? sizes[P_WTE] : 0)) * sizeof(float);
+    p.gradients = padded * sizeof(gradX) + p.gradient_scratch +
+                  (spec->group_sequences ? sizes[P_WTE] * sizeof(float) : 0);
     p.optimizer = arrays * (spec->offload ? DEV_SLOTS * offload_piece_floats(opt_alloc) : opt_alloc) * sizeof(float);
     p.host_optimizer = spec->offload ? arrays * opt_alloc * sizeof(float) : 0;
     Activations unused;
@@ -153,7 +271,7 @@ static void build(GPT2* model, const GPT2BuildSpec* spec, int training) {
     model->plan = gpt2_memory_plan(spec);
     if (!training) { // the training plan less what only training holds
         model->plan.total -= model->plan.gradients + model->plan.optimizer;
-        model->plan.gradients = model->plan.optimizer = model->plan.host_optimizer = 0;
+        model->plan.gradients = model->plan.gradient_scratch = model->plan.optimizer = model->plan.host_optimizer = 0;
     }
     if (model->rank == 0) gpt2_print_memory_plan(spec, &model->plan, training);
 
@@ -161,8 +279,11 @@ static void build(GPT2* model, const GPT2BuildSpec* spec, int training) {
     point_parameters(&model->params, params, model->param_sizes);
     dev_memset_zero(params, padded * sizeof(floatX));
     if (training) {
-        model->grads = dev_malloc(padded * sizeof(float), "gradients");
-        dev_memset_zero(model->grads, padded * sizeof(float));
+        model->grads = dev_malloc(padded * sizeof(gradX), "gradients");
+        dev_memset_zero(model->grads, padded * sizeof(gradX)); // the padding stays zero
+        size_t scratch = lay_out_grad_scratch(&model->scratch, cfg, NULL);
+        if (scratch)
+            lay_out_grad_scratch(&model->scratch, cfg, dev_malloc(scratch * sizeof(float), "fp32 gradient scratch"));
         size_t wte = model->param_sizes[P_WTE];
         if (model->group_sequences) {
             model->wte_encoder_grad = dev_malloc(wte * sizeof(float), "wte gradient of the encoder");
@@ -213,6 +334,7 @@ void gpt2_build_forward_only(GPT2* model, const GPT2Config* cfg, int B, int T) {
 void gpt2_free(GPT2* model) {
     dev_free(model->params.t[0]);
     dev_free(model->grads);
+    dev_free(model->scratch.slots);
     dev_free(model->wte_encoder_grad);
     if (model->offload) {
         dev_free_host(model->master);
@@ -243,7 +365,11 @@ void gpt2_print_memory_plan(const GPT2BuildSpec* spec, const MemoryPlan* p, int 
     printf("  parameters   %10.1f MiB  (%zu x %zu bytes)\n", p->parameters / MiB,
            gpt2_parameter_sizes(&spec->config, sizes), sizeof(floatX));
     if (training) {
-        printf("  gradients    %10.1f MiB\n", p->gradients / MiB);
+        if (p->gradient_scratch)
+            printf("  gradients    %10.1f MiB  (bf16, and %.1f MiB of it their fp32 scratch: two layers', wte's, "
+                   "wpe's and lnf's; GRADS=BF16)\n", p->gradients / MiB, p->gradient_scratch / MiB);
+        else
+            printf("  gradients    %10.1f MiB\n", p->gradients / MiB);
         if (spec->offload)
             printf("  optimizer    %10.1f MiB  (%d pieces each of AdamW m, v%s; the state itself, %.1f MiB, in "
                    "pinned host memory: --offload)\n", p->optimizer / MiB, DEV_SLOTS,
@@ -472,11 +598,6 @@ static LayerActs layer_acts(const GPT2* model, int l, int B, int T) {
     return s;
 }
 
-// The gradient of a parameter: at the same offset in the gradients as the parameter in the parameters.
-static float* grad_of(const GPT2* model, const floatX* param) {
-    return model->grads + (param - model->params.t[0]);
-}
-
 // Copies n tokens into the next staging slot and queues their upload to dst.
 static void upload_tokens(GPT2* model, int* dst, const int* tokens, size_t n) {
     if (model->staged_used + n > model->staged_capacity) {
@@ -567,9 +688,10 @@ double gpt2_loss_sum(const float* losses, size_t n) {
 }
 
 void gpt2_zero_grad(GPT2* model) {
+    // In scratch (GRADS=BF16), the step's first micro-step writes every gradient: none needs zeros.
     size_t start[NUM_PARAMETER_TENSORS], count[NUM_PARAMETER_TENSORS];
-    const int runs = gpt2_zeroed_gradient_runs(model->param_sizes, start, count);
-    for (int i = 0; i < runs; i++) dev_memset_zero(model->grads + start[i], count[i] * sizeof(float));
+    const int runs = grads_in_scratch ? 0 : gpt2_zeroed_gradient_runs(model->param_sizes, start, count);
+    for (int i = 0; i < runs; i++) dev_memset_zero(model->grads + start[i], count[i] * sizeof(gradX));
     model->wte_grad_stale = model->layer_grads_stale = 1;
     if (model->group_sequences) dev_memset_zero(model->wte_encoder_grad, model->param_sizes[P_WTE] * sizeof(float));
 }
@@ -585,10 +707,14 @@ void gpt2_backward(GPT2* model) {
     ParameterTensors* p = &model->params;
     // The encoder adds into wte's gradient, which the head's backward must have written this step.
     if (model->wte_grad_stale) fatal("internal: gpt2_backward without a forward with dloss > 0 since gpt2_zero_grad");
-    const int dweight_mode = model->layer_grads_stale ? GRAD_WRITE : GRAD_ADD; // for the layers' weight matrices
+    // for the layers' weight matrices: written by a step's first product into each, or in scratch by
+    // every micro-step's
+    const int dweight_mode = model->layer_grads_stale || grads_in_scratch ? GRAD_WRITE : GRAD_ADD;
 
     // The head's backward ran in the forward, slice by slice, and left dL/dlnf in dbuf_c. The final
     // layernorm's backward writes dresidual (GRAD_WRITE), where the residual stream's gradient starts.
+    start_nonlayer_grads(model);
+    start_layer_grads(model, L - 1);
     floatX* final_residual = layer_acts(model, L - 1, B, T).residual3;
     layernorm_backward(a->dresidual, grad_of(model, p->t[P_LNFW]), grad_of(model, p->t[P_LNFB]),
                        grad_of(model, layer_weights(p, cfg, L - 1).fcprojb), a->dbuf_c, final_residual,
@@ -602,10 +728,15 @@ void gpt2_backward(GPT2* model) {
     // fc's and qkv's weight gradients run beside the calls after them (matmul_backward_weights), the
     // layernorm backward that follows each among them. Each layer first waits for the layer above's,
     // which read dbuf_4c, dbuf_3c and (with recompute) ln2 and ln1, buffers that this layer rewrites.
+    // In scratch (GRADS=BF16), the layer above's gradients are then complete and fold, and their slot
+    // is made ready for the layer below this one, whose fcproj bias gradient this layer's last
+    // layernorm backward sums.
     for (int l = L - 1; l >= 0; l--) {
         LayerWeights w = layer_weights(p, cfg, l);
         LayerActs s = layer_acts(model, l, B, T);
         matmul_backward_wait();
+        if (l + 1 < L) fold_layer_grads(model, l + 1);
+        if (l > 0) start_layer_grads(model, l - 1);
         if (model->recompute >= 1) gelu_forward(s.fch_gelu, s.fch, (size_t)N * 4 * C);
         if (model->recompute >= 2)
             layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.residual2, w.ln2w, w.ln2b, N, C, ln2_ld(C));
@@ -634,6 +765,7 @@ void gpt2_backward(GPT2* model) {
                            s.input, w.ln1w, s.ln1_mean, s.ln1_rstd, N, C, group_rows, GRAD_ADD);
     }
     matmul_backward_wait();
+    fold_layer_grads(model, 0);
     // The encoder's share of wte's gradient (wte is tied to the head). With --batch-invariant it is
     // kept apart until gpt2_reduce_gradients adds it: micro-batches of one group give head,
     // encoder, head, encoder, ..., a micro-batch of several groups all heads first (its forward),
@@ -642,15 +774,16 @@ void gpt2_backward(GPT2* model) {
     // gives the bits of a call per group.
     float* dwte_encoder = model->group_sequences ? model->wte_encoder_grad : grad_of(model, p->t[P_WTE]);
     encoder_backward(dwte_encoder, grad_of(model, p->t[P_WPE]), a->dresidual, a->inputs, B, T, C);
+    fold_nonlayer_grads(model);
     model->layer_grads_stale = 0;
 }
 
 float gpt2_reduce_gradients(GPT2* model, double* loss) {
-    float* grads = model->grads;
+    gradX* grads = model->grads;
     size_t shard = model->shard;
-    if (model->group_sequences) float_accumulate(grads, model->wte_encoder_grad, model->param_sizes[P_WTE]);
-    if (model->zero_stage == 1) comm_reduce_scatter_sum(grads, shard, COMM_FLOAT);
-    else comm_allreduce_sum(grads, model->num_parameters, COMM_FLOAT);
+    if (model->group_sequences) add_kept_wte_grad(model);
+    if (model->zero_stage == 1) comm_reduce_scatter_sum(grads, shard, COMM_GRADX);
+    else comm_allreduce_sum(grads, model->num_parameters, COMM_GRADX);
     // The norm adds up the ranks' shards in both stages, so ZeRO changes no arithmetic.
     double sums[2] = {grad_norm_squared(grads + model->rank * shard, shard), *loss};
     comm_allreduce_host(sums, 2, COMM_SUM);
@@ -661,7 +794,7 @@ float gpt2_reduce_gradients(GPT2* model, double* loss) {
 void gpt2_update(GPT2* model, float norm, float lr, float beta1, float beta2, float eps,
                  float weight_decay, float grad_clip, float inv_loss_scale, int t, unsigned long long seed) {
     floatX* params = model->params.t[0];
-    float* grads = model->grads;
+    const gradX* grads = model->grads;
     // the clip factor from the true norm, then the loss scale undone: both in the one multiply of
     // each gradient value that AdamW does anyway
     float grad_scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
@@ -700,9 +833,14 @@ void gpt2_update(GPT2* model, float norm, float lr, float beta1, float beta2, fl
     if (model->zero_stage == 1) comm_allgather(params, params + model->rank * model->shard, model->shard, COMM_FLOATX);
 }
 
-void gpt2_inject_nan_gradient(GPT2* model) {
-    const float nan = NAN;
-    dev_upload(model->grads, &nan, sizeof(nan));
+void gpt2_inject_nan_gradient(GPT2* model) { dev_upload(model->grads, &gradX_nan, sizeof(gradX_nan)); }
+
+void gpt2_get_gradients(const GPT2* model, float* host) {
+    size_t n = model->num_parameters;
+    gradX* values = xmalloc(n * sizeof(gradX), "gradients");
+    dev_download(values, model->grads, n * sizeof(gradX));
+    for (size_t i = 0; i < n; i++) host[i] = float_from_gradX(values[i]);
+    free(values);
 }
 
 void gpt2_logits_row(GPT2* model, int b, int t, int T, float* host_out) {

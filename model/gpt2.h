@@ -65,6 +65,7 @@ typedef struct {
 // allocated too.
 typedef struct {
     size_t parameters, gradients;
+    size_t gradient_scratch; // of gradients: the fp32 scratch of bf16 gradients (GRADS=BF16), else 0
     // AdamW m and v, and the master weights when floatX is not float; offloaded: the device's
     // buffers for one piece of each, the state itself in host memory (host_optimizer)
     size_t optimizer;
@@ -98,12 +99,26 @@ typedef struct {
 // carves the allocations, for this build's floatX and attention.
 MemoryPlan gpt2_memory_plan(const GPT2BuildSpec* spec);
 
+// Where a GRADS=BF16 build's kernels write a micro-step's fp32 gradients, which gpt2_backward then
+// folds into the bf16 gradients (model/gpt2.c, "where the kernels write the gradients"): two slots
+// of one layer's 12 tensors each, layer l's in slot l % 2, since layer l's last layernorm backward
+// sums layer l - 1's fcproj bias gradient before layer l's own are complete (its weight-gradient
+// stream still runs); and wte's, wpe's, lnfw's and lnfb's (the head writes wte's in the forward).
+typedef struct {
+    float* slots;    // 2 x slot_floats, one allocation with nonlayer
+    float* nonlayer; // nonlayer_floats
+    size_t offset[NUM_PARAMETER_TENSORS]; // tensor i's (a layer tensor's: one layer's) in its scratch
+    size_t slot_floats, nonlayer_floats;
+    size_t slot_zeroed, nonlayer_zeroed; // the first floats of each: the gradients kernels add into
+} GradScratch;
+
 typedef struct {
     GPT2Config config;
     size_t param_sizes[NUM_PARAMETER_TENSORS];
     size_t num_parameters;
     ParameterTensors params;
-    float* grads; // the parameters' gradients, fp32 in every build, each at its parameter's offset
+    gradX* grads; // the parameters' gradients, each at its parameter's offset: fp32, or bf16 (GRADS=BF16)
+    GradScratch scratch; // GRADS=BF16's fp32 scratch (else all NULL and 0)
     // With group_sequences (else NULL): the encoder's share of wte's gradient (the head's goes into
     // grads during the forward), added to grads by gpt2_reduce_gradients.
     float* wte_encoder_grad;
@@ -111,7 +126,9 @@ typedef struct {
     // all but 0.1% of GPT-2 124M's gradients) as they are: a step's first product into each writes
     // it (GRAD_WRITE, kernels.h). Until then they hold the last step's values, which these say: wte's
     // until the first head backward (in gpt2_forward with dloss), the layers' until the end of the
-    // first gpt2_backward.
+    // first gpt2_backward. With bf16 gradients (GRADS=BF16) the first backward's folds write all of
+    // grads (layer_grads_stale), and wte_grad_stale is about wte's scratch: stale again after each
+    // backward, which folds it.
     int wte_grad_stale, layer_grads_stale;
     // Data parallelism over comm_world() ranks: parameters and gradients are padded to world * shard
     // elements, and rank r owns the shard [r * shard, (r + 1) * shard). This rank keeps master
@@ -217,6 +234,8 @@ void gpt2_update(GPT2* model, float norm, float lr, float beta1, float beta2, fl
 // For the tests of the divergence guard only (train_gpt's --inject-nan-grad): makes one gradient
 // value NaN, as an overflow in the backward would. Call between gpt2_backward and gpt2_reduce_gradients.
 void gpt2_inject_nan_gradient(GPT2* model);
+// The gradients (num_parameters values, model-file order) into host fp32, bf16 ones widened exactly.
+void gpt2_get_gradients(const GPT2* model, float* host);
 // fp32 logits of position t of batch row b of the last forward (T tokens per row), V values, made
 // from its lnf by a product of that one row.
 void gpt2_logits_row(GPT2* model, int b, int t, int T, float* host_out);

@@ -12,7 +12,10 @@
 // by an earlier call of the step before a later one reads it (the head's rows over every slice of
 // the batch, so that its backward writes the whole of dbuf_c), so no other buffer needs filling.
 // The weight gradients are written or added as in a step of one micro-step (GRAD_WRITE for the
-// layers' and the head's first slice): over the repetitions, other values, the same work.
+// layers' and the head's first slice): over the repetitions, other values, the same work. In a
+// GRADS=BF16 build the kernels write a whole fp32 gradient array (the model's scratch of two layers,
+// here whole: the same calls), a row times the micro-step's folds of all of it into the bf16
+// gradients, and the norm and AdamW read those.
 //
 // Each timed call is queued behind a spin kernel, so the events measure its GPU time as it runs
 // inside a step, where the host enqueues ahead of the GPU: neither launch latency nor cuBLASLt's
@@ -395,6 +398,12 @@ int main(int argc, char** argv) {
     const size_t n = gpt2_parameter_sizes(&cfg, sizes);
     floatX* params = (floatX*)dev_malloc(n * sizeof(floatX), "parameters");
     float* grads = (float*)dev_malloc(n * sizeof(float), "gradients");
+#if defined(GRADS_BF16)
+    gradX* grads_x = (gradX*)dev_malloc(n * sizeof(gradX), "bf16 gradients");
+    dev_memset_zero(grads_x, n * sizeof(gradX)); // the folds add into it: finite values for the norm and AdamW
+#else
+    gradX* grads_x = grads;
+#endif
     float* master = sizeof(floatX) != sizeof(float) ? (float*)dev_malloc(n * sizeof(float), "master weights") : NULL;
     float* adam_m = (float*)dev_malloc(n * sizeof(float), "AdamW first moment");
     float* adam_v = (float*)dev_malloc(n * sizeof(float), "AdamW second moment");
@@ -606,14 +615,20 @@ int main(int argc, char** argv) {
     if (group_sequences)
         time_call("float_accumulate wte", 1, 0, 3.0 * sizes[P_WTE] * sizeof(float),
                   [&] { float_accumulate(g[P_WTE], dwte_encoder, sizes[P_WTE]); });
-    time_call("grad_norm_squared", 1, 0, n * 4.0, [&] { norm = sqrtf(grad_norm_squared(grads, n)); });
+#if defined(GRADS_BF16)
+    // the model folds layer by layer (12 calls a layer, 4 for the rest); one call moves the same bytes
+    time_call("gradX_fold (all, GRAD_ADD)", 1, 0, n * (4.0 + 2.0 * sizeof(gradX)),
+              [&] { gradX_fold(grads_x, grads, n, GRAD_ADD); });
+#endif
+    time_call("grad_norm_squared", 1, 0, n * (double)sizeof(gradX),
+              [&] { norm = sqrtf(grad_norm_squared(grads_x, n)); });
     const float grad_scale = norm > 1.0f ? 1.0f / norm : 1.0f;
     // reads grad, m, v and the fp32 weights; writes m, v, the parameters and the master weights
-    time_call("adamw_update (16 tensors)", 1, 0, n * (4.0 + 8.0 + (master ? 4 : X) + 8.0 + X + (master ? 4 : 0)), [&] {
+    time_call("adamw_update (16 tensors)", 1, 0, n * (sizeof(gradX) + 8.0 + (master ? 4 : X) + 8.0 + X + (master ? 4 : 0)), [&] {
         size_t offset = 0;
         for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
             int decay = i == P_WTE || i == P_WPE || i == P_QKVW || i == P_ATTPROJW || i == P_FCW || i == P_FCPROJW;
-            adamw_update(p[i], master ? master + offset : NULL, g[i], adam_m + offset, adam_v + offset,
+            adamw_update(p[i], master ? master + offset : NULL, grads_x + offset, adam_m + offset, adam_v + offset,
                          sizes[i], 0, 6e-4f, 0.9f, 0.95f, 1e-8f, decay ? 0.1f : 0.0f, grad_scale, 1,
                          1337 + 1000003ull * (unsigned)i);
             offset += sizes[i];

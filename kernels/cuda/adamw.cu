@@ -1,4 +1,7 @@
-// AdamW and the gradient norm. In the BF16 build the fp32 master weights are updated and the bf16
+// AdamW, the gradient norm, and in a GRADS=BF16 build the fold of fp32 gradients into the bf16 ones.
+// AdamW and the norm read gradients of either type (template G) with the same arithmetic on the value
+// as a float; kernels.h's functions are their gradX instances.
+// In the BF16 build the fp32 master weights are updated and the bf16
 // parameters get them stochastically rounded (cuRAND Philox, seeded by (seed, index in the tensor)), so
 // small updates survive on average instead of always rounding away. In the FP16 build the fp16
 // parameters get them rounded to nearest, as mixed-precision training with fp32 master weights does
@@ -50,16 +53,29 @@ __device__ inline floatX adamw_element(float g, float& mi, float& vi, float& w, 
     return param_from_master(w, index, s.t, s.seed);
 }
 
+// Gradients 4i .. 4i + 3 as floats, in one load (16 bytes of float, 8 of bf16).
+__device__ inline float4 load_grad4(const float* grad, size_t i) { return ((const float4*)grad)[i]; }
+#if defined(GRADS_BF16)
+__device__ inline float4 load_grad4(const gradX* grad, size_t i) {
+    const uint2 bits = ((const uint2*)grad)[i];
+    const float2 lo = __bfloat1622float2(*(const __nv_bfloat162*)&bits.x);
+    const float2 hi = __bfloat1622float2(*(const __nv_bfloat162*)&bits.y);
+    return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+#endif
+
 // Four elements per thread and iteration with 16-byte loads where every array is 16-byte aligned
-// (ncu: one 4-byte element per thread left the update at about 80% of the memory bandwidth);
-// the elements past the last multiple of 4, or all of them otherwise, one at a time. Either way
-// each element gets the same arithmetic, so the result does not depend on the path.
-__global__ void adamw_kernel(floatX* param, float* master, const float* grad, float* m, float* v,
+// (bf16 gradients: 8-byte aligned) (ncu: one 4-byte element per thread left the update at about
+// 80% of the memory bandwidth); the elements past the last multiple of 4, or all of them
+// otherwise, one at a time. Either way each element gets the same arithmetic, so the result does
+// not depend on the path.
+template <typename G>
+__global__ void adamw_kernel(floatX* param, float* master, const G* grad, float* m, float* v,
                              size_t n, size_t index0, AdamWStep step, bool vector) {
     const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
     const size_t n4 = vector ? n / 4 : 0;
     for (size_t i = first; i < n4; i += stride) {
-        const float4 g = ((const float4*)grad)[i];
+        const float4 g = load_grad4(grad, i);
         float4 mi = ((float4*)m)[i], vi = ((float4*)v)[i], w;
         if (master) w = ((float4*)master)[i];
         else w = make_float4((float)param[4 * i], (float)param[4 * i + 1], (float)param[4 * i + 2], (float)param[4 * i + 3]);
@@ -75,7 +91,7 @@ __global__ void adamw_kernel(floatX* param, float* master, const float* grad, fl
     }
     for (size_t i = 4 * n4 + first; i < n; i += stride) {
         float mi = m[i], vi = v[i], w = master ? master[i] : (float)param[i];
-        param[i] = adamw_element(grad[i], mi, vi, w, index0 + i, step);
+        param[i] = adamw_element((float)grad[i], mi, vi, w, index0 + i, step);
         m[i] = mi;
         v[i] = vi;
         if (master) master[i] = w;
@@ -96,9 +112,10 @@ void round_master_weights(floatX* param, const float* master, size_t n, size_t i
     launchCheck();
 }
 
-void adamw_update(floatX* param, float* master, const float* grad, float* m, float* v, size_t n,
-                  size_t index0, float lr, float beta1, float beta2, float eps, float weight_decay,
-                  float grad_scale, int t, unsigned long long seed) {
+template <typename G>
+void adamw_update_typed(floatX* param, float* master, const G* grad, float* m, float* v, size_t n,
+                        size_t index0, float lr, float beta1, float beta2, float eps, float weight_decay,
+                        float grad_scale, int t, unsigned long long seed) {
 #if !defined(PRECISION_FP32)
     if (!master) fatal("adamw_update: the " PRECISION_NAME " build needs fp32 master weights");
 #else
@@ -108,11 +125,25 @@ void adamw_update(floatX* param, float* master, const float* grad, float* m, flo
     const AdamWStep step = {lr, beta1, beta2, eps, weight_decay, grad_scale, 1.0f - powf(beta1, (float)t),
                             1.0f - powf(beta2, (float)t), t, seed};
     auto aligned = [](const void* p) { return (uintptr_t)p % 16 == 0; };
-    const bool vector = aligned(grad) && aligned(m) && aligned(v) && (master ? aligned(master) : aligned(param));
+    const bool vector = (uintptr_t)grad % (4 * sizeof(G)) == 0 && aligned(m) && aligned(v) &&
+                        (master ? aligned(master) : aligned(param));
     const size_t threads = vector ? (n + 3) / 4 : n;
     unsigned int blocks = ceil_div(threads, 256) < 65536 ? ceil_div(threads, 256) : 65536;
     adamw_kernel<<<blocks, 256>>>(param, master, grad, m, v, n, index0, step, vector);
     launchCheck();
+}
+template void adamw_update_typed<float>(floatX*, float*, const float*, float*, float*, size_t, size_t, float, float,
+                                        float, float, float, float, int, unsigned long long);
+#if defined(GRADS_BF16)
+template void adamw_update_typed<gradX>(floatX*, float*, const gradX*, float*, float*, size_t, size_t, float, float,
+                                        float, float, float, float, int, unsigned long long);
+#endif
+
+void adamw_update(floatX* param, float* master, const gradX* grad, float* m, float* v, size_t n,
+                  size_t index0, float lr, float beta1, float beta2, float eps, float weight_decay,
+                  float grad_scale, int t, unsigned long long seed) {
+    adamw_update_typed(param, master, grad, m, v, n, index0, lr, beta1, beta2, eps, weight_decay, grad_scale, t,
+                       seed);
 }
 
 // A fixed grid (not the device's SM count) so the summation order, hence the result, is the same
@@ -120,7 +151,8 @@ void adamw_update(floatX* param, float* master, const float* grad, float* m, flo
 #define NORM_BLOCKS 1024
 #define NORM_THREADS 512
 
-__global__ void sum_squares_kernel(float* partials, const float* grad, size_t n) {
+template <typename G>
+__global__ void sum_squares_kernel(float* partials, const G* grad, size_t n) {
     float sum = 0.0f;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -128,14 +160,15 @@ __global__ void sum_squares_kernel(float* partials, const float* grad, size_t n)
     // same bits): with one, the pass ran at a third of the memory's bandwidth (ncu: long-scoreboard
     // stalls).
     for (; i + 3 * stride < n; i += 4 * stride) {
-        const float g0 = grad[i], g1 = grad[i + stride], g2 = grad[i + 2 * stride], g3 = grad[i + 3 * stride];
+        const float g0 = (float)grad[i], g1 = (float)grad[i + stride], g2 = (float)grad[i + 2 * stride],
+                    g3 = (float)grad[i + 3 * stride];
         sum += g0 * g0;
         sum += g1 * g1;
         sum += g2 * g2;
         sum += g3 * g3;
     }
     for (; i < n; i += stride) {
-        const float g = grad[i];
+        const float g = (float)grad[i];
         sum += g * g;
     }
     sum = block_sum(sum);
@@ -149,7 +182,7 @@ __global__ void sum_partials_kernel(float* result, const float* partials) {
     if (threadIdx.x == 0) *result = sum;
 }
 
-float grad_norm_squared(const float* grad, size_t n) {
+float grad_norm_squared(const gradX* grad, size_t n) {
     static float* partials; // NORM_BLOCKS partial sums, then the result
     if (!partials) partials = (float*)dev_malloc((NORM_BLOCKS + 1) * sizeof(float), "grad norm partials");
     sum_squares_kernel<<<NORM_BLOCKS, NORM_THREADS>>>(partials, grad, n);
@@ -160,3 +193,35 @@ float grad_norm_squared(const float* grad, size_t n) {
     dev_download(&result, partials + NORM_BLOCKS, sizeof result);
     return result;
 }
+
+#if defined(GRADS_BF16)
+// X128 (8) values per thread: one 16-byte load and store of bf16 and two of fp32 where dst and src
+// are 16-byte aligned and the 8 values lie inside, else one at a time; the same sum and rounding.
+__global__ void gradX_fold_kernel(gradX* dst, const float* src, size_t n, int mode) {
+    const size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * X128;
+    if (i >= n) return;
+    const bool vector = i + X128 <= n && (((uintptr_t)dst | (uintptr_t)src) % 16) == 0;
+    float sum[X128];
+    if (vector) {
+        for (int k = 0; k < X128; k += 4) {
+            const float4 v = *(const float4*)(src + i + k);
+            sum[k] = v.x, sum[k + 1] = v.y, sum[k + 2] = v.z, sum[k + 3] = v.w;
+        }
+    } else {
+        for (int k = 0; k < X128; k++) sum[k] = i + k < n ? src[i + k] : 0.0f;
+    }
+    if (mode == GRAD_ADD) {
+        float old[X128];
+        load_x128(old, dst, i, n, vector);
+        for (int k = 0; k < X128; k++) sum[k] = old[k] + sum[k];
+    }
+    store_x128(dst, sum, i, n, vector); // floatX's conversion: to nearest even
+}
+
+void gradX_fold(gradX* dst, const float* src, size_t n, int mode) {
+    if (n == 0) return;
+    const int threads = 256;
+    gradX_fold_kernel<<<ceil_div(ceil_div(n, X128), threads), threads>>>(dst, src, n, mode);
+    launchCheck();
+}
+#endif

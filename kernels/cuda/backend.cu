@@ -92,8 +92,9 @@ void backend_init(int device_index) {
     if (path) snprintf(path_note, sizeof path_note, ", the kernels of sm_%d (KERNEL_PATH)", path);
     else if (code_arch < 800 && props.major >= 8)
         snprintf(path_note, sizeof path_note, ", the sm_%d kernels (compiled from PTX by the driver)", code_arch / 10);
-    snprintf(description, sizeof description, "%.256s (GPU %d, sm_%d%d, %.1f GiB), %s%s", props.name,
-             device_index, props.major, props.minor, props.totalGlobalMem / 1073741824.0, precision, path_note);
+    snprintf(description, sizeof description, "%.256s (GPU %d, sm_%d%d, %.1f GiB), %s%s%s", props.name,
+             device_index, props.major, props.minor, props.totalGlobalMem / 1073741824.0, precision, GRADS_NOTE,
+             path_note);
 }
 
 const char* backend_describe(void) { return description; }

@@ -142,6 +142,15 @@ struct __align__(16) PackedX {
 
 static inline unsigned int ceil_div(size_t a, size_t b) { return (unsigned int)((a + b - 1) / b); }
 
+// adamw_update (kernels.h) on gradients of type G: float, or in a GRADS=BF16 build also gradX's bf16,
+// each gradient widened to a float before the same arithmetic, so bf16 gradients update as their
+// float values would. adamw_update is the gradX instance; the kernel tests hold the two against
+// each other (adamw.cu).
+template <typename G>
+void adamw_update_typed(floatX* param, float* master, const G* grad, float* m, float* v, size_t n, size_t index0,
+                        float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t,
+                        unsigned long long seed);
+
 __device__ inline float warp_sum(float x) {
     for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffff, x, offset);
     return x;

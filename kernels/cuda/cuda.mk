@@ -1,6 +1,7 @@
 # CUDA builds: included by the Makefile (`include kernels/cuda/cuda.mk`), which defines ATTN,
-# PRECISION, GPU_ARCH, BUILD, OBJ, CFLAGS_BASE, ATTN_DEF, LIB_SRC, MODEL_SRC, TRAIN_SRC, COMMON_SRC, CUDA_HOME.
-# Objects of each PRECISION x GPU_ARCH go to their own directory, so variants never mix; those of
+# PRECISION, GRADS_DEF, GRADS_TAG, GPU_ARCH, BUILD, OBJ, CFLAGS_BASE, ATTN_DEF, LIB_SRC, MODEL_SRC, TRAIN_SRC,
+# COMMON_SRC, CUDA_HOME.
+# Objects of each PRECISION x GRADS x GPU_ARCH go to their own directory, so variants never mix; those of
 # the sources that depend on ATTN (CUDA_ATTN_SRC) to one per ATTN as well, the others are shared by
 # both attention variants.
 #   $(BUILD)/train_gpt                 the trainer
@@ -10,7 +11,8 @@
 #   $(BUILD)/tests/dump_grads          the whole model's loss and gradients of one batch
 #   $(BUILD)/tests/test_generate       greedy generation against the argmax of the logits
 #   $(BUILD)/tests/dump_logits         the logits of a model file for some tokens (tests/gpu/test_hf_gpu.sh)
-#   test-cuda-compile                  compiles every variant for sm 80 86 89 90 (FP16: 75), warnings fatal
+#   test-cuda-compile                  compiles every variant for sm 80 86 89 90 (FP16: 75; GRADS=BF16:
+#                                      flash for 80 90), warnings fatal
 #   test-gpu                           the GPU tests (needs a GPU; the divergence guard's also on 2 GPUs
 #                                      when there are 2)
 #   test-multi-gpu                     data parallelism on 2 GPUs against 1 (needs 2 GPUs)
@@ -29,7 +31,7 @@ comma := ,
 # source that comes to depend on ATTN must be listed here.
 CUDA_ATTN_SRC = kernels/cuda/backend.cu kernels/cuda/attention_flash.cu kernels/cuda/attention_naive.cu \
     tests/gpu/test_attention_gpu.cu
-cuda_variant = $(PRECISION)-sm$(subst $(cuda_space),_,$(strip $(GPU_ARCH)))
+cuda_variant = $(PRECISION)$(GRADS_TAG)-sm$(subst $(cuda_space),_,$(strip $(GPU_ARCH)))
 CUDA_OBJ = $(OBJ)/cuda-$(cuda_variant)
 CUDA_ATTN_OBJ = $(OBJ)/cuda-$(ATTN)-$(cuda_variant)
 cuda_obj = $(foreach s,$(1),$(if $(filter $(s),$(CUDA_ATTN_SRC)),$(CUDA_ATTN_OBJ),$(CUDA_OBJ))/$(basename $(s)).o)
@@ -45,9 +47,9 @@ GENCODE = $(foreach arch,$(GPU_ARCH),-gencode arch=compute_$(call cuda_sass,$(ar
 CUDA_WERROR ?= 0
 NVCC_WERROR = $(if $(filter 1,$(CUDA_WERROR)),-Werror all-warnings -Xcompiler -Werror)
 GCC_WERROR = $(if $(filter 1,$(CUDA_WERROR)),-Werror)
-NVCCFLAGS = -std=c++17 -O3 $(GENCODE) -I. -I$(CUDA_HOME)/include $(PRECISION_DEF) $(PERTURB_DEF_$(PERTURB)) \
+NVCCFLAGS = -std=c++17 -O3 $(GENCODE) -I. -I$(CUDA_HOME)/include $(PRECISION_DEF) $(GRADS_DEF) $(PERTURB_DEF_$(PERTURB)) \
     -Xcompiler -Wall,-Wextra $(NVCC_WERROR) -MMD -MP
-CFLAGS_CUDA_HOST = $(CFLAGS_BASE) $(PRECISION_DEF) $(GCC_WERROR)
+CFLAGS_CUDA_HOST = $(CFLAGS_BASE) $(PRECISION_DEF) $(GRADS_DEF) $(GCC_WERROR)
 LDLIBS_CUDA = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcurand \
     -lcudart -lstdc++ -lm -fopenmp
 # One attention file per variant, like kernels/cpu/attention_{naive,flash}.c. The data-parallel
@@ -127,33 +129,43 @@ $(BUILD)/profile_step: $(call cuda_obj,scripts/profile_step.cu $(COMMON_SRC) mod
 # compiles BF16's source with the other element type. Its sm_90a code (fp16 wgmma) is compiled by
 # test-gpu: measured 2026-12-02, FP16 for 75 takes 97 s of CPU (about 50 s of CI's 2 cores), and 90
 # would add 66 s of CPU more.
+# BF16-grads, GRADS=BF16 on PRECISION=BF16, compiles the flash variant for sm 80 and 90 alone (2 minutes
+# of CPU): what it changes (the folds of the gradients, AdamW and the norm reading them) depends
+# neither on the attention nor on the architecture.
 CUDA_CHECK_ARCH = 80 86 89 90
 CUDA_CHECK_ARCH_FP16 = 75
-CUDA_CHECK_TARGETS = $(addprefix cuda-compile-,BF16 FP32 FP16)
+CUDA_CHECK_ARCH_BF16-grads = 80 90
+CUDA_CHECK_ATTN = flash naive
+CUDA_CHECK_ATTN_BF16-grads = flash
+CUDA_CHECK_TARGETS = $(addprefix cuda-compile-,BF16 FP32 FP16 BF16-grads)
 .PHONY: $(CUDA_CHECK_TARGETS)
 test-cuda-compile: $(CUDA_CHECK_TARGETS)
 $(CUDA_CHECK_TARGETS): cuda_check_arch = $(or $(CUDA_CHECK_ARCH_$*),$(CUDA_CHECK_ARCH))
+$(CUDA_CHECK_TARGETS): cuda_check_attn = $(or $(CUDA_CHECK_ATTN_$*),$(CUDA_CHECK_ATTN))
+$(CUDA_CHECK_TARGETS): cuda_check_flags = PRECISION=$(firstword $(subst -, ,$*)) GRADS=$(if $(filter %-grads,$*),BF16,FP32)
 $(CUDA_CHECK_TARGETS): cuda-compile-%:
 	@dir=$(BUILD)/cuda-compile/$*; \
-	for a in flash naive; do \
+	for a in $(cuda_check_attn); do \
 	    tests="$$dir/tests/test_kernels_gpu $$dir/tests/dump_grads $$dir/tests/test_generate $$dir/tests/dump_logits"; \
 	    [ $$a = flash ] && tests="$$tests $$dir/tests/test_attention_gpu"; \
-	    $(MAKE) -f $(TOP_MAKEFILE) --no-print-directory BUILD=$$dir ATTN=$$a PRECISION=$* GPU_ARCH="$(cuda_check_arch)" \
+	    $(MAKE) -f $(TOP_MAKEFILE) --no-print-directory BUILD=$$dir ATTN=$$a $(cuda_check_flags) GPU_ARCH="$(cuda_check_arch)" \
 	        CUDA_WERROR=1 $$dir/train_gpt $$dir/profile_step $$tests || exit 1; \
 	    if [ $$a = flash ]; then cp $$dir/train_gpt $$dir/train_gpt-flash; fi; \
-	    echo "PASS ATTN=$$a PRECISION=$* compiles for sm $(cuda_check_arch) without warnings"; \
+	    echo "PASS ATTN=$$a $(cuda_check_flags) compiles for sm $(cuda_check_arch) without warnings"; \
 	done
 
 # On a GPU machine: the kernel tests in every precision (the flash kernels under every tile
 # configuration), FP16 also from a build for sm_75 alone, whose PTX the driver compiles for this
-# GPU (the instructions a T4 runs), then the whole-model checks.
+# GPU (the instructions a T4 runs), and the kernel tests of BF16 with GRADS=BF16 (the fold of bf16
+# gradients, AdamW and the norm reading them; its attention is BF16's), then the whole-model checks.
 test-gpu:
-	@for v in FP32 BF16 FP16 FP16-sm75; do \
-	    p=$${v%-sm75}; dir=$(BUILD)/gpu-$$v; arch=$$([ $$v = FP16-sm75 ] && echo 75 || echo "$(GPU_ARCH)"); \
-	    $(MAKE) -f $(TOP_MAKEFILE) --no-print-directory BUILD=$$dir ATTN=flash PRECISION=$$p GPU_ARCH="$$arch" \
-	        $$dir/tests/test_kernels_gpu $$dir/tests/test_attention_gpu || exit 1; \
-	    $$dir/tests/test_kernels_gpu || exit 1; \
-	    $$dir/tests/test_attention_gpu || exit 1; \
+	@for v in FP32 BF16 FP16 FP16-sm75 BF16-grads; do \
+	    p=$${v%-*}; dir=$(BUILD)/gpu-$$v; arch=$$([ $$v = FP16-sm75 ] && echo 75 || echo "$(GPU_ARCH)"); \
+	    grads=FP32; tests="$$dir/tests/test_kernels_gpu $$dir/tests/test_attention_gpu"; \
+	    if [ $$v = BF16-grads ]; then grads=BF16; tests=$$dir/tests/test_kernels_gpu; fi; \
+	    $(MAKE) -f $(TOP_MAKEFILE) --no-print-directory BUILD=$$dir ATTN=flash PRECISION=$$p GRADS=$$grads \
+	        GPU_ARCH="$$arch" $$tests || exit 1; \
+	    for t in $$tests; do $$t || exit 1; done; \
 	done
 	BUILD=$(BUILD) tests/gpu/test_gpu_model.sh
 	BUILD=$(BUILD) tests/gpu/test_fp16_gpu.sh

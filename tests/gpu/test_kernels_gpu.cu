@@ -38,8 +38,9 @@ static double tolerance(int roundings) {
 }
 #endif
 
-// Parameter gradients are float in every build and nothing rounds them to floatX: only the order of
-// the fp32 sums differs from the CPU's.
+// Parameter gradients are float wherever a kernel writes them and nothing rounds them to floatX: only
+// the order of the fp32 sums differs from the CPU's. (A GRADS=BF16 build rounds them into its bf16
+// gradients afterwards, gradX_fold, tested bit for bit below.)
 #if defined(PRECISION_FP16)
 #define GRADIENT_SCALE 1024.0f
 #else
@@ -69,6 +70,15 @@ static float* upload_f(const float* host, size_t n) {
     float* dev = (float*)dev_malloc(n * sizeof(float), "test input");
     dev_upload(dev, host, n * sizeof(float));
     return dev;
+}
+// Uploads host (n floats) as gradX, the gradients the norm and AdamW read: float, or in a GRADS=BF16
+// build bf16, the host copy rounded to it as upload_x does.
+static gradX* upload_g(float* host, size_t n) {
+#if defined(GRADS_BF16)
+    return upload_x(host, n);
+#else
+    return upload_f(host, n);
+#endif
 }
 static void download_x(float* host, const floatX* dev, size_t n) {
     float* staging = (float*)dev_malloc(n * sizeof(float), "staging");
@@ -927,7 +937,7 @@ static void test_attention(int B, int T, int C, int NH) {
 static void test_grad_norm(size_t n) {
     char name[128];
     float* g = random_array(n, -1, 1);
-    float* d_g = upload_f(g, n);
+    gradX* d_g = upload_g(g, n);
     double got = grad_norm_squared(d_g, n), want = cpu_grad_norm_squared(g, n);
     snprintf(name, sizeof name, "grad_norm_squared n=%zu", n);
     test_check(fabs(got - want) <= 1e-5 * want, name, "got %.9g want %.9g", got, want);
@@ -962,7 +972,7 @@ static void test_adamw(size_t n) {
     const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, scale = 0.7f;
     const int t = 3;
     const unsigned long long seed = 1234;
-    float* d_g = upload_f(g, n);
+    gradX* d_g = upload_g(g, n);
     float *d_m = (float*)dev_malloc(n * sizeof(float), "m"), *d_v = (float*)dev_malloc(n * sizeof(float), "v");
     dev_upload(d_m, m, n * sizeof(float));
     dev_upload(d_v, v, n * sizeof(float));
@@ -1076,6 +1086,103 @@ static void test_adamw(size_t n) {
     dev_free(d_g), dev_free(d_m), dev_free(d_v), dev_free(d_w);
 }
 
+#if defined(GRADS_BF16)
+// x rounded to bf16, to nearest even (finite x): add half an ulp of bf16, less one unless the kept
+// last bit is odd, then cut the low 16 bits.
+static float round_bf16(float x) {
+    uint32_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    bits = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&x, &bits, sizeof x);
+    return x;
+}
+
+// gradX_fold of n values at `offset` elements into their arrays (offset 0: the 16-byte path but for
+// the tail; odd: one value at a time), mode GRAD_WRITE into poisoned bf16 (0xFFFF, NaN) and GRAD_ADD
+// into random ones, against the CPU's fp32 sum rounded to nearest even, bit for bit. Every 5th value
+// lies exactly halfway between two bf16 neighbours (the ties go to the even one); 16 values past the
+// end must keep their poison.
+static void test_gradX_fold(size_t n, size_t offset, int mode) {
+    char name[160];
+    const size_t guard = 16, total = offset + n + guard;
+    float* src = random_array(total, -2, 2);
+    for (size_t i = 0; i < total; i += 5) {
+        uint32_t bits;
+        memcpy(&bits, &src[i], sizeof bits);
+        bits = (bits & 0xffff0000u) | 0x8000u;
+        memcpy(&src[i], &bits, sizeof bits);
+    }
+    float* old = random_array(total, -2, 2);
+    gradX* d_dst = (gradX*)poisoned(total * sizeof(gradX));
+    if (mode == GRAD_ADD) {
+        gradX* d_old = upload_x(old, offset + n); // old rounded to the bf16 it holds
+        dev_copy(d_dst, d_old, (offset + n) * sizeof(gradX));
+        dev_free(d_old);
+    }
+    float* d_src = upload_f(src, total);
+    gradX_fold(d_dst + offset, d_src + offset, n, mode);
+    uint16_t* got = (uint16_t*)xmalloc(total * sizeof(uint16_t), "folded");
+    dev_download(got, d_dst, total * sizeof(gradX));
+    size_t wrong = 0, first = n, guard_hit = 0;
+    for (size_t i = 0; i < n; i++) {
+        const size_t k = offset + i;
+        const float want = round_bf16(mode == GRAD_ADD ? old[k] + src[k] : src[k]); // the fp32 sum, rounded once
+        uint32_t want_bits;
+        memcpy(&want_bits, &want, sizeof want_bits);
+        if (got[k] != (uint16_t)(want_bits >> 16) && wrong++ == 0) first = i;
+    }
+    for (size_t k = offset + n; k < total; k++) guard_hit += got[k] != 0xffffu;
+    snprintf(name, sizeof name, "gradX_fold %s n=%zu offset=%zu: the fp32 %s rounded to nearest even, bit for bit",
+             mode == GRAD_ADD ? "GRAD_ADD" : "GRAD_WRITE", n, offset, mode == GRAD_ADD ? "sum" : "value");
+    test_check(wrong == 0, name, "%zu of %zu differ, the first at %zu (got 0x%04x)", wrong, n, first,
+               wrong ? (unsigned)got[offset + first] : 0u);
+    snprintf(name, sizeof name, "gradX_fold n=%zu offset=%zu writes nothing past its end", n, offset);
+    test_check(guard_hit == 0, name, "%zu of the %zu values after the end changed", guard_hit, guard);
+    free(src), free(old), free(got);
+    dev_free(d_dst), dev_free(d_src);
+}
+
+// adamw_update on bf16 gradients against adamw_update_typed<float> on the same gradients as floats,
+// from the same state: the bits of the master weights, the bf16 parameters, m and v. All arrays start
+// `offset` elements in (odd: the one-at-a-time path).
+static void test_adamw_bf16_grads(size_t n, size_t offset) {
+    char name[160];
+    const size_t total = offset + n;
+    float *w = random_array(total, -1, 1), *g = random_array(total, -1, 1);
+    float *m = random_array(total, -0.1, 0.1), *v = random_array(total, 0, 0.01);
+    gradX* d_g = upload_g(g, total); // g is now the bf16 values
+    float* d_g_float = upload_f(g, total);
+    floatX* d_w[2];
+    float *d_master[2], *d_m[2], *d_v[2];
+    for (int k = 0; k < 2; k++) {
+        float* w_copy = (float*)xmalloc(total * sizeof(float), "w");
+        memcpy(w_copy, w, total * sizeof(float));
+        d_w[k] = upload_x(w_copy, total);
+        free(w_copy);
+        d_master[k] = upload_f(w, total), d_m[k] = upload_f(m, total), d_v[k] = upload_f(v, total);
+    }
+    const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, scale = 0.7f;
+    adamw_update(d_w[0] + offset, d_master[0] + offset, d_g + offset, d_m[0] + offset, d_v[0] + offset, n, offset,
+                 lr, b1, b2, eps, wd, scale, 5, 99);
+    adamw_update_typed(d_w[1] + offset, d_master[1] + offset, d_g_float + offset, d_m[1] + offset, d_v[1] + offset,
+                       n, offset, lr, b1, b2, eps, wd, scale, 5, 99);
+    const struct { const char* what; const void* a; const void* b; size_t bytes; } arrays[] = {
+        {"master weights", d_master[0], d_master[1], total * sizeof(float)},
+        {"bf16 weights", d_w[0], d_w[1], total * sizeof(floatX)},
+        {"m", d_m[0], d_m[1], total * sizeof(float)},
+        {"v", d_v[0], d_v[1], total * sizeof(float)}};
+    for (const auto& a : arrays) {
+        snprintf(name, sizeof name, "adamw_update on bf16 gradients: the %s of their float values n=%zu offset=%zu",
+                 a.what, n, offset);
+        const int same = same_bytes(a.a, a.b, a.bytes);
+        test_check(same, name, "%s", same ? "bit for bit" : "they differ");
+    }
+    free(w), free(g), free(m), free(v);
+    dev_free(d_g), dev_free(d_g_float);
+    for (int k = 0; k < 2; k++) dev_free(d_w[k]), dev_free(d_master[k]), dev_free(d_m[k]), dev_free(d_v[k]);
+}
+#endif
+
 static void test_init_normal(size_t n, unsigned long long seed, unsigned long long offset) {
     char name[128];
     float* d = (float*)poisoned(n * sizeof(float));
@@ -1183,6 +1290,16 @@ int main(void) {
     test_grad_norm(5000011); // four loads at a time, then the tail
     test_float_accumulate(1000003);
     test_adamw(100003);
+#if defined(GRADS_BF16)
+    for (int mode = GRAD_WRITE; mode <= GRAD_ADD; mode++) {
+        test_gradX_fold(1, 0, mode);
+        test_gradX_fold(100003, 0, mode); // 8 at a time, then a tail of 3
+        test_gradX_fold(100003, 3, mode); // unaligned: one at a time
+        test_gradX_fold(12345679, 0, mode); // many blocks
+    }
+    test_adamw_bf16_grads(100003, 0); // 4 at a time (8-byte loads of bf16), then the tail
+    test_adamw_bf16_grads(100003, 1); // unaligned: one at a time
+#endif
     test_init_normal(1000, 42, 0);
     test_init_normal(1001, 42, 12345);
     test_init_normal(7, 1337, 3);

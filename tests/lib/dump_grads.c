@@ -17,6 +17,7 @@
 //         roundoff 2^-8 = 3.9e-3) and each layer rounds a few times forward and backward: a few
 //         roundings per layer of 2^-8 give errors of 1e-2 relative; elements that are sums with
 //         cancellation lose more relative to themselves, hence etol against the largest element.
+//         A GRADS=BF16 build rounds each parameter gradient to bf16 once more, within the same limits.
 //   FP16: rtol 4e-3, etol 1.25e-2: the same with fp16's unit roundoff, 2^-11 = 4.9e-4, 8 times
 //         smaller than bf16's (the dump scales the loss by 2^16 so that no gradient underflows).
 // An element that the backward never writes keeps its zero (gpt2_zero_grad's, or the model's at build
@@ -169,8 +170,7 @@ static int dump(const Options* o) {
 
     size_t n = model.num_parameters;
     float* host = xmalloc(n * sizeof(float), "gradients");
-    dev_download(host, model.grads, n * sizeof(float)); // fp32 in every build
-    dev_synchronize();
+    gpt2_get_gradients(&model, host); // fp32, or a GRADS=BF16 build's bf16 as floats
     for (size_t i = 0; i < n; i++) host[i] /= LOSS_SCALE;
 
     GradsHeader h;
