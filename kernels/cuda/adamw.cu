@@ -46,10 +46,13 @@ struct AdamWStep {
 // One element's update: m and v from the gradient, the fp32 weight w moved, and the parameter that
 // w rounds to (element `index` of the whole tensor).
 __device__ inline floatX adamw_element(float g, float& mi, float& vi, float& w, size_t index, const AdamWStep& s) {
+    // The fused multiply-adds are written out: left to the compiler, which products it fused into
+    // the sums changed with the type of the gradients (b1 * mi in one kernel, (1 - b1) * g in the
+    // other), and with it the bits. These are the ones the fp32 gradients' kernel always had.
     g *= s.grad_scale;
-    mi = s.beta1 * mi + (1.0f - s.beta1) * g;
-    vi = s.beta2 * vi + (1.0f - s.beta2) * g * g;
-    w -= s.lr * (mi / s.bias_correction1 / (sqrtf(vi / s.bias_correction2) + s.eps) + s.weight_decay * w);
+    mi = fmaf(s.beta1, mi, (1.0f - s.beta1) * g);
+    vi = fmaf(s.beta2, vi, (1.0f - s.beta2) * g * g);
+    w -= s.lr * fmaf(s.weight_decay, w, mi / s.bias_correction1 / (sqrtf(vi / s.bias_correction2) + s.eps));
     return param_from_master(w, index, s.t, s.seed);
 }
 
