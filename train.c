@@ -723,16 +723,17 @@ static void fit_micro_batch(GPT2BuildSpec* spec, int seqs, double memory, const 
         GPT2BuildSpec least = *spec;
         least.B = 1;
         least.recompute = hi;
-        least.head_slice_tokens = GPT2_HEAD_SLICE_TOKENS;
+        least.head_slice_tokens = gpt2_fit_narrowest_head_slice_tokens(spec);
         fatal("-b auto: the run does not fit: even B 1 with -r %d plans %.2f GiB, and %.2f GiB %s less a "
               "%.2f GiB margin leave %.2f GiB; what would fit: %s", hi, gpt2_memory_plan(&least).total / GiB,
               memory / GiB, source, FIT_MARGIN_BYTES / GiB, (memory - (double)FIT_MARGIN_BYTES) / GiB, advice);
     }
-    // The head's slices are chosen after this (gpt2_fit_head_slice_tokens): the built plan says which.
+    // The head's slices are widened after this where the memory allows (gpt2_fit_head_slice_tokens):
+    // the built plan says which.
     printf("-b auto: B %d, -r %d%s for %d sequences per GPU per step: plan %.2f GiB (with the head's %d-token "
            "slices) of %.2f GiB %s less a %.2f GiB margin\n", fit.spec.B, fit.spec.recompute,
            fit.spec.offload ? ", AdamW's state offloaded to host memory" : "", seqs, fit.plan.total / GiB,
-           GPT2_HEAD_SLICE_TOKENS, memory / GiB, source, FIT_MARGIN_BYTES / GiB);
+           fit.spec.head_slice_tokens, memory / GiB, source, FIT_MARGIN_BYTES / GiB);
     spec->B = fit.spec.B;
     spec->recompute = fit.spec.recompute;
     spec->offload = fit.spec.offload;

@@ -69,16 +69,21 @@ int gpt2_padded_vocab(int V);
 // sequence; a multiple of group, or a divisor of group when one group is longer, so that every
 // slice's products have a shape set by group and T alone (the same bits for every B, as
 // --batch-invariant promises). group = 0 gives the largest slice.
-// slice_tokens is GPT2_HEAD_SLICE_TOKENS times 1, 2 or 4, the widest whose plan fits the memory
-// (train_gpt: gpt2_fit_head_slice_tokens, model/fit.h): each slice's backward reads and writes the head's fp32
-// weight gradient (154 MB at GPT-2 124M), so at B 64, T 1024 slices of 16384 tokens move 1.2 GB a
-// step less than 8192's for 0.8 GB more memory, and 32768 another 0.6 GB less for 1.6 GB more. The
-// widest stops there: a next doubling would save 0.3 GB for 3.3 GB. Without --batch-invariant the
-// slice changes the order of that gradient's sums, so the bits; with it, they stay: a slice is made
-// of whole groups, and a group longer than GPT2_HEAD_SLICE_TOKENS is split as GPT2_HEAD_SLICE_TOKENS
-// splits it.
+// slice_tokens is GPT2_HEAD_SLICE_TOKENS times 1, 2 or 4 (or a half, a quarter or an eighth, below),
+// the widest whose plan fits the memory (train_gpt: gpt2_fit_head_slice_tokens, model/fit.h): each
+// slice's backward reads and writes the head's fp32 weight gradient (154 MB at GPT-2 124M), so at
+// B 64, T 1024 slices of 16384 tokens move 1.2 GB a step less than 8192's for 0.8 GB more memory,
+// and 32768 another 0.6 GB less for 1.6 GB more. The widest stops there: a next doubling would save
+// 0.3 GB for 3.3 GB. Where a micro-batch fits only with narrower slices, and no --batch-invariant
+// group is kept, -b auto halves them down to GPT2_HEAD_NARROWEST_SLICE_TOKENS before it halves B:
+// slices of 1024 tokens pass over that gradient once per 1024 tokens (d36: 515 MB, about 1.5% of
+// those tokens' compute on an H200), where half the micro-batch costs several times that. Without
+// --batch-invariant the slice changes the order of that gradient's sums, so the bits; with it, they
+// stay: a slice is made of whole groups, and a group longer than GPT2_HEAD_SLICE_TOKENS is split as
+// GPT2_HEAD_SLICE_TOKENS splits it.
 #define GPT2_HEAD_SLICE_TOKENS 8192
 #define GPT2_HEAD_WIDEST_SLICE_TOKENS (4 * GPT2_HEAD_SLICE_TOKENS)
+#define GPT2_HEAD_NARROWEST_SLICE_TOKENS (GPT2_HEAD_SLICE_TOKENS / 8)
 int gpt2_head_slice_sequences(int B, int T, int group, int slice_tokens);
 // The sequences of each product and gradient sum within a head slice of `slice` sequences (as
 // gpt2_head_slice_sequences gives for group > 0): the groups of `group` sequences, or the whole slice

@@ -8,6 +8,10 @@ static int plan_fits(const GPT2BuildSpec* spec, size_t memory, MemoryPlan* plan)
     return memory > FIT_MARGIN_BYTES && plan->total <= memory - FIT_MARGIN_BYTES;
 }
 
+int gpt2_fit_narrowest_head_slice_tokens(const GPT2BuildSpec* run) {
+    return run->group_sequences > 0 ? GPT2_HEAD_SLICE_TOKENS : GPT2_HEAD_NARROWEST_SLICE_TOKENS;
+}
+
 // Whether the run fits at B = 1 with model cfg, T, recompute level r and ZeRO stage z (offloading
 // where run->offload allows it).
 static int fits_one_sequence(const GPT2BuildSpec* run, const GPT2Config* cfg, int T, int r, int z, size_t memory) {
@@ -18,23 +22,29 @@ static int fits_one_sequence(const GPT2BuildSpec* run, const GPT2Config* cfg, in
     spec.T = T;
     spec.recompute = r;
     spec.zero_stage = z;
-    spec.head_slice_tokens = GPT2_HEAD_SLICE_TOKENS;
+    spec.head_slice_tokens = gpt2_fit_narrowest_head_slice_tokens(run);
     MemoryPlan plan;
     return plan_fits(&spec, memory, &plan);
 }
 
-// The largest B at offload level `offload` (and the lowest recompute level for it) that fits.
+// The largest B at offload level `offload` (and the lowest recompute level for it, then at the
+// highest the widest narrower head slices) that fits.
 static int fit_at(const GPT2BuildSpec* run, int offload, int seqs_per_gpu, int recompute_lo, int recompute_hi,
                   size_t memory, Fit* fit) {
     int multiple = run->group_sequences > 0 ? run->group_sequences : 1;
+    int narrowest = gpt2_fit_narrowest_head_slice_tokens(run);
     fit->spec = *run;
-    fit->spec.head_slice_tokens = GPT2_HEAD_SLICE_TOKENS;
     fit->spec.offload = offload;
     for (int B = seqs_per_gpu; B >= 1; B--) {
         if (seqs_per_gpu % B != 0 || B % multiple != 0) continue;
+        fit->spec.B = B;
+        fit->spec.head_slice_tokens = GPT2_HEAD_SLICE_TOKENS;
         for (int r = recompute_lo; r <= recompute_hi; r++) {
-            fit->spec.B = B;
             fit->spec.recompute = r;
+            if (plan_fits(&fit->spec, memory, &fit->plan)) return 1;
+        }
+        for (int tokens = GPT2_HEAD_SLICE_TOKENS / 2; tokens >= narrowest; tokens /= 2) {
+            fit->spec.head_slice_tokens = tokens;
             if (plan_fits(&fit->spec, memory, &fit->plan)) return 1;
         }
     }
@@ -59,6 +69,7 @@ int gpt2_fit_offload(const GPT2BuildSpec* spec, size_t memory) {
     if (spec->offload == 0 || spec->offload == 1) return spec->offload;
     GPT2BuildSpec kept = *spec;
     kept.offload = 0;
+    kept.head_slice_tokens = gpt2_fit_narrowest_head_slice_tokens(spec);
     MemoryPlan plan;
     return !plan_fits(&kept, memory, &plan);
 }
@@ -66,8 +77,9 @@ int gpt2_fit_offload(const GPT2BuildSpec* spec, size_t memory) {
 int gpt2_fit_head_slice_tokens(const GPT2BuildSpec* spec, size_t memory) {
     GPT2BuildSpec sliced = *spec;
     MemoryPlan plan;
+    int narrowest = gpt2_fit_narrowest_head_slice_tokens(spec);
     sliced.head_slice_tokens = GPT2_HEAD_WIDEST_SLICE_TOKENS;
-    while (sliced.head_slice_tokens > GPT2_HEAD_SLICE_TOKENS && !plan_fits(&sliced, memory, &plan))
+    while (sliced.head_slice_tokens > narrowest && !plan_fits(&sliced, memory, &plan))
         sliced.head_slice_tokens /= 2;
     return sliced.head_slice_tokens;
 }

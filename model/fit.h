@@ -40,23 +40,31 @@ typedef struct {
 // The largest B that divides seqs_per_gpu (the per-GPU share of the total batch, in sequences of
 // T) and is a multiple of run->group_sequences (--batch-invariant's group, when set) and, for that
 // B, the lowest recompute level in recompute_lo..recompute_hi whose plan fits in `memory` bytes
-// less FIT_MARGIN_BYTES, in that order of cost; with run->offload GPT2_OFFLOAD_AUTO or
-// GPT2_OFFLOAD_NEEDED, offloading where they say. run gives the model, T, zero_stage, world, group_sequences and
-// offload; fit->spec is run with B, recompute and offload chosen and the head's slices at
-// GPT2_HEAD_SLICE_TOKENS. Returns 1 and fills *fit, or 0 when nothing fits (not even B = 1 at
-// recompute_hi, offloaded where allowed).
+// less FIT_MARGIN_BYTES, in that order of cost, with the head's slices at GPT2_HEAD_SLICE_TOKENS;
+// where none does, the widest narrower slices (down to gpt2_fit_narrowest_head_slice_tokens) at
+// recompute_hi, before a smaller B; with run->offload GPT2_OFFLOAD_AUTO or GPT2_OFFLOAD_NEEDED,
+// offloading where they say. run gives the model, T, zero_stage, world, group_sequences and offload;
+// fit->spec is run with B, recompute, offload and the head's slices chosen. Returns 1 and fills
+// *fit, or 0 when nothing fits (not even B = 1 at recompute_hi with the narrowest slices, offloaded
+// where allowed).
 int gpt2_fit(const GPT2BuildSpec* run, int seqs_per_gpu, int recompute_lo, int recompute_hi, size_t memory,
              Fit* fit);
 
+// The narrowest head slices a run may take: GPT2_HEAD_NARROWEST_SLICE_TOKENS, or with a
+// --batch-invariant group GPT2_HEAD_SLICE_TOKENS, whose splits of a group its bits rest on
+// (model/config.h).
+int gpt2_fit_narrowest_head_slice_tokens(const GPT2BuildSpec* run);
+
 // For a run of a given B and recompute level: spec->offload, or with GPT2_OFFLOAD_AUTO or
-// GPT2_OFFLOAD_NEEDED 1 when its plan without offload does not fit in `memory` less FIT_MARGIN_BYTES, else 0.
+// GPT2_OFFLOAD_NEEDED 1 when its plan without offload does not fit in `memory` less FIT_MARGIN_BYTES
+// even with the narrowest head slices, else 0.
 int gpt2_fit_offload(const GPT2BuildSpec* spec, size_t memory);
 
 // The head's slice tokens for a build of spec (its head_slice_tokens aside): the widest of
-// GPT2_HEAD_WIDEST_SLICE_TOKENS, its half, ... down to GPT2_HEAD_SLICE_TOKENS whose plan fits in
-// `memory` bytes less FIT_MARGIN_BYTES (fewer slices move fewer bytes: model/config.h), else
-// GPT2_HEAD_SLICE_TOKENS, the slices gpt2_fit plans B and the recompute level with. So the wider
-// slices only take memory that nothing else would.
+// GPT2_HEAD_WIDEST_SLICE_TOKENS, its half, ... down to gpt2_fit_narrowest_head_slice_tokens whose
+// plan fits in `memory` bytes less FIT_MARGIN_BYTES (fewer slices move fewer bytes: model/config.h),
+// else the narrowest. Slices wider than GPT2_HEAD_SLICE_TOKENS, which gpt2_fit plans B and the
+// recompute level with, only take memory that nothing else would.
 int gpt2_fit_head_slice_tokens(const GPT2BuildSpec* spec, size_t memory);
 
 // For a run that does not fit even at B = 1: what would, at B = 1 and recompute level recompute_hi,

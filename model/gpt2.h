@@ -83,8 +83,8 @@ typedef struct {
     int recompute;         // -r: 0, 1 (GELU rebuilt in the backward) or 2 (the layernorms too)
     int zero_stage;        // -z: 0, or 1 (the optimizer state sharded over the ranks)
     int world;             // the ranks (comm_world() when it is built)
-    int head_slice_tokens; // GPT2_HEAD_SLICE_TOKENS, or wider where the memory allows
-                           // (gpt2_fit_head_slice_tokens)
+    int head_slice_tokens; // GPT2_HEAD_SLICE_TOKENS, wider where the memory allows, narrower where
+                           // B fits only so (model/fit.h)
     // --batch-invariant: the backward sums parameter gradients over groups of group_sequences
     // sequences (group_rows = group_sequences T, kernels.h), so every micro-batch B that is a
     // multiple of it trains the same bits; 0: one sum per micro-batch.

@@ -8,17 +8,43 @@
 # times (5.4M tokens, in WORK), since one step takes 1M.
 #   scripts/bench_offload.sh                       the table of docs/options.md
 #   RUNS="d24|8|--memory-limit 8,d24||" scripts/bench_offload.sh   other rows: model|name|options
-# BUILD (default build/bench-offload), GPU_ARCH (default 90), STOP (default 2). Needs a GPU and
-# numpy; about 8 minutes on an H200 for the default rows.
+# First it measures what the offloaded update's copies can move (with PyTorch, where it is there):
+# pinned host to GPU and back at once, on two streams, as the update's two copy streams do; an
+# offloaded step moves 12 bytes a parameter each way, so its transfer time is 12 N / that rate,
+# beside the step's compute (the same B and -r with --offload 0).
+# BUILD (default build/bench-offload), GPU_ARCH (default 90), GRADS (default FP32: the build's
+# gradients, as make's GRADS), STOP (default 2). Needs a GPU and numpy; about 8 minutes on an H200 for
+# the default rows.
 set -eu
 "$(dirname "$0")/get_data.sh" > /dev/null # before any cd: a relative GPT_DATA_DIR is the caller's
 cd "$(dirname "$0")/.."
 . tests/lib/stop_at_step.sh
-BUILD=${BUILD:-build/bench-offload} ARCH=${GPU_ARCH:-90} STOP=${STOP:-2}
+BUILD=${BUILD:-build/bench-offload} ARCH=${GPU_ARCH:-90} STOP=${STOP:-2} GRADS=${GRADS:-FP32}
 RUNS=${RUNS:-"d24|whole|,d24|8|--memory-limit 8,d24|8 no offload|--memory-limit 8 --offload 0,d36|whole|,d36|12|--memory-limit 12,d48|whole|,d48|24|--memory-limit 24,d48|24 -r 0|--memory-limit 24 -r 0"}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-make -j"$(nproc)" --no-print-directory BUILD="$BUILD" PRECISION=BF16 GPU_ARCH="$ARCH" "$BUILD/train_gpt" > /dev/null
+make -j"$(nproc)" --no-print-directory BUILD="$BUILD" PRECISION=BF16 GRADS="$GRADS" GPU_ARCH="$ARCH" \
+    "$BUILD/train_gpt" > /dev/null
+python3 - <<'PY' || echo "PCIe: not measured (no PyTorch)"
+import torch
+n = 1 << 28  # 1 GiB of fp32 each way
+host_up, host_down = torch.empty(n, pin_memory=True), torch.empty(n, pin_memory=True)
+dev_up, dev_down = torch.empty(n, device="cuda"), torch.empty(n, device="cuda")
+up, down = torch.cuda.Stream(), torch.cuda.Stream()
+for timed in (False, True):
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    with torch.cuda.stream(up):
+        dev_up.copy_(host_up, non_blocking=True)
+    with torch.cuda.stream(down):
+        host_down.copy_(dev_down, non_blocking=True)
+    torch.cuda.current_stream().wait_stream(up)
+    torch.cuda.current_stream().wait_stream(down)
+    end.record()
+    torch.cuda.synchronize()
+print(f"PCIe: {4 * n / start.elapsed_time(end) / 1e6:.1f} GB/s each way, pinned host memory up and down at once")
+PY
 python3 - "$WORK/repeated.bin" <<'PY'
 import sys, numpy as np
 tokens = np.tile(np.fromfile("data/tinyshakespeare/tiny_shakespeare_train.bin", dtype=np.uint16)[512:], 16)

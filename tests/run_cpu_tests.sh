@@ -79,7 +79,8 @@ for ((i = 0; i < ${#fuzzers[@]}; i += JOBS)); do
     done
 done
 run cuda_compile make --no-print-directory -j"$JOBS" BUILD="$BUILD" test-cuda-compile
-run offload_plan tests/e2e/test_offload_plan.sh "$BUILD/cuda-compile/BF16/train_gpt-flash"
+run offload_plan tests/e2e/test_offload_plan.sh "$BUILD/cuda-compile/BF16/train_gpt-flash" \
+    "$BUILD/cuda-compile/BF16-grads/train_gpt-flash"
 
 [ -n "$failures" ] && echo "failed:$failures"
 echo "$passed passed, $failed failed"

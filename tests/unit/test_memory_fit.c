@@ -2,9 +2,10 @@
 // sizes are checked against a count of the tensors written out here from DESIGN.md's model (this
 // build: fp32 CPU storage, its attention); the fit over budgets of 1 to 141 GiB, every GPT-2 size
 // and T from 64 to 32768: B divides the per-GPU batch, the plan plus the margin never exceeds the
-// budget, B is the largest that fits and its recompute level the lowest, a larger budget never gives
-// a smaller B, the head's slices are the widest whose plan fits too, and a run that
-// fits nowhere gets advice that fits.
+// budget, B is the largest that fits and its recompute level the lowest (head slices narrower than
+// GPT2_HEAD_SLICE_TOKENS only at -r 2 where no level fits with those, never with a --batch-invariant
+// group), a larger budget never gives a smaller B, the head's slices are the widest whose plan fits
+// too, and a run that fits nowhere gets advice that fits.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,7 +125,8 @@ static void test_fit_grid(void) {
     const long long total_batch = 524288; // tokens per step, llm.c's GPT-2 124M batch
     int cases = 0, fitted = 0, not_dividing = 0, over = 0, not_largest = 0, not_lowest = 0, shrank = 0;
     int inconsistent = 0, falsely_empty = 0, slice_wrong = 0;
-    int slices_of[3] = {0}; // fits with slices of 8192, 16384, 32768 tokens
+    int slices_of[6] = {0}; // fits with slices of 1024, 2048, ..., 32768 tokens
+    const int narrowest = GPT2_HEAD_NARROWEST_SLICE_TOKENS, narrow = GPT2_HEAD_SLICE_TOKENS;
     for (int m = 0; m < GPT2_NUM_PRESETS; m++) {
         for (size_t t = 0; t < sizeof Ts / sizeof Ts[0]; t++) {
             int T = Ts[t];
@@ -140,7 +142,7 @@ static void test_fit_grid(void) {
                     cases++;
                     MemoryPlan p;
                     if (!ok) {
-                        p = plan_of(&cfg, 1, T, 2, zero, world, GPT2_HEAD_SLICE_TOKENS);
+                        p = plan_of(&cfg, 1, T, 2, zero, world, narrowest);
                         if (p.total + FIT_MARGIN_BYTES <= budget) falsely_empty++;
                         if (previous_B > 0) shrank++;
                         continue;
@@ -148,23 +150,30 @@ static void test_fit_grid(void) {
                     fitted++;
                     if (seqs % fit.spec.B != 0) not_dividing++;
                     if (fit.plan.total + FIT_MARGIN_BYTES > budget) over++;
-                    p = plan_of(&cfg, fit.spec.B, T, fit.spec.recompute, zero, world, GPT2_HEAD_SLICE_TOKENS);
+                    int planned = fit.spec.head_slice_tokens;
+                    p = plan_of(&cfg, fit.spec.B, T, fit.spec.recompute, zero, world, planned);
                     if (memcmp(&p, &fit.plan, sizeof p) != 0) inconsistent++;
                     for (int larger = fit.spec.B + 1; larger <= seqs; larger++) { // the next divisor
                         if (seqs % larger != 0) continue;
-                        p = plan_of(&cfg, larger, T, 2, zero, world, GPT2_HEAD_SLICE_TOKENS);
+                        p = plan_of(&cfg, larger, T, 2, zero, world, narrowest);
                         if (p.total + FIT_MARGIN_BYTES <= budget) not_largest++;
                         break;
                     }
-                    if (fit.spec.recompute > 0) {
-                        p = plan_of(&cfg, fit.spec.B, T, fit.spec.recompute - 1, zero, world,
-                                             GPT2_HEAD_SLICE_TOKENS);
-                        if (p.total + FIT_MARGIN_BYTES <= budget) not_lowest++;
-                    }
+                    // The lowest recompute level at the narrow slices; narrower ones only at -r 2,
+                    // the widest of them that fits.
+                    if (planned == narrow && fit.spec.recompute > 0)
+                        p = plan_of(&cfg, fit.spec.B, T, fit.spec.recompute - 1, zero, world, narrow);
+                    else if (planned < narrow)
+                        p = plan_of(&cfg, fit.spec.B, T, fit.spec.recompute, zero, world, 2 * planned);
+                    if (((planned == narrow && fit.spec.recompute > 0) || planned < narrow) &&
+                        p.total + FIT_MARGIN_BYTES <= budget)
+                        not_lowest++;
+                    if (planned < narrowest || planned > narrow || (planned < narrow && fit.spec.recompute != 2))
+                        not_lowest++;
                     if (fit.spec.B < previous_B) shrank++;
                     previous_B = fit.spec.B;
-                    // The head's slices: the narrow ones, or wider ones whose plan fits, and twice
-                    // as wide, up to the widest, does not.
+                    // The head's slices: those planned, or wider ones whose plan fits, and twice as
+                    // wide, up to the widest, does not.
                     int slice = gpt2_fit_head_slice_tokens(&fit.spec, budget);
                     p = plan_of(&cfg, fit.spec.B, T, fit.spec.recompute, zero, world, slice);
                     int fits = p.total + FIT_MARGIN_BYTES <= budget, wider_fits = 0;
@@ -172,12 +181,12 @@ static void test_fit_grid(void) {
                         p = plan_of(&cfg, fit.spec.B, T, fit.spec.recompute, zero, world, 2 * slice);
                         wider_fits = p.total + FIT_MARGIN_BYTES <= budget;
                     }
-                    int width = slice / GPT2_HEAD_SLICE_TOKENS; // 1, 2 or 4
-                    if ((width != 1 && width != 2 && width != 4) || (slice != GPT2_HEAD_SLICE_TOKENS && !fits) ||
-                        wider_fits)
+                    int width = 0; // slice = narrowest << width
+                    while (width < 5 && narrowest << width < slice) width++;
+                    if (narrowest << width != slice || slice < planned || (slice != planned && !fits) || wider_fits)
                         slice_wrong++;
                     else
-                        slices_of[width / 2]++;
+                        slices_of[width]++;
                 }
             }
         }
@@ -186,17 +195,19 @@ static void test_fit_grid(void) {
     test_check(fitted > cases / 2 && fitted < cases, "fit: some cases fit and some do not",
                "%d of %d fit", fitted, cases);
     test_check(not_dividing == 0, "fit: B always divides the per-GPU batch", "%d do not", not_dividing);
-    printf("  head slices of 8192 / 16384 / 32768 tokens in %d / %d / %d fits\n", slices_of[0], slices_of[1],
-           slices_of[2]);
-    test_check(slice_wrong == 0 && slices_of[0] > 0 && slices_of[1] > 0 && slices_of[2] > 0,
-               "fit: the head's slices are the widest whose plan fits as well (each width somewhere)",
-               "%d wrong; 8192 / 16384 / 32768 in %d / %d / %d fits", slice_wrong, slices_of[0], slices_of[1],
-               slices_of[2]);
+    printf("  head slices of 1024 / 2048 / 4096 / 8192 / 16384 / 32768 tokens in %d / %d / %d / %d / %d / %d fits\n",
+           slices_of[0], slices_of[1], slices_of[2], slices_of[3], slices_of[4], slices_of[5]);
+    test_check(slice_wrong == 0 && slices_of[0] > 0 && slices_of[3] > 0 && slices_of[4] > 0 && slices_of[5] > 0,
+               "fit: the head's slices are the widest whose plan fits as well (1024 and 8192 to 32768 somewhere)",
+               "%d wrong; 1024 / 2048 / 4096 / 8192 / 16384 / 32768 in %d / %d / %d / %d / %d / %d fits", slice_wrong,
+               slices_of[0], slices_of[1], slices_of[2], slices_of[3], slices_of[4], slices_of[5]);
     test_check(over == 0 && inconsistent == 0, "fit: the plan plus the margin never exceeds the budget",
                "%d over, %d plans differ from gpt2_memory_plan", over, inconsistent);
     test_check(not_largest == 0 && falsely_empty == 0, "fit: B is the largest divisor that fits",
                "%d larger divisors fit, %d empty fits where B 1 -r 2 fits", not_largest, falsely_empty);
-    test_check(not_lowest == 0, "fit: the recompute level is the lowest that fits", "%d could be lower", not_lowest);
+    test_check(not_lowest == 0,
+               "fit: the recompute level is the lowest that fits, and narrower head slices come only at -r 2",
+               "%d could be lower or wider", not_lowest);
     test_check(shrank == 0, "fit: a larger budget never gives a smaller B", "%d times it did", shrank);
 }
 
@@ -214,7 +225,8 @@ static void test_fit_example(void) {
                "B %d -r %d", fixed.spec.B, fixed.spec.recompute);
     printf("  d12 T 1024, 64 sequences: 8 GiB -> B %d -r %d (%.2f GiB planned); 141 GiB -> B %d -r %d\n",
            small.spec.B, small.spec.recompute, small.plan.total / (double)GiB, big.spec.B, big.spec.recompute);
-    // --batch-invariant 8: B a multiple of 8, the largest such that fits; none where only B < 8 fits.
+    // --batch-invariant 8: B a multiple of 8, the largest such that fits, at the narrow head slices or
+    // wider; none where only B < 8 fits.
     int wrong = 0, fitted = 0, refused = 0;
     for (size_t budget = GiB; budget <= 141 * GiB; budget += GiB / 2) {
         Fit any, grouped;
@@ -232,8 +244,11 @@ static void test_fit_example(void) {
                 spec.recompute = r;
                 if (gpt2_memory_plan(&spec).total + FIT_MARGIN_BYTES <= budget) want_B = B;
             }
-        if (ok_grouped != (want_B > 0) || (ok_grouped && (grouped.spec.B != want_B || !ok_any ||
-                                                          grouped.plan.total + FIT_MARGIN_BYTES > budget)))
+        // Never narrower head slices than GPT2_HEAD_SLICE_TOKENS: a group's gradient sums are its parts'.
+        if (ok_grouped != (want_B > 0) ||
+            (ok_grouped && (grouped.spec.B != want_B || !ok_any || grouped.plan.total + FIT_MARGIN_BYTES > budget ||
+                            grouped.spec.head_slice_tokens != GPT2_HEAD_SLICE_TOKENS ||
+                            gpt2_fit_head_slice_tokens(&grouped.spec, budget) < GPT2_HEAD_SLICE_TOKENS)))
             wrong++;
     }
     test_check(wrong == 0 && fitted > 0 && refused > 0, "fit: with a group of 8 sequences B is a multiple of 8",
