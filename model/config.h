@@ -76,8 +76,8 @@ int gpt2_padded_vocab(int V);
 // and 32768 another 0.6 GB less for 1.6 GB more. The widest stops there: a next doubling would save
 // 0.3 GB for 3.3 GB. Where a micro-batch fits only with narrower slices, and no --batch-invariant
 // group is kept, -b auto halves them down to GPT2_HEAD_NARROWEST_SLICE_TOKENS before it halves B:
-// slices of 1024 tokens pass over that gradient once per 1024 tokens (d36: 515 MB, about 1.5% of
-// those tokens' compute on an H200), where half the micro-batch costs several times that. Without
+// slices of 1024 tokens pass over that gradient once per 1024 tokens (d36: 515 MB, 0.9% of a step
+// on an H200, docs/options.md), where half the micro-batch costs several times that. Without
 // --batch-invariant the slice changes the order of that gradient's sums, so the bits; with it, they
 // stay: a slice is made of whole groups, and a group longer than GPT2_HEAD_SLICE_TOKENS is split as
 // GPT2_HEAD_SLICE_TOKENS splits it.

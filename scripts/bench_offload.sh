@@ -10,8 +10,8 @@
 #   RUNS="d24|8|--memory-limit 8,d24||" scripts/bench_offload.sh   other rows: model|name|options
 # First it measures what the offloaded update's copies can move (with PyTorch, where it is there):
 # pinned host to GPU and back at once, on two streams, as the update's two copy streams do; an
-# offloaded step moves 12 bytes a parameter each way, so its transfer time is 12 N / that rate,
-# beside the step's compute (the same B and -r with --offload 0).
+# offloaded step moves 12 bytes a parameter each way, so its transfer time is 12 N / that rate, to
+# set beside the step's compute (a row of RUNS with the same B and -r and --offload 0).
 # BUILD (default build/bench-offload), GPU_ARCH (default 90), GRADS (default FP32: the build's
 # gradients, as make's GRADS), STOP (default 2). Needs a GPU and numpy; about 8 minutes on an H200 for
 # the default rows.
@@ -31,7 +31,7 @@ n = 1 << 28  # 1 GiB of fp32 each way
 host_up, host_down = torch.empty(n, pin_memory=True), torch.empty(n, pin_memory=True)
 dev_up, dev_down = torch.empty(n, device="cuda"), torch.empty(n, device="cuda")
 up, down = torch.cuda.Stream(), torch.cuda.Stream()
-for timed in (False, True):
+for _ in range(2):  # a warm-up, then the copies timed
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize()
     start.record()

@@ -29,10 +29,10 @@ check_fits() {
         read -r model gib want host <<< "$case"
         want=${want//_/ }
         # shellcheck disable=SC2086 # the host limit is two words or none
-        out=$(plan -e "$model" --memory-limit "$gib" $host 2>&1) || { fail "$model at $gib GiB: $out"; continue; }
+        out=$(plan -e "$model" --memory-limit "$gib" $host 2>&1) || { fail "$BUILD_NAME: $model at $gib GiB: $out"; continue; }
         line=$(grep "^dry run:" <<< "$out")
         if grep -q "does not fit" <<< "$line" || ! grep -q "$want" <<< "$line"; then
-            fail "$model at $gib GiB${host:+ $host}: $line (want $want)"
+            fail "$BUILD_NAME: $model at $gib GiB${host:+ $host}: $line (want $want)"
         else echo "PASS $BUILD_NAME: $model at $gib GiB${host:+ $host}: ${line#dry run: }"; fi
     done
 }

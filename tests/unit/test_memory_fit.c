@@ -160,15 +160,16 @@ static void test_fit_grid(void) {
                         break;
                     }
                     // The lowest recompute level at the narrow slices; narrower ones only at -r 2,
-                    // the widest of them that fits.
-                    if (planned == narrow && fit.spec.recompute > 0)
-                        p = plan_of(&cfg, fit.spec.B, T, fit.spec.recompute - 1, zero, world, narrow);
-                    else if (planned < narrow)
-                        p = plan_of(&cfg, fit.spec.B, T, fit.spec.recompute, zero, world, 2 * planned);
-                    if (((planned == narrow && fit.spec.recompute > 0) || planned < narrow) &&
-                        p.total + FIT_MARGIN_BYTES <= budget)
-                        not_lowest++;
-                    if (planned < narrowest || planned > narrow || (planned < narrow && fit.spec.recompute != 2))
+                    // the widest of them that fits: no cheaper choice for this B fits.
+                    int cheaper_fits = 0;
+                    if (planned < narrow)
+                        cheaper_fits = plan_of(&cfg, fit.spec.B, T, fit.spec.recompute, zero, world, 2 * planned)
+                                               .total + FIT_MARGIN_BYTES <= budget;
+                    else if (fit.spec.recompute > 0)
+                        cheaper_fits = plan_of(&cfg, fit.spec.B, T, fit.spec.recompute - 1, zero, world, narrow)
+                                               .total + FIT_MARGIN_BYTES <= budget;
+                    if (cheaper_fits || planned < narrowest || planned > narrow ||
+                        (planned < narrow && fit.spec.recompute != 2))
                         not_lowest++;
                     if (fit.spec.B < previous_B) shrank++;
                     previous_B = fit.spec.B;
