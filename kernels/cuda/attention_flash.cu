@@ -469,12 +469,13 @@ static void backward_tc(floatX* dqkv, float* dq_accum, float* bias_partials, con
 // The partial sums of the qkv bias gradient as a matrix for column_sums_accumulate: row r of
 // (rows, C) floats, 16-byte aligned rows (C, a multiple of 32 with these head sizes).
 struct FloatMatrixColumns {
+    static constexpr int SUMS = 1;
     const float* x;
     int C;
-    __device__ void operator()(int r, int c, float out[X128]) const {
+    __device__ void add(int r, int c, float sums[1][X128]) const {
         for (int k = 0; k < X128; k += 4) {
             const float4 v = *(const float4*)(x + (size_t)r * C + c + k);
-            out[k] = v.x, out[k + 1] = v.y, out[k + 2] = v.z, out[k + 3] = v.w;
+            sums[0][k] += v.x, sums[0][k + 1] += v.y, sums[0][k + 2] += v.z, sums[0][k + 3] += v.w;
         }
     }
 };

@@ -228,10 +228,11 @@ template <class Op> void map2(floatX* out, const floatX* a, const floatX* b, siz
 // dst[c] += sum over rows r < N of value(r, c), for c < C, deterministically and in groups of
 // group_rows rows (kernels.h): blocks of COLSUM_COLS columns x COLSUM_ROWS rows of one group write
 // fp32 partial sums, then a second pass adds each group's partials in row order and the groups' sums
-// in turn, rounding once per group into dst. `value` is a device functor
-// void(int row, int col, float out[X128]) giving columns col .. col + X128 - 1 of a row (0 from C
-// on), so each thread reads 16 bytes per row: with one 2-byte element per thread the sums were
-// latency-bound. Every column's sum runs in the same order either way.
+// in turn, rounding once per group into dst. `value` is a device functor with Value::SUMS (1 to 3)
+// sums per column and add(int row, int col, float sums[SUMS][X128]), which adds a row's columns
+// col .. col + X128 - 1 (0 from C on) into each sum, so each thread reads 16 bytes per row: with one
+// 2-byte element per thread the sums were latency-bound. Every column's sum runs in the same order
+// either way.
 #define COLSUM_ROWS 256
 #define COLSUM_LANES 8 // row lanes per block: lane y adds rows y, y + 8, ... of its chunk
 // Rows [*row0, *row_end) of chunk `chunk` when each group of group_rows rows is cut into chunks of
@@ -246,34 +247,37 @@ __device__ inline void group_chunk_rows(unsigned chunk, int group_rows, int chun
 #define COLSUM_COLS (32 * X128)
 // The plain value functor: the elements of a row-major matrix with C columns.
 struct MatrixColumns {
+    static constexpr int SUMS = 1;
     const floatX* x;
     int C;
-    __device__ void operator()(int r, int c, float out[X128]) const {
-        load_x128(out, x + (size_t)r * C, c, C, C % X128 == 0);
+    __device__ void add(int r, int c, float sums[1][X128]) const {
+        float v[X128];
+        load_x128(v, x + (size_t)r * C, c, C, C % X128 == 0);
+        for (int k = 0; k < X128; k++) sums[0][k] += v[k];
     }
 };
+// Sum j's partials at partials[(j * gridDim.y + chunk) * C].
 template <class Value>
 __global__ void column_partial_sums_kernel(float* partials, int C, int group_rows, Value value) {
-    __shared__ float sums[COLSUM_LANES][X128][33]; // [row lane][element][thread]: conflict-free
+    constexpr int SUMS = Value::SUMS;
+    __shared__ float sums[SUMS][COLSUM_LANES][X128][33]; // [sum][row lane][element][thread]: conflict-free
     // blockIdx.y is the chunk of rows.
     int row0, row_end;
     group_chunk_rows(blockIdx.y, group_rows, COLSUM_ROWS, &row0, &row_end);
     const int col = (blockIdx.x * 32 + threadIdx.x) * X128;
-    float sum[X128] = {};
+    float sum[SUMS][X128] = {};
     if (col < C)
-        for (int r = row0 + threadIdx.y; r < row_end; r += COLSUM_LANES) {
-            float v[X128];
-            value(r, col, v);
-            for (int k = 0; k < X128; k++) sum[k] += v[k];
-        }
-    for (int k = 0; k < X128; k++) sums[threadIdx.y][k][threadIdx.x] = sum[k];
+        for (int r = row0 + threadIdx.y; r < row_end; r += COLSUM_LANES) value.add(r, col, sum);
+    for (int j = 0; j < SUMS; j++)
+        for (int k = 0; k < X128; k++) sums[j][threadIdx.y][k][threadIdx.x] = sum[j][k];
     __syncthreads();
     if (threadIdx.y == 0 && col < C) {
-        for (int k = 0; k < X128 && col + k < C; k++) {
-            float total = sum[k];
-            for (int lane = 1; lane < COLSUM_LANES; lane++) total += sums[lane][k][threadIdx.x];
-            partials[(size_t)blockIdx.y * C + col + k] = total;
-        }
+        for (int j = 0; j < SUMS; j++)
+            for (int k = 0; k < X128 && col + k < C; k++) {
+                float total = sum[j][k];
+                for (int lane = 1; lane < COLSUM_LANES; lane++) total += sums[j][lane][k][threadIdx.x];
+                partials[((size_t)j * gridDim.y + blockIdx.y) * C + col + k] = total;
+            }
     }
 }
 // The second pass for up to three sums at once (one launch: each is a latency-bound tail of C threads):
@@ -285,12 +289,18 @@ __global__ void add_column_partials_kernel(ColumnSumTargets targets, const float
                                            int C);
 void add_column_partials(ColumnSumTargets targets, int sums, const float* partials, int groups, int parts, int C);
 float* column_partials_buffer(size_t count);
-template <class Value> void column_sums_accumulate(float* dst, int N, int C, int group_rows, Value value) {
+// targets.dst[j] += sum j of each column, for j < Value::SUMS.
+template <class Value>
+void column_sums_accumulate(ColumnSumTargets targets, int N, int C, int group_rows, Value value) {
     check_row_groups("column sums", N, group_rows);
     int groups = N / group_rows, parts = (int)ceil_div(group_rows, COLSUM_ROWS);
-    float* partials = column_partials_buffer((size_t)groups * parts * C);
+    float* partials = column_partials_buffer((size_t)Value::SUMS * groups * parts * C);
     column_partial_sums_kernel<<<dim3(ceil_div(C, COLSUM_COLS), groups * parts), dim3(32, COLSUM_LANES)>>>(
         partials, C, group_rows, value);
     launchCheck();
-    add_column_partials(ColumnSumTargets{{dst}}, 1, partials, groups, parts, C);
+    add_column_partials(targets, Value::SUMS, partials, groups, parts, C);
+}
+template <class Value> void column_sums_accumulate(float* dst, int N, int C, int group_rows, Value value) {
+    static_assert(Value::SUMS == 1, "one sum for one target");
+    column_sums_accumulate(ColumnSumTargets{{dst}}, N, C, group_rows, value);
 }

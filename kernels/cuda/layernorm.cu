@@ -3,9 +3,9 @@
 // lane l holds the row's vectors of X128 elements at columns (l + 32 v) X128, v < VECS, in registers
 // (VECS fixed at compile time, the smallest that covers C, at most LN_MAX_VECS). Wider rows load
 // their further vectors again where a pass needs them, and the backward then sums the parameter
-// gradients with column_sums_accumulate: right for any C, only slower. Where C is not a multiple of
-// X128, or an array is not 16-byte aligned, rows are not aligned and every load is per element
-// (load_x128's fallback).
+// gradients in a pass of their own (layernorm_backward): right for any C, only slower. Where C is
+// not a multiple of X128, or an array is not 16-byte aligned, rows are not aligned and every load is
+// per element (load_x128's fallback).
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
@@ -19,15 +19,16 @@
 // from sm_80 to sm_90 (on sm_86, at most 16 blocks an SM: 32 warps either way in BF16).
 #define LN_FWD_WARPS 2
 #define LN_MAX_VECS 8    // registers for C up to 2048 in BF16, 1024 in FP32
-// Rows per block of the backward, each block writing one partial sum per column: at N = 65536, 256
-// blocks, one wave on 132 SMs at two blocks each (128 registers per thread in BF16 at C = 768), and
-// 256 partials per column for the second pass.
+// Rows per block of the backward that sums the parameter gradients as it goes, each block writing
+// one partial sum per column: at N = 65536, 256 blocks, one wave on 132 SMs at two blocks each (128
+// registers per thread in BF16 at C = 768), and 256 partials per column for the second pass.
 #define LN_BWD_CHUNK 256
-// The backward's column sums of dinp (dinp_sums) are matmul_backward's dbias bit for bit only if its
-// blocks add their rows as column_partial_sums_kernel does: chunks of COLSUM_ROWS rows, each taken
-// by COLSUM_LANES row lanes (warps here) in turn, the lanes' sums added in lane order.
+// Its column sums are those of its two-pass form (LayernormColumns by column_sums_accumulate) bit for
+// bit, and those of dinp (dinp_sums) matmul_backward's dbias, only if its blocks add their rows as
+// column_partial_sums_kernel does: chunks of COLSUM_ROWS rows, each taken by COLSUM_LANES row lanes
+// (warps here) in turn, the lanes' sums added in lane order.
 static_assert(LN_BWD_CHUNK == COLSUM_ROWS && LN_WARPS == COLSUM_LANES,
-              "layernorm_backward's dinp sums must add like column_sums_accumulate");
+              "layernorm_backward's column sums must add like column_sums_accumulate");
 
 // Calls launch(std::integral_constant<int, VECS>()) for the smallest VECS <= LN_MAX_VECS with at
 // least ceil(C / (32 X128)) vectors per lane, or LN_MAX_VECS for wider rows.
@@ -130,27 +131,28 @@ __device__ inline void keep_packed(PackedX& p) {
 // dinp += rstd * (dnorm - mean_c(dnorm) - norm * mean_c(dnorm * norm)) (with add_dinp false, dinp is
 // not read and the sum starts from 0.0f: the bits of adding into zeros), and, per column,
 // dweight += sum over rows of dout * norm, dbias += sum of dout.
-// Block b is chunk b of LN_BWD_CHUNK rows (group_chunk_rows: within one group); its warps take the chunk's rows in turn, each reading x
-// and dout once, updating dinp and adding its columns' dout * norm and dout in registers; at the end
+// Block b is chunk b of chunk_rows rows (group_chunk_rows: within one group); its warps take the
+// chunk's rows in turn, each reading x and dout once and updating dinp. With PARAM_SUMS (chunks of
+// LN_BWD_CHUNK rows) each warp also adds its columns' dout * norm and dout in registers; at the end
 // the warps' sums are added in warp order and written as the chunk's partials: dweight's at
 // partials[blockIdx.x * C], dbias's gridDim.x * C further on, for add_column_partials_kernel.
-// With sum_dinp, each warp also adds the dinp it stores (rounded to floatX, as a later pass would
-// read it) into its own slots of the dynamic shared memory (LN_WARPS x VECS x X128 x 32 floats: the
-// registers are full), and the chunk's column sums of dinp go 2 gridDim.x * C further on.
+// With sum_dinp (and PARAM_SUMS), each warp also adds the dinp it stores (rounded to floatX, as a
+// later pass would read it) into its own slots of the dynamic shared memory (LN_WARPS x VECS x X128
+// x 32 floats: the registers are full), and the chunk's column sums of dinp go 2 gridDim.x * C
+// further on.
 // With stage_dinp (vector rows, add_dinp), each lane copies its vectors of the row's dinp into shared memory
 // by cp.async as the row starts (LN_WARPS x VECS x 32 x 16 bytes, before the sums), so that they
 // arrive while x and dout are loaded and reduced: loaded after the reductions, they had each row
 // wait for memory twice (there are no registers left to hold them sooner).
-// partials NULL (rows wider than the registers hold): dinp only.
-template <int VECS>
+template <int VECS, bool PARAM_SUMS>
 __global__ void __launch_bounds__(32 * LN_WARPS)
     layernorm_backward_kernel(floatX* __restrict__ dinp, float* __restrict__ partials,
                               const floatX* __restrict__ dout, const floatX* __restrict__ inp,
                               const floatX* __restrict__ weight, const float* __restrict__ mean,
-                              const float* __restrict__ rstd, int C, int group_rows, bool vector, bool add_dinp,
-                              bool sum_dinp, bool stage_dinp) {
+                              const float* __restrict__ rstd, int C, int group_rows, int chunk_rows, bool vector,
+                              bool add_dinp, bool sum_dinp, bool stage_dinp) {
     int row0, row_end;
-    group_chunk_rows(blockIdx.x, group_rows, LN_BWD_CHUNK, &row0, &row_end);
+    group_chunk_rows(blockIdx.x, group_rows, chunk_rows, &row0, &row_end);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float dweight[VECS][X128] = {}, dbias[VECS][X128] = {};
     extern __shared__ float4 dynamic_shared[];
@@ -163,6 +165,7 @@ __global__ void __launch_bounds__(32 * LN_WARPS)
         return warp_dinp_sums[((w * VECS + v) * (X128 / 4) + q) * 32 + l];
     };
     auto dinp_sum = [&](int w, int v, int k, int l) -> float& { return (&dinp_sums4(w, v, k / 4, l).x)[k % 4]; };
+    sum_dinp = PARAM_SUMS && sum_dinp;
     if (sum_dinp)
         for (int v = 0; v < VECS; v++)
             for (int k = 0; k < X128; k++) dinp_sum(warp, v, k, lane) = 0.0f;
@@ -207,8 +210,8 @@ __global__ void __launch_bounds__(32 * LN_WARPS)
             for (int k = 0; k < X128; k++) {
                 dnorm_sum += dnorm[k];
                 dnorm_norm_sum += dnorm[k] * norm[k];
-                if (v < VECS) {
-                    dweight[v][k] += (float)dyv.v[k] * norm[k];
+                if (PARAM_SUMS && v < VECS) {
+                    dweight[v][k] = fmaf((float)dyv.v[k], norm[k], dweight[v][k]);
                     dbias[v][k] += (float)dyv.v[k];
                 }
             }
@@ -239,7 +242,7 @@ __global__ void __launch_bounds__(32 * LN_WARPS)
                 }
         });
     }
-    if (!partials) return;
+    if constexpr (!PARAM_SUMS) return;
     if (sum_dinp) { // each column's warp sums added in warp order
         __syncthreads();
         for (int i = threadIdx.x; i < VECS * X128 * 32; i += blockDim.x) {
@@ -272,19 +275,56 @@ __global__ void __launch_bounds__(32 * LN_WARPS)
     }
 }
 
-// The weight's gradient per element for the column sums of rows wider than the registers hold.
-struct DoutTimesNorm {
-    const floatX *dout, *inp;
+// The backward's column sums for its two-pass form: per element dout * norm (with the fused multiply-
+// add of layernorm_backward_kernel's sums) and dout, and with SUMS 3 dinp as stored.
+template <int SUMS_> struct LayernormColumns {
+    static constexpr int SUMS = SUMS_;
+    const floatX *dout, *inp, *dinp;
     const float *mean, *rstd;
     int C;
-    __device__ void operator()(int r, int c, float out[X128]) const {
+    __device__ void add(int r, int c, float sums[SUMS][X128]) const {
         const bool vector = C % X128 == 0;
-        float x[X128];
-        load_x128(out, dout + (size_t)r * C, c, C, vector);
+        const float m = mean[r], s = rstd[r];
+        float dy[X128], x[X128];
+        load_x128(dy, dout + (size_t)r * C, c, C, vector);
         load_x128(x, inp + (size_t)r * C, c, C, vector);
-        for (int k = 0; k < X128; k++) out[k] = out[k] * (x[k] - mean[r]) * rstd[r];
+        for (int k = 0; k < X128; k++) {
+            sums[0][k] = fmaf(dy[k], (x[k] - m) * s, sums[0][k]);
+            sums[1][k] += dy[k];
+        }
+        if constexpr (SUMS == 3) {
+            float d[X128];
+            load_x128(d, dinp + (size_t)r * C, c, C, vector);
+            for (int k = 0; k < X128; k++) sums[2][k] += d[k];
+        }
     }
 };
+
+// Launches layernorm_backward_kernel<VECS, PARAM_SUMS> on `blocks` chunks of chunk_rows rows.
+template <int VECS, bool PARAM_SUMS>
+static void launch_backward_rows(int blocks, int chunk_rows, floatX* dinp, float* partials, const floatX* dout,
+                                 const floatX* inp, const floatX* weight, const float* mean, const float* rstd, int C,
+                                 int group_rows, bool vector, bool add_dinp, bool sum_dinp, bool in_registers) {
+    auto kernel = layernorm_backward_kernel<VECS, PARAM_SUMS>;
+    const size_t sums_bytes = sum_dinp ? LN_WARPS * VECS * X128 * 32 * sizeof(float) : 0;
+    const size_t stage_bytes = LN_WARPS * VECS * 32 * sizeof(PackedX);
+    // Staged only where two blocks still fit on an SM by shared memory (with the 1 KB the system
+    // keeps per block), as they do by registers: on a 100 KB SM (RTX 3090, 4090) up to C = 768
+    // in BF16.
+    static const size_t static_bytes = [&] { // the kernel's own shared memory, asked once per kernel
+        cudaFuncAttributes attributes;
+        cudaCheck(cudaFuncGetAttributes(&attributes, kernel));
+        return attributes.sharedSizeBytes;
+    }();
+    const bool stage_dinp = add_dinp && vector && in_registers &&
+                            2 * (static_bytes + sums_bytes + stage_bytes + 1024) <= device_shared_per_sm;
+    const size_t shared = sums_bytes + (stage_dinp ? stage_bytes : 0);
+    if (static_bytes + shared > 48 * 1024) // beyond the default limit of a block
+        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
+    kernel<<<blocks, 32 * LN_WARPS, shared>>>(dinp, partials, dout, inp, weight, mean, rstd, C, group_rows, chunk_rows,
+                                              vector, add_dinp, sum_dinp, stage_dinp);
+    launchCheck();
+}
 
 void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* dinp_sums, const floatX* dout,
                         const floatX* inp, const floatX* weight, const float* mean,
@@ -294,36 +334,31 @@ void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* dinp_
     const bool vector = C % X128 == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(weight);
     const bool in_registers = C <= LN_MAX_VECS * 32 * X128;
     const int groups = N / group_rows, parts = (int)ceil_div(group_rows, LN_BWD_CHUNK), chunks = groups * parts;
-    const int sums = dinp_sums ? 3 : 2;
-    float* partials = in_registers ? column_partials_buffer(sums * (size_t)chunks * C) : NULL;
-    const bool sum_dinp = in_registers && dinp_sums, add_dinp = dinp_mode == GRAD_ADD;
+    const bool add_dinp = dinp_mode == GRAD_ADD;
+    // One pass where its chunks fill the SMs at least once; where they do not (B 16 x T 1024 is 64
+    // chunks for an H100's 132 SMs) its few warps a row at a time are latency-bound (0.125 ms a
+    // call at d24 against 0.131 for twice the rows), and the rows go in two passes over all the SMs:
+    // dinp, a block for every LN_WARPS rows, then the column sums, in the same order (the same bits).
+    const bool one_pass = in_registers && chunks >= device_sm_count;
     with_vecs(C, [&](auto vecs) {
         constexpr int VECS = decltype(vecs)::value;
-        auto kernel = layernorm_backward_kernel<VECS>;
-        const size_t sums_bytes = sum_dinp ? LN_WARPS * VECS * X128 * 32 * sizeof(float) : 0;
-        const size_t stage_bytes = LN_WARPS * VECS * 32 * sizeof(PackedX);
-        // Staged only where two blocks still fit on an SM by shared memory (with the 1 KB the system
-        // keeps per block), as they do by registers: on a 100 KB SM (RTX 3090, 4090) up to C = 768
-        // in BF16.
-        static const size_t static_bytes = [&] { // the kernel's own shared memory, asked once per VECS
-            cudaFuncAttributes attributes;
-            cudaCheck(cudaFuncGetAttributes(&attributes, kernel));
-            return attributes.sharedSizeBytes;
-        }();
-        const bool stage_dinp = add_dinp && vector && in_registers &&
-                                2 * (static_bytes + sums_bytes + stage_bytes + 1024) <= device_shared_per_sm;
-        const size_t shared = sums_bytes + (stage_dinp ? stage_bytes : 0);
-        if (static_bytes + shared > 48 * 1024) // beyond the default limit of a block
-            cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
-        kernel<<<chunks, 32 * LN_WARPS, shared>>>(dinp, partials, dout, inp, weight, mean, rstd, C, group_rows, vector,
-                                                  add_dinp, sum_dinp, stage_dinp);
-        launchCheck();
+        if (one_pass) {
+            const int sums = dinp_sums ? 3 : 2;
+            float* partials = column_partials_buffer(sums * (size_t)chunks * C);
+            launch_backward_rows<VECS, true>(chunks, LN_BWD_CHUNK, dinp, partials, dout, inp, weight, mean, rstd, C,
+                                             group_rows, vector, add_dinp, dinp_sums != NULL, in_registers);
+            add_column_partials(ColumnSumTargets{{dweight, dbias, dinp_sums}}, sums, partials, groups, parts, C);
+        } else {
+            const int blocks = groups * (int)ceil_div(group_rows, LN_WARPS);
+            launch_backward_rows<VECS, false>(blocks, LN_WARPS, dinp, NULL, dout, inp, weight, mean, rstd, C,
+                                              group_rows, vector, add_dinp, false, in_registers);
+        }
     });
-    if (in_registers) {
-        add_column_partials(ColumnSumTargets{{dweight, dbias, dinp_sums}}, sums, partials, groups, parts, C);
-    } else {
-        column_sums_accumulate(dweight, N, C, group_rows, DoutTimesNorm{dout, inp, mean, rstd, C});
-        column_sums_accumulate(dbias, N, C, group_rows, MatrixColumns{dout, C});
-        if (dinp_sums) column_sums_accumulate(dinp_sums, N, C, group_rows, MatrixColumns{dinp, C});
-    }
+    if (one_pass) return;
+    if (dinp_sums)
+        column_sums_accumulate(ColumnSumTargets{{dweight, dbias, dinp_sums}}, N, C, group_rows,
+                               LayernormColumns<3>{dout, inp, dinp, mean, rstd, C});
+    else
+        column_sums_accumulate(ColumnSumTargets{{dweight, dbias}}, N, C, group_rows,
+                               LayernormColumns<2>{dout, inp, dinp, mean, rstd, C});
 }

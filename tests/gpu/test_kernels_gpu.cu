@@ -289,6 +289,37 @@ static void test_layernorm(int N, int C, int group_rows) {
     // again from the same start: the same bits (no atomics)
     layernorm_backward(d_dinp_again, d_dw_again, d_db_again, d_ds_again, d_dout, d_inp, d_w, d_mean, d_rstd, N, C,
                        group_rows, GRAD_ADD);
+    // One pass where its chunks of rows fill the SMs, two (dinp, then the column sums) where they do
+    // not: each forced in turn by the SM count it sees, the same bits as the call above, and with
+    // GRAD_WRITE and no dinp_sums (the other form of the calls) the same bits as each other.
+    const int sm_count = device_sm_count;
+    floatX* d_path_written[2];
+    float *d_path_dw[2], *d_path_db[2];
+    for (int path = 0; path < 2; path++) {
+        device_sm_count = path == 0 ? 1 : 1 << 30;
+        floatX* d_dinp_path = upload_x(dinp, n);
+        float *d_dw_path = upload_f(dw, C), *d_db_path = upload_f(db, C), *d_ds_path = upload_f(ds, C);
+        layernorm_backward(d_dinp_path, d_dw_path, d_db_path, d_ds_path, d_dout, d_inp, d_w, d_mean, d_rstd, N, C,
+                           group_rows, GRAD_ADD);
+        d_path_written[path] = (floatX*)poisoned(n * sizeof(floatX));
+        d_path_dw[path] = upload_f(dw, C), d_path_db[path] = upload_f(db, C);
+        layernorm_backward(d_path_written[path], d_path_dw[path], d_path_db[path], NULL, d_dout, d_inp, d_w, d_mean,
+                           d_rstd, N, C, group_rows, GRAD_WRITE);
+        device_sm_count = sm_count;
+        snprintf(name, sizeof name, "layernorm_backward N=%d C=%d group_rows=%d in %s: the same bits", N, C, group_rows,
+                 path == 0 ? "one pass" : "two passes");
+        int same = same_bytes(d_dinp_path, d_dinp, n * sizeof(floatX)) && same_bytes(d_dw_path, d_dw, C * sizeof(float)) &&
+                   same_bytes(d_db_path, d_db, C * sizeof(float)) && same_bytes(d_ds_path, d_ds, C * sizeof(float));
+        test_check(same, name, "%s", same ? "dinp, dweight, dbias, dinp_sums equal" : "bits differ");
+        dev_free(d_dinp_path), dev_free(d_dw_path), dev_free(d_db_path), dev_free(d_ds_path);
+    }
+    snprintf(name, sizeof name, "layernorm_backward GRAD_WRITE N=%d C=%d group_rows=%d: one pass = two passes, bit for bit",
+             N, C, group_rows);
+    int paths_same = same_bytes(d_path_written[0], d_path_written[1], n * sizeof(floatX)) &&
+                     same_bytes(d_path_dw[0], d_path_dw[1], C * sizeof(float)) &&
+                     same_bytes(d_path_db[0], d_path_db[1], C * sizeof(float));
+    test_check(paths_same, name, "%s", paths_same ? "dinp, dweight, dbias equal" : "bits differ");
+    for (int path = 0; path < 2; path++) dev_free(d_path_written[path]), dev_free(d_path_dw[path]), dev_free(d_path_db[path]);
     cpu_layernorm_backward(dinp, dw, db, NULL, dout, inp, w, mean, rstd, N, C, group_rows, GRAD_ADD);
     snprintf(name, sizeof name, "layernorm_backward dinp N=%d C=%d", N, C);
     check_x(name, d_dinp, dinp, n, 1);
