@@ -336,29 +336,28 @@ void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* dinp_
     const int groups = N / group_rows, parts = (int)ceil_div(group_rows, LN_BWD_CHUNK), chunks = groups * parts;
     const bool add_dinp = dinp_mode == GRAD_ADD;
     // One pass where its chunks fill the SMs at least once; where they do not (B 16 x T 1024 is 64
-    // chunks for an H100's 132 SMs) its few warps a row at a time are latency-bound (0.125 ms a
+    // chunks for an H100's 132 SMs) its few warps a row at a time are latency-bound (0.126 ms a
     // call at d24 against 0.131 for twice the rows), and the rows go in two passes over all the SMs:
     // dinp, a block for every LN_WARPS rows, then the column sums, in the same order (the same bits).
-    const bool one_pass = in_registers && chunks >= device_sm_count;
+    const ColumnSumTargets targets{{dweight, dbias, dinp_sums}};
+    if (in_registers && chunks >= device_sm_count) {
+        const int sums = dinp_sums ? 3 : 2;
+        float* partials = column_partials_buffer(sums * (size_t)chunks * C);
+        with_vecs(C, [&](auto vecs) {
+            launch_backward_rows<decltype(vecs)::value, true>(chunks, LN_BWD_CHUNK, dinp, partials, dout, inp, weight,
+                                                              mean, rstd, C, group_rows, vector, add_dinp,
+                                                              dinp_sums != NULL, in_registers);
+        });
+        add_column_partials(targets, sums, partials, groups, parts, C);
+        return;
+    }
+    const int blocks = groups * (int)ceil_div(group_rows, LN_WARPS);
     with_vecs(C, [&](auto vecs) {
-        constexpr int VECS = decltype(vecs)::value;
-        if (one_pass) {
-            const int sums = dinp_sums ? 3 : 2;
-            float* partials = column_partials_buffer(sums * (size_t)chunks * C);
-            launch_backward_rows<VECS, true>(chunks, LN_BWD_CHUNK, dinp, partials, dout, inp, weight, mean, rstd, C,
-                                             group_rows, vector, add_dinp, dinp_sums != NULL, in_registers);
-            add_column_partials(ColumnSumTargets{{dweight, dbias, dinp_sums}}, sums, partials, groups, parts, C);
-        } else {
-            const int blocks = groups * (int)ceil_div(group_rows, LN_WARPS);
-            launch_backward_rows<VECS, false>(blocks, LN_WARPS, dinp, NULL, dout, inp, weight, mean, rstd, C,
-                                              group_rows, vector, add_dinp, false, in_registers);
-        }
+        launch_backward_rows<decltype(vecs)::value, false>(blocks, LN_WARPS, dinp, NULL, dout, inp, weight, mean, rstd,
+                                                           C, group_rows, vector, add_dinp, false, in_registers);
     });
-    if (one_pass) return;
     if (dinp_sums)
-        column_sums_accumulate(ColumnSumTargets{{dweight, dbias, dinp_sums}}, N, C, group_rows,
-                               LayernormColumns<3>{dout, inp, dinp, mean, rstd, C});
+        column_sums_accumulate(targets, N, C, group_rows, LayernormColumns<3>{dout, inp, dinp, mean, rstd, C});
     else
-        column_sums_accumulate(ColumnSumTargets{{dweight, dbias}}, N, C, group_rows,
-                               LayernormColumns<2>{dout, inp, dinp, mean, rstd, C});
+        column_sums_accumulate(targets, N, C, group_rows, LayernormColumns<2>{dout, inp, dinp, mean, rstd, C});
 }
