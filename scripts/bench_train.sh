@@ -1,7 +1,8 @@
 #!/bin/bash
-# Training speed of train_gpt on GPT-2 124M (d12) at T = 1024 on one GPU: tokens/s, ms/step, MFU
-# and peak GPU memory, one row per configuration: BF16 naive B = 32 and 64, BF16 flash B = 32 and 64,
-# FP32 naive B = 16. RUNS="BF16 flash 64,..." picks other rows; a fourth field is the recompute level
+# Training speed of train_gpt on a GPT-2 model from scratch at T = 1024 on one GPU: tokens/s, ms/step,
+# MFU and peak GPU memory, one row per configuration: BF16 naive B = 32 and 64, BF16 flash B = 32 and
+# 64, FP32 naive B = 16. MODEL=d12 (the default, GPT-2 124M), d24 (350M), d36 (774M) or d48 (1.5B)
+# picks the model for every row, ours, llm.c's and PyTorch's. RUNS="BF16 flash 64,..." picks other rows; a fourth field is the recompute level
 # (-r, default 0): RUNS="BF16 flash 64 0,BF16 flash 64 1,BF16 flash 64 2" for the -r 0/1/2 table;
 # RUNS="" for none (llm.c's or PyTorch's rows alone).
 # Usage: GPU_ARCH=90 PEAK_TFLOPS=989 scripts/bench_train.sh   (needs a GPU; scripts/get_data.sh fetches the data)
@@ -46,9 +47,20 @@ for run in "${runs[@]}"; do
     make --no-print-directory BUILD="$BUILD/$1-$2" ATTN="$2" PRECISION="$1" GPU_ARCH="$ARCH" "$BUILD/$1-$2/train_gpt" >/dev/null
 done
 
+# The model's layers, channels and heads (train_gpt's -e presets, which llm.c's -e dN shares) and its
+# parameters, the vocabulary padded to 50,304 as both programs hold it.
+MODEL=${MODEL:-d12}
+case $MODEL in
+    d12) L=12 C=768 NH=12 ;;
+    d24) L=24 C=1024 NH=16 ;;
+    d36) L=36 C=1280 NH=20 ;;
+    d48) L=48 C=1600 NH=25 ;;
+    *) echo "bench_train.sh: MODEL=$MODEL is none of d12, d24, d36, d48" >&2; exit 1 ;;
+esac
+T=1024
+PARAMS=$((50304 * C + 1024 * C + L * (12 * C * C + 13 * C) + 2 * C))
 # FLOPs per token (forward + backward, as train.c counts them): 6 x parameters + 6 x L x C x T for
 # causal attention.
-L=12 C=768 T=1024 PARAMS=124475904
 FLOPS_PER_TOKEN=$((6 * PARAMS + 6 * L * C * T))
 # stamp: each line of stdin after the time it arrived (seconds since the epoch).
 stamp() { while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done; }
@@ -97,14 +109,14 @@ row() {
         printf "%-6s %-15s %4d %8d %10.1f %8.1f %12.0f %5.1f%% %10s %5s %5s %7s%s\n", p, a, B, T, ms, mean, tps, 100 * mfu,
             mem, w, mhz, j, note }'
 }
-echo "steps $FIRST..$STEPS timed: ms/step is their median, mean their mean"
+echo "$MODEL ($PARAMS parameters), steps $FIRST..$STEPS timed: ms/step is their median, mean their mean"
 printf "%-6s %-15s %4s %8s %10s %8s %12s %6s %10s %5s %5s %7s\n" precision attn B T ms/step mean tokens/s MFU peak_MiB W MHz J/step
 for run in "${runs[@]}"; do
     # shellcheck disable=SC2086
     set -- $run
     p=$1 attn=$2 B=$3 r=${4:-0} out=$WORK/$p-$attn-$B-r$r
     start_smi
-    run_stamped "$out.log" "$BUILD/$p-$attn/train_gpt" -e d12 -i "$DATA/tiny_shakespeare_train.bin" \
+    run_stamped "$out.log" "$BUILD/$p-$attn/train_gpt" -e "$MODEL" -i "$DATA/tiny_shakespeare_train.bin" \
         -j "$DATA/tiny_shakespeare_val.bin" -b "$B" -t $T -r "$r" -x "$STEPS" -v 0 -s 0 -n 0 -o "$out" ||
         { stop_smi "$out.log"; unstamped "$out.log"; exit 1; }
     stop_smi "$out.log"
@@ -130,7 +142,7 @@ if [ -n "${LLMC:-}" ]; then
         B=$1 r=$2 out=$WORK/llmc-$1-r$2
         start_smi
         # shellcheck disable=SC2086 # LLMC_ARGS: options, split on purpose
-        (cd "$WORK" && run_stamped "$out.log" "$llmc" -e d12 -i "$data/tiny_shakespeare_train.bin" \
+        (cd "$WORK" && run_stamped "$out.log" "$llmc" -e "$MODEL" -i "$data/tiny_shakespeare_train.bin" \
             -j "$data/tiny_shakespeare_train.bin" -o "$out" -b "$B" -t $T -d $((B * T)) -r "$r" -z 0 -x "$STEPS" \
             -v 1000000 -m 0 -s 0 -n 0 -h 0 ${LLMC_ARGS:-}) || { stop_smi "$out.log"; unstamped "$out.log" | tail -20; exit 1; }
         stop_smi "$out.log"
@@ -160,7 +172,8 @@ for run in "${torch_runs[@]}"; do
     backend=$1 B=$2 out=$WORK/torch-$1-$2.log
     start_smi
     if run_stamped "$out" python3 "$(dirname "$0")/bench_train_torch.py" --data "$DATA/tiny_shakespeare_train.bin" \
-        --batch "$B" --seq $T --steps "$STEPS" --first "$FIRST" --sdpa-backend "$backend"; then
+        --batch "$B" --seq $T --steps "$STEPS" --first "$FIRST" --sdpa-backend "$backend" \
+        --layers $L --channels $C --heads $NH; then
         stop_smi "$out"
         read -r _ _ ms _ _ _ alloc _ reserved _ mean < <(unstamped "$out" | grep '^RESULT ' | tail -1)
         row BF16 "torch-$backend" "$B" "$ms" "$mean" "  (torch max allocated $alloc MiB, reserved $reserved MiB)"
