@@ -2,8 +2,9 @@
 # Training speed of train_gpt on a GPT-2 model from scratch at T = 1024 on one GPU: tokens/s, ms/step,
 # MFU and peak GPU memory, one row per configuration: BF16 naive B = 32 and 64, BF16 flash B = 32 and
 # 64, FP32 naive B = 16. MODEL=d12 (the default, GPT-2 124M), d24 (350M), d36 (774M) or d48 (1.5B)
-# picks the model for every row, ours, llm.c's and PyTorch's. RUNS="BF16 flash 64,..." picks other rows; a fourth field is the recompute level
-# (-r, default 0): RUNS="BF16 flash 64 0,BF16 flash 64 1,BF16 flash 64 2" for the -r 0/1/2 table;
+# picks the model for every row, ours, llm.c's and PyTorch's. RUNS="BF16 flash 64,..." picks other
+# rows; a fourth field is the recompute level (-r, default 0):
+# RUNS="BF16 flash 64 0,BF16 flash 64 1,BF16 flash 64 2" for the -r 0/1/2 table;
 # RUNS="" for none (llm.c's or PyTorch's rows alone).
 # Usage: GPU_ARCH=90 PEAK_TFLOPS=989 scripts/bench_train.sh   (needs a GPU; scripts/get_data.sh fetches the data)
 # PEAK_TFLOPS is the GPU's dense bf16 peak (989 for H100/H200 SXM); the FP32 row uses it too, so
@@ -34,6 +35,18 @@ PEAK_TFLOPS=${PEAK_TFLOPS:-989}
 STEPS=${STEPS:-12}
 FIRST=${FIRST:-3}
 [ "$FIRST" -ge 2 ] && [ "$FIRST" -le "$STEPS" ] || { echo "bench_train.sh: FIRST=$FIRST must be in 2..STEPS=$STEPS" >&2; exit 1; }
+# The model's layers, channels and heads (train_gpt's -e presets, which llm.c's -e dN shares) and its
+# parameters, the vocabulary padded to 50,304 as both programs hold it.
+MODEL=${MODEL:-d12}
+case $MODEL in
+    d12) L=12 C=768 NH=12 ;;
+    d24) L=24 C=1024 NH=16 ;;
+    d36) L=36 C=1280 NH=20 ;;
+    d48) L=48 C=1600 NH=25 ;;
+    *) echo "bench_train.sh: MODEL=$MODEL is none of d12, d24, d36, d48" >&2; exit 1 ;;
+esac
+T=1024
+PARAMS=$((50304 * C + 1024 * C + L * (12 * C * C + 13 * C) + 2 * C))
 BUILD=${BUILD:-build/bench}
 DATA=$(dirname "$0")/../data/tinyshakespeare
 WORK=$(mktemp -d)
@@ -47,18 +60,6 @@ for run in "${runs[@]}"; do
     make --no-print-directory BUILD="$BUILD/$1-$2" ATTN="$2" PRECISION="$1" GPU_ARCH="$ARCH" "$BUILD/$1-$2/train_gpt" >/dev/null
 done
 
-# The model's layers, channels and heads (train_gpt's -e presets, which llm.c's -e dN shares) and its
-# parameters, the vocabulary padded to 50,304 as both programs hold it.
-MODEL=${MODEL:-d12}
-case $MODEL in
-    d12) L=12 C=768 NH=12 ;;
-    d24) L=24 C=1024 NH=16 ;;
-    d36) L=36 C=1280 NH=20 ;;
-    d48) L=48 C=1600 NH=25 ;;
-    *) echo "bench_train.sh: MODEL=$MODEL is none of d12, d24, d36, d48" >&2; exit 1 ;;
-esac
-T=1024
-PARAMS=$((50304 * C + 1024 * C + L * (12 * C * C + 13 * C) + 2 * C))
 # FLOPs per token (forward + backward, as train.c counts them): 6 x parameters + 6 x L x C x T for
 # causal attention.
 FLOPS_PER_TOKEN=$((6 * PARAMS + 6 * L * C * T))
