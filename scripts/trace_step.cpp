@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@ struct Call {
 };
 std::vector<std::string> names;
 std::vector<Call> calls;
+std::mutex calls_lock; // CUPTI may hand buffers over from its own thread and from a flush at once
 
 int name_index(const char* name) {
     for (size_t i = 0; i < names.size(); i++)
@@ -42,6 +44,7 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
 
 void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
     CUpti_Activity* record = nullptr;
+    const std::lock_guard<std::mutex> hold(calls_lock);
     while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS)
         if (record->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
             const auto* kernel = (const CUpti_ActivityKernel9*)record;
