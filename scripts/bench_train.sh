@@ -125,16 +125,12 @@ for run in "${runs[@]}"; do
     row "$p" "$attn" "$B" "$ms" "$mean" "$([ "$r" = 0 ] || echo "  -r $r")"
 done
 
-# llm.c's rows, where LLMC names a train_gpt2cu built from karpathy/llm.c (`make train_gpt2cu
-# USE_CUDNN=1` in a clone of it; nothing of llm.c is in this repository): LLMC_RUNS="B r,..." (default
-# "64 0,64 1"), the same model from scratch, data, steps and schedule as our rows (llm.c's defaults
-# are ours: LR 3e-4 constant, no warmup or weight decay, clipping at 1), its ms per step read from
-# its printed step lines, which time each step as our log.csv does. LLMC_ARGS adds options (e.g.
-# "-ge 2", its GELU fused into the fc product). llm.c's loader wants B T + 1 tokens even of a
-# validation file it never reads, more than tinyshakespeare's has, and -v 0 would divide by zero:
-# so the training file stands in, with -v past the last step and -m 0 batches. It runs in WORK,
-# where it looks for its tokenizer and HellaSwag files (and finds none: no sampling, no eval).
+# llm.c's rows, where LLMC names a train_gpt2cu built from karpathy/llm.c, run as llmc_options.sh
+# says: LLMC_RUNS="B r,..." (default "64 0,64 1"), the same model, data, steps and schedule as our
+# rows, its ms per step read from its printed step lines, which time each step as our log.csv does.
 if [ -n "${LLMC:-}" ]; then
+    # shellcheck source=scripts/llmc_options.sh
+    . "$(dirname "$0")/llmc_options.sh"
     llmc=$(realpath "$LLMC") data=$(realpath "$DATA")
     IFS=, read -r -a llmc_runs <<< "${LLMC_RUNS:-64 0,64 1}"
     for run in "${llmc_runs[@]}"; do
@@ -142,10 +138,9 @@ if [ -n "${LLMC:-}" ]; then
         set -- $run
         B=$1 r=$2 out=$WORK/llmc-$1-r$2
         start_smi
-        # shellcheck disable=SC2086 # LLMC_ARGS: options, split on purpose
-        (cd "$WORK" && run_stamped "$out.log" "$llmc" -e "$MODEL" -i "$data/tiny_shakespeare_train.bin" \
-            -j "$data/tiny_shakespeare_train.bin" -o "$out" -b "$B" -t $T -d $((B * T)) -r "$r" -z 0 -x "$STEPS" \
-            -v 1000000 -m 0 -s 0 -n 0 -h 0 ${LLMC_ARGS:-}) || { stop_smi "$out.log"; unstamped "$out.log" | tail -20; exit 1; }
+        set_llmc_options "$MODEL" "$B" $T "$r" "$STEPS" "$data/tiny_shakespeare_train.bin" "$out"
+        (cd "$WORK" && run_stamped "$out.log" "$llmc" "${llmc_options[@]}") ||
+            { stop_smi "$out.log"; unstamped "$out.log" | tail -20; exit 1; }
         stop_smi "$out.log"
         # "step   12/40 | ... | 115.81 ms | ...": the step number and the field before "ms".
         times=$(awk -v first="$FIRST" '/^step +[0-9]+\/[0-9]+ \|/ {

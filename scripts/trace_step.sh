@@ -16,7 +16,7 @@
 # T 1024 and one micro-batch a step; R (default 0) the recompute level (-r of both); STEPS (default
 # 20) steps trained, SKIP (default 5) left out of the table. CUPTI's headers and library come from
 # CUPTI_HOME, else CUDA's extras/CUPTI, else the Python packages of NVIDIA's (nvidia-cuda-cupti).
-# llm.c is run as scripts/bench_train.sh runs it (its notes there). BUILD (default build/trace).
+# llm.c is run as scripts/llmc_options.sh says. BUILD (default build/trace).
 set -eu
 MODEL=${MODEL:-d12} B=${B:-16} R=${R:-0} STEPS=${STEPS:-20} SKIP=${SKIP:-5} BUILD=${BUILD:-build/trace}
 case $MODEL in d12 | d24 | d36 | d48) ;; *) echo "trace_step.sh: MODEL=$MODEL is none of d12, d24, d36, d48" >&2; exit 1 ;; esac
@@ -61,9 +61,9 @@ traced() {
 traced train_gpt "$BUILD/BF16-flash/train_gpt" -e "$MODEL" -i "$DATA/tiny_shakespeare_train.bin" \
     -j "$DATA/tiny_shakespeare_val.bin" -b "$B" -t 1024 -r "$R" -x "$STEPS" -v 0 -s 0 -n 0 -o "$WORK/ours"
 if [ -n "${LLMC:-}" ]; then
+    # shellcheck source=scripts/llmc_options.sh
+    . scripts/llmc_options.sh
     llmc=$(realpath "$LLMC")
-    # shellcheck disable=SC2086 # LLMC_ARGS: options, split on purpose
-    (cd "$WORK" && traced llm.c "$llmc" -e "$MODEL" -i "$DATA/tiny_shakespeare_train.bin" \
-        -j "$DATA/tiny_shakespeare_train.bin" -o "$WORK/llmc" -b "$B" -t 1024 -d $((B * 1024)) -r "$R" -z 0 -x "$STEPS" \
-        -v 1000000 -m 0 -s 0 -n 0 -h 0 ${LLMC_ARGS:-})
+    set_llmc_options "$MODEL" "$B" 1024 "$R" "$STEPS" "$DATA/tiny_shakespeare_train.bin" "$WORK/llmc"
+    (cd "$WORK" && traced llm.c "$llmc" "${llmc_options[@]}")
 fi
