@@ -235,6 +235,11 @@ template <class Op> void map2(floatX* out, const floatX* a, const floatX* b, siz
 // either way.
 #define COLSUM_ROWS 256
 #define COLSUM_LANES 8 // row lanes per block: lane y adds rows y, y + 8, ... of its chunk
+// Whether N rows in groups of group_rows make at least one chunk of COLSUM_ROWS rows (none crossing a
+// group's end) for every SM: the layernorm backward's condition for its one pass.
+static inline bool row_chunks_fill_sms(int N, int group_rows) {
+    return (N / group_rows) * (int)ceil_div(group_rows, COLSUM_ROWS) >= device_sm_count;
+}
 // Rows [*row0, *row_end) of chunk `chunk` when each group of group_rows rows is cut into chunks of
 // chunk_rows (the last one of a group shorter): chunk c is part c % parts of group c / parts, and no
 // chunk crosses a group's end, so a group's partial sums depend on its own rows only.

@@ -340,7 +340,7 @@ void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* dinp_
     // call at d24 against 0.131 for twice the rows), and the rows go in two passes over all the SMs:
     // dinp, a block for every LN_WARPS rows, then the column sums, in the same order (the same bits).
     const ColumnSumTargets targets{{dweight, dbias, dinp_sums}};
-    if (in_registers && chunks >= device_sm_count) {
+    if (in_registers && row_chunks_fill_sms(N, group_rows)) {
         const int sums = dinp_sums ? 3 : 2;
         float* partials = column_partials_buffer(sums * (size_t)chunks * C);
         with_vecs(C, [&](auto vecs) {

@@ -16,9 +16,12 @@ enum Epilogue { PLAIN, GELU_BACKWARD };
 // Every product runs on the default stream but the weight gradients of matmul_backward_weights,
 // which run on a second stream beside the calls that follow them. A layernorm backward, bound by
 // memory, then shares the GPU with a product instead of running alone with the tensor cores idle:
-// with fc's and qkv's weight gradients so, GPT-2 124M's step is a little shorter at the power cap
-// (a fraction of a percent to 1%). Beside their own dinp instead, two products sharing the SMs took
-// longer than one after the other.
+// with fc's and qkv's weight gradients so, GPT-2 124M's step at B 64 is a little shorter at the
+// power cap (a fraction of a percent to 1%). Beside their own dinp instead, two products sharing the
+// SMs took longer than one after the other. Only where the rows make a chunk of COLSUM_ROWS for
+// every SM, though: with fewer, the layernorm backward takes its two passes (layernorm.cu), and its
+// column pass beside a product took 3 times as long as alone (155 against 46 us a call at d48, B
+// 16), so that at B 16 the overlap cost about as much as it saved (docs/performance.md).
 // A stream's products have their own cuBLASLt workspace and weight-gradient partials, and all that
 // goes with a product (its tuning's timing and hashes, weight_gradients' checks) runs on its stream.
 struct MatmulStream {
@@ -501,11 +504,17 @@ void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* d
     linear_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, ld_inp, group_rows, dweight_mode, PLAIN, NULL);
 }
 
-// On the second stream, after the default stream's work so far (the streams section above).
+// On the second stream, after the default stream's work so far (the streams section above), where
+// the rows make a chunk of COLSUM_ROWS rows for every SM; else on the default stream (see there).
 void matmul_backward_weights(float* dweight, float* dbias, const floatX* dout, const floatX* inp, int N, int C, int OC,
                              int ld_inp, int group_rows, int dweight_mode) {
     check_row_groups("matmul_backward_weights", N, group_rows);
     check_linear_ld("matmul_backward_weights", C, ld_inp);
+    if (!row_chunks_fill_sms(N, group_rows)) {
+        weight_and_bias_gradients(default_stream, dweight, dbias, dout, inp, N, C, OC, ld_inp, group_rows,
+                                  dweight_mode);
+        return;
+    }
     MatmulStream& on = side_stream();
     cudaCheck(cudaEventRecord(side.ready, 0));
     cudaCheck(cudaStreamWaitEvent(on.stream, side.ready, 0));

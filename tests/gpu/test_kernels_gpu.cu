@@ -497,11 +497,12 @@ static void test_matmul_forward_gelu(int N, int C, int OC, int with_bias, int ld
 }
 
 // matmul_backward twice from the same starting gradients gives the same bits (cuBLASLt's products
-// and the column sums of dbias each run in a fixed order), and so does matmul_backward_weights. Its
-// gradients are copied on the default stream right after matmul_backward_wait, the host waiting for
-// nothing: were the copies not ordered after the second stream's products, they would take the
-// gradients before those were made. With ld > C the input has the bias columns, and dbias comes from
-// the product.
+// and the column sums of dbias each run in a fixed order), and so does matmul_backward_weights, on
+// the second stream and on the default one (each forced by the SM count it sees: the second stream
+// is taken where the rows make a chunk for every SM). Its gradients are copied on the default stream
+// right after matmul_backward_wait, the host waiting for nothing: were the copies not ordered after
+// the second stream's products, they would take the gradients before those were made. With ld > C
+// the input has the bias columns, and dbias comes from the product.
 static void test_matmul_backward_rerun(int N, int C, int OC, int group_rows, int ld) {
     float* inp = random_linear_input(N, C, ld);
     float* w = random_array((size_t)OC * C, -1, 1);
@@ -510,8 +511,9 @@ static void test_matmul_backward_rerun(int N, int C, int OC, int group_rows, int
     floatX *d_inp = upload_x(inp, (size_t)N * ld), *d_w = upload_x(w, (size_t)OC * C);
     floatX* d_dout = upload_x(dout, (size_t)N * OC);
     floatX* d_dinp = (floatX*)poisoned((size_t)N * C * sizeof(floatX));
-    enum { RUNS = 3 };
-    const char* runs[RUNS] = {"matmul_backward", "matmul_backward rerun", "matmul_backward_weights"};
+    enum { RUNS = 4 };
+    const char* runs[RUNS] = {"matmul_backward", "matmul_backward rerun", "matmul_backward_weights (second stream)",
+                              "matmul_backward_weights (default stream)"};
     float *d_dw[RUNS], *d_db[RUNS];
     for (int run = 0; run < RUNS; run++) {
         if (run < 2) {
@@ -521,7 +523,10 @@ static void test_matmul_backward_rerun(int N, int C, int OC, int group_rows, int
             d_dw[run] = (float*)poisoned((size_t)OC * C * sizeof(float));
             d_db[run] = (float*)poisoned(OC * sizeof(float));
             float *made_dw = upload_f(dw, (size_t)OC * C), *made_db = upload_f(db, OC);
+            const int sm_count = device_sm_count;
+            device_sm_count = run == 2 ? 1 : N + 1; // N rows make at most N chunks
             matmul_backward_weights(made_dw, made_db, d_dout, d_inp, N, C, OC, ld, group_rows, GRAD_ADD);
+            device_sm_count = sm_count;
             matmul_backward_wait();
             dev_copy(d_dw[run], made_dw, (size_t)OC * C * sizeof(float));
             dev_copy(d_db[run], made_db, OC * sizeof(float));
