@@ -198,9 +198,9 @@ void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* d
                      const floatX* weight, int N, int C, int OC, int ld_inp, int group_rows, int dweight_mode);
 // matmul_backward's dweight and dbias alone, with its bits, which the backend may still be making
 // when it returns, beside the calls that follow (the CUDA backend: on a second stream where the rows
-// are many, so that a layernorm's backward, bound by memory, runs beside the product). Until matmul_backward_wait(),
-// dout and inp must not be written, nor dweight and dbias read or written; after it, the calls
-// that follow see the gradients (the CPU's are complete on return).
+// are many, so that a layernorm's backward, bound by memory, runs beside the product). Until
+// matmul_backward_wait(), dout and inp must not be written, nor dweight and dbias read or written;
+// after it, the calls that follow see the gradients (the CPU's are complete on return).
 void matmul_backward_weights(float* dweight, float* dbias, const floatX* dout, const floatX* inp, int N, int C, int OC,
                              int ld_inp, int group_rows, int dweight_mode);
 void matmul_backward_wait(void);

@@ -6,8 +6,9 @@
 # call over the steps after the first SKIP, the step's span, its kernels' sum and its time with no
 # kernel running. Unlike profile_step's bursts, the kernels run as in training: at the power cap's
 # clock, one after the other, ours with the weight gradients on a second stream beside the calls
-# that follow them (two kernels sharing the GPU both count their whole time, so their sum exceeds
-# the span). docs/performance.md has the tables it gave.
+# that follow them where the rows are many (matmul.cu: 256 rows for every SM; two kernels sharing the
+# GPU both count their whole time, so their sum exceeds the span). docs/performance.md has the
+# tables it gave.
 #
 #   GPU_ARCH=90 MODEL=d48 B=16 scripts/trace_step.sh          ours alone
 #   MODEL=d24 B=16 LLMC=/path/to/llm.c/train_gpt2cu LLMC_ARGS="-ge 2" scripts/trace_step.sh
