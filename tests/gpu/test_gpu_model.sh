@@ -17,6 +17,7 @@ set -eu
 "$(dirname "$0")/../../scripts/get_data.sh" # before any cd: a relative GPT_DATA_DIR is the caller's
 . "$(dirname "$0")/../lib/log_compare.sh"
 . "$(dirname "$0")/../lib/mfu.sh"
+. "$(dirname "$0")/../lib/hellaswag_compare.sh"
 BUILD=${BUILD:-.}
 ARCH=${GPU_ARCH:-90}
 PREPARED=$(dirname "$0")/../../data
@@ -161,26 +162,19 @@ echo "BF16 greedy text: $(tr '\n' '|' < "$WORK/greedy-BF16.txt"); sampled: $(tr 
 # HellaSwag: every ending's score (--hellaswag-dump) on the GPU against the CPU's, on the model of 20
 # steps: FP32 within 1e-4 relative and the same predicted endings, BF16 within 1e-2 (bf16 activations;
 # a near tie may then pick another ending, so its accuracy is printed, not compared).
-printf '%s\n' '{"ctx": "A man is sitting on a roof. he", "label": 3, "endings": ["is using wrap to wrap a pair of skis.", "is ripping level tiles off.", "is holding a rubik'"'"'s cube.", "starts pulling up roofing on a roof."]}' \
-    '{"ctx": "ROMEO: What say you, my lord? JULIET:", "label": 1, "endings": ["I say nothing.", "Good night, good night! Parting is such sweet sorrow.", "Wherefore art thou?", ""]}' \
-    '{"ctx": "Le caf\u00e9 est ferm\u00e9; \u65e5\u672c\u8a9e", "label": 2, "endings": ["\ud83d\ude00 smiles", "na\u00efve", "r\u00e9sum\u00e9", "and so on"]}' \
-    '{"ctx": "First Citizen: Before we proceed any further, hear me speak.", "label": 0, "endings": ["All: Speak, speak.", "You are all resolved rather to die than to famish?", "Resolved. resolved.", "We know it."]}' \
-    '{"ctx": "The two twins are", "label": 1, "endings": ["exactly alike.", "the same.", "the same.", "different."]}' \
-    '{"ctx": "KING HENRY: Once more unto the breach, dear friends,", "label": 2, "endings": ["once more;", "or close the wall up", "with our English dead.", "In peace there'"'"'s nothing so becomes a man"]}' \
-    > "$WORK/hs.jsonl"
+hellaswag_examples_jsonl "$WORK/hs.jsonl"
 "$BUILD/model-cpu/prepare_data" --vocab "$PREPARED/gpt2" --hellaswag "$WORK/hs.jsonl" -o "$WORK/hs.bin" > /dev/null
 HS=(-e "$MODEL" -t 64 -b 4 -x 0 -v 0 -s 0 -i "$DATA/tiny_shakespeare_train.bin" --hellaswag "$WORK/hs.bin")
 "$BUILD/model-cpu/train_gpt_cpu" "${HS[@]}" --hellaswag-dump "$WORK/hs-cpu.csv" -o "$WORK/hs-cpu" > "$WORK/hs-cpu.out"
 for p in FP32 BF16; do
     tolerance=$([ $p = FP32 ] && echo 1e-4 || echo 1e-2)
     "$BUILD/model-$p/train_gpt" "${HS[@]}" --hellaswag-dump "$WORK/hs-$p.csv" -o "$WORK/hs-$p" > "$WORK/hs-$p.out"
-    # the worst relative difference of the scores and the number of other predictions
-    read -r worst other < <(paste -d, "$WORK/hs-cpu.csv" "$WORK/hs-$p.csv" | awk -F, 'NR > 1 {
-        for (j = 5; j <= 8; j++) { d = ($(j + 8) - $j) / $j; if (d < 0) d = -d; if (d > w) w = d }
-        if ($4 != $12) other++ } END { printf "%.3g %d\n", w, other }')
-    accuracy="CPU $(grep -o 'hellaswag [0-9.]* ([0-9/]*)' "$WORK/hs-cpu.out"), $p $(grep -o 'hellaswag [0-9.]* ([0-9/]*)' "$WORK/hs-$p.out")"
-    if awk -v w="$worst" -v t="$tolerance" 'BEGIN { exit !(w <= t) }' && { [ $p = BF16 ] || [ "$other" = 0 ]; }; then
-        pass "$p HellaSwag scores of 6 examples vs CPU: worst relative difference $worst (<= $tolerance), $other other predictions; $accuracy"
-    else fail "$p HellaSwag scores vs CPU: worst relative difference $worst (tolerance $tolerance), $other other predictions; $accuracy"; fi
+    if r=$(hellaswag_dump_diff "$WORK/hs-cpu.csv" "$WORK/hs-$p.csv"); then same_examples=0; else same_examples=1; fi
+    read -r worst other n <<< "$r"
+    accuracy="CPU $(hellaswag_accuracy "$WORK/hs-cpu.out"), $p $(hellaswag_accuracy "$WORK/hs-$p.out")"
+    if [ $same_examples = 0 ] && awk -v w="$worst" -v t="$tolerance" 'BEGIN { exit !(w <= t) }' &&
+        { [ $p = BF16 ] || [ "$other" = 0 ]; }; then
+        pass "$p HellaSwag scores of $n examples vs CPU: worst relative difference $worst (<= $tolerance), $other other predictions; $accuracy"
+    else fail "$p HellaSwag scores vs CPU: $([ $same_examples = 1 ] && echo "the dumps list other examples; ")worst relative difference $worst (tolerance $tolerance), $other other predictions; $accuracy"; fi
 done
 [ $failed = 0 ] && echo "test_gpu_model: all passed" || { echo "test_gpu_model: FAILED"; exit 1; }

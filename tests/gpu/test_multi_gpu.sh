@@ -8,12 +8,16 @@
 #      with --offload 1 besides (BF16), the same bits and model file.
 #   4. Resume on 2 GPUs (FP32, -z 1): 10 steps, then 10 more resumed, equal the 20 straight steps
 #      bit for bit (losses and the final model file); resuming on 1 GPU is refused clearly.
-#   5. Failure: a rank killed with SIGKILL in the middle of training makes the other one stop with
+#   5. HellaSwag on 2 GPUs (each rank scores its share of the examples, --hellaswag-dump writes a
+#      file a rank) against 1, from the FP32 model of 1: the same examples, every ending's score
+#      within 1e-4 relative in FP32 and 1e-2 in BF16, the same predictions and the same accuracy.
+#   6. Failure: a rank killed with SIGKILL in the middle of training makes the other one stop with
 #      a message within --nccl-timeout (not a hang); a rank whose partner never starts gives up.
 # Usage: BUILD=dir GPU_ARCH=90 tests/gpu/test_multi_gpu.sh   (needs 2 GPUs; scripts/get_data.sh fetches the data)
 set -eu
 "$(dirname "$0")/../../scripts/get_data.sh" # before any cd: a relative GPT_DATA_DIR is the caller's
 . "$(dirname "$0")/../lib/log_compare.sh"
+. "$(dirname "$0")/../lib/hellaswag_compare.sh"
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build/multi}
 ARCH=${GPU_ARCH:-90}
@@ -27,6 +31,7 @@ fail() { echo "FAIL $1"; failed=1; }
 for p in FP32 BF16; do
     make --no-print-directory -s BUILD="$BUILD/$p" PRECISION=$p GPU_ARCH="$ARCH" NCCL=1 "$BUILD/$p/train_gpt"
 done
+make --no-print-directory -s BUILD="$BUILD/cpu" "$BUILD/cpu/prepare_data"
 COMMON=(-e d12 -i "$DATA/tiny_shakespeare_train.bin" -j "$DATA/tiny_shakespeare_val.bin" -t 1024
         -v 0 -s 0 -l 6e-4 -u 700 --seed 1337) # llm.c's GPT-2 124M learning rate recipe, as scripts/parity.sh
 run() { # run NGPUS PRECISION OUTDIR ARGS...
@@ -87,7 +92,30 @@ else
     fail "resume on 1 GPU of a 2-GPU state: exit $status, $(tail -2 "$WORK/wrong-world.log")"
 fi
 
-# 5. Failures, without the launcher (which would stop the other rank itself).
+# 5. HellaSwag on 2 GPUs against 1, from the FP32 model of 1. B 4 is one example's 4 endings a
+# forward, on either split.
+hellaswag_examples_jsonl "$WORK/hs.jsonl"
+"$BUILD/cpu/prepare_data" --vocab data/gpt2 --hellaswag "$WORK/hs.jsonl" -o "$WORK/hs.bin" > /dev/null
+for p in FP32 BF16; do
+    tolerance=$([ $p = FP32 ] && echo 1e-4 || echo 1e-2)
+    for n in 1 2; do
+        run "$n" "$p" "$WORK/hs-$p-$n" -e "$WORK/fp32-1/model_00000020.bin" -t 64 -b 4 -x 0 --hellaswag "$WORK/hs.bin" \
+            --hellaswag-dump "$WORK/hs-$p-$n.csv"
+    done
+    # The ranks' files in rank order (rank 0 scores the first examples), under one header.
+    { cat "$WORK/hs-$p-2.csv.rank0"; tail -n +2 "$WORK/hs-$p-2.csv.rank1"; } > "$WORK/hs-$p-2.csv"
+    if r=$(hellaswag_dump_diff "$WORK/hs-$p-1.csv" "$WORK/hs-$p-2.csv"); then same_examples=0; else same_examples=1; fi
+    read -r worst other examples <<< "$r"
+    one=$(hellaswag_accuracy "$WORK/hs-$p-1.log") two=$(hellaswag_accuracy "$WORK/hs-$p-2.log")
+    if [ $same_examples = 0 ] && [ "$other" = 0 ] && [ -n "$one" ] && [ "$one" = "$two" ] &&
+        awk -v w="$worst" -v t="$tolerance" 'BEGIN { exit !(w <= t) }'; then
+        pass "$p HellaSwag on 2 GPUs equals 1: $examples examples, worst relative difference of the scores $worst (<= $tolerance), the same predictions, $one"
+    else
+        fail "$p HellaSwag on 2 GPUs: $([ $same_examples = 1 ] && echo "the dumps list other examples; ")worst relative difference $worst (tolerance $tolerance), $other other predictions; 1 GPU: $one, 2 GPUs: $two"
+    fi
+done
+
+# 6. Failures, without the launcher (which would stop the other rank itself).
 start_rank() { # start_rank RANK OUTDIR ARGS...: in the background, pid in $!
     local r=$1 out=$2
     shift 2
