@@ -4,7 +4,8 @@
 # (BF16, flash attention for ours) under scripts/trace_step.cpp, a CUPTI library that CUDA loads
 # into it (CUDA_INJECTION64_PATH), which prints each kernel's time a step, calls a step and mean
 # call over the steps after the first SKIP, the step's span, its kernels' sum and its time with no
-# kernel running. Unlike profile_step's bursts, the kernels run as in training: at the power cap's
+# kernel running, that time by the length of its gaps and the kernel pairs with the most of it
+# between them. Unlike profile_step's bursts, the kernels run as in training: at the power cap's
 # clock, one after the other, ours with the weight gradients on a second stream beside the calls
 # that follow them where the rows are many (matmul.cu: 256 rows for every SM; two kernels sharing the
 # GPU both count their whole time, so their sum exceeds the span). docs/performance.md has the
