@@ -1503,6 +1503,21 @@ static void start_training(Run* r) {
     }
 }
 
+// GRAD_SUMS_BESIDE_BACKWARD (read once): 1 sums each layer's gradients over the ranks beside the
+// backward of the layers below (gpt2_backward); 0, the default, sums them all after the backward,
+// in one collective. The same bits on 2 ranks (docs/several-gpus.md says what has run of it).
+static int sums_beside_backward(void) {
+    static int beside = -1;
+    if (beside < 0) {
+        const char* value = getenv("GRAD_SUMS_BESIDE_BACKWARD");
+        if (!value || !value[0] || strcmp(value, "0") == 0) beside = 0;
+        else if (strcmp(value, "1") == 0) beside = 1;
+        else fatal("GRAD_SUMS_BESIDE_BACKWARD=%s: use 1 (each layer's gradients summed over the ranks beside the "
+                   "backward of the layers below) or 0 (all of them after the backward, the default)", value);
+    }
+    return beside;
+}
+
 // The step's forward and backward over its micro-batches, then the gradients reduced over the ranks:
 // returns the global gradient norm, and the step's mean loss over all ranks in *loss.
 static float compute_gradients(Run* r, float* loss) {
@@ -1511,12 +1526,17 @@ static float compute_gradients(Run* r, float* loss) {
     // times a power of two keeps its bits, so every gradient is the scale times the unscaled one.
     const float scale = r->guard.loss_scale > 0.0 ? (float)r->guard.loss_scale : 1.0f;
     gpt2_zero_grad(&r->model);
+    // Fault injection for the tests, on the last rank: the others learn of it only through the
+    // decision that all ranks take together.
+    long long step = r->step + 1;
+    if (r->rank == r->world - 1 && o->inject_nan_grad && step_listed(o->inject_nan_grad, "--inject-nan-grad", step))
+        gpt2_inject_nan_gradient(&r->model);
     dataloader_next_batch(&r->train); // this rank's part of the step, micro-batches of B rows
     for (int micro = 0; micro < r->accum; micro++) {
         size_t row = (size_t)micro * r->B * o->T;
         gpt2_forward(&r->model, r->train.inputs + row, r->train.targets + row, r->B, o->T,
                      (1.0f / (float)r->total_batch) * scale);
-        gpt2_backward(&r->model);
+        gpt2_backward(&r->model, micro == r->accum - 1 && sums_beside_backward());
     }
     // The losses, and their mean over all the step's positions, while the GPU runs the last
     // backward (gpt2_losses waits for the forward's downloads only), so that the GPU is not left
@@ -1524,11 +1544,6 @@ static float compute_gradients(Run* r, float* loss) {
     size_t count;
     const float* losses = gpt2_losses(&r->model, &count);
     double mean_loss = gpt2_loss_sum(losses, count) / (double)count;
-    // Fault injection for the tests, on the last rank: the others learn of it only through the
-    // decision that all ranks take together.
-    long long step = r->step + 1;
-    if (r->rank == r->world - 1 && o->inject_nan_grad && step_listed(o->inject_nan_grad, "--inject-nan-grad", step))
-        gpt2_inject_nan_gradient(&r->model);
     if (r->rank == r->world - 1 && o->inject_nan_loss && step_listed(o->inject_nan_loss, "--inject-nan-loss", step))
         mean_loss = NAN;
     float norm = gpt2_reduce_gradients(&r->model, &mean_loss);

@@ -290,9 +290,9 @@ void round_master_weights(floatX* param, const float* master, size_t n, size_t i
 // ---- data parallelism: one process per GPU -----------------------------------------------
 // NCCL in the CUDA build (kernels/cuda/comm.cu); one process only in the CPU build and in a CUDA
 // build made with NCCL=0 (kernels/cpu/comm.c), where every operation below is the identity.
-// Collectives run in the order the calls are made, after the work already queued; each call waits
-// for its result, and a collective that does not finish within the timeout (a rank died or hangs)
-// aborts the communicator and exits with a message.
+// Collectives run in the order the calls are made, after the work already queued; each call but
+// comm_sum_pieces_begin waits for its result, and a collective that does not finish within the
+// timeout (a rank died or hangs) aborts the communicator and exits with a message.
 typedef enum { COMM_FLOATX, COMM_FLOAT } CommType;
 // gradX's (a GRADS=BF16 build's gradients are floatX's bf16).
 #if defined(GRADS_BF16)
@@ -320,6 +320,19 @@ void comm_reduce_scatter_sum(void* buf, size_t shard, CommType type);
 void comm_allgather(void* out, const void* shard_in, size_t shard, CommType type);
 // n host doubles combined over the ranks with op, in place.
 void comm_allreduce_host(double* values, int n, CommOp op);
+// Sums of pieces of buf over the ranks that run beside the work queued after them (the backward's
+// next layers), unlike the calls above: each piece, count elements at offset, becomes on every rank
+// (root < 0) or on rank root alone (ZeRO's shards) the sum of the ranks' values there. They run
+// after the work queued so far, in the order queued, and the call returns at once; comm_sums_wait
+// waits for all of them. On 2 ranks every sum is a + b, so a piece sums to the bits of the same
+// elements in comm_allreduce_sum or comm_reduce_scatter_sum. Until the wait, nothing may write the
+// pieces, nor read them on a rank that receives their sum.
+typedef struct {
+    size_t offset, count;
+    int root;
+} CommPiece;
+void comm_sum_pieces_begin(void* buf, const CommPiece* pieces, int n, CommType type);
+void comm_sums_wait(void);
 
 #ifdef __cplusplus
 }

@@ -93,10 +93,10 @@ static size_t gathered_piece_floats(size_t shard, int world) { return piece_floa
 // writes its weight gradient (GRAD_WRITE), and the slot's other gradients are zeroed before its
 // first write.
 
+static int is_layer_tensor(int i) { return i >= P_LN1W && i <= P_FCPROJB; }
+
 #if defined(GRADS_BF16)
 static const int grads_in_scratch = 1;
-
-static int is_layer_tensor(int i) { return i >= P_LN1W && i <= P_FCPROJB; }
 
 // Lays out the scratch of cfg's gradients at base (NULL: the sizes only) and returns its floats: two
 // slots, then the non-layer tensors. In each, the gradients that kernels add into come first (one
@@ -197,6 +197,49 @@ static float float_from_gradX(gradX g) { return g; }
 static const gradX gradX_nan = NAN;
 #endif
 
+// ---- the gradients' sums over the ranks -------------------------------------------------------
+// Appends the pieces of count gradients at offset: one summed on every rank (ZeRO stage 0), or one
+// per shard it touches, summed into that shard's rank (stage 1).
+static int add_sum_pieces(CommPiece* out, int n, size_t offset, size_t count, int zero_stage, size_t shard) {
+    while (count > 0) {
+        if (zero_stage == 0) {
+            out[n++] = (CommPiece){offset, count, -1};
+            break;
+        }
+        const size_t owner = offset / shard, left_in_shard = (owner + 1) * shard - offset;
+        const size_t len = count < left_in_shard ? count : left_in_shard;
+        out[n++] = (CommPiece){offset, len, (int)owner};
+        offset += len, count -= len;
+    }
+    return n;
+}
+
+int gpt2_sum_pieces(const size_t sizes[NUM_PARAMETER_TENSORS], int L, int bucket, int zero_stage, int world,
+                    CommPiece* out) {
+    size_t offset[NUM_PARAMETER_TENSORS], n = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) offset[i] = n, n += sizes[i];
+    const size_t shard = shard_size(n, world);
+    int pieces = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        if (bucket < L && is_layer_tensor(i)) {
+            const size_t per_layer = sizes[i] / (size_t)L;
+            pieces = add_sum_pieces(out, pieces, offset[i] + (size_t)bucket * per_layer, per_layer, zero_stage, shard);
+        } else if (bucket == L && !is_layer_tensor(i)) {
+            pieces = add_sum_pieces(out, pieces, offset[i], sizes[i], zero_stage, shard);
+        }
+    }
+    // ZeRO's reduce-scatter summed the padding too (zeros on every rank, which the norm reads).
+    if (bucket == L && zero_stage == 1) pieces = add_sum_pieces(out, pieces, n, shard * (size_t)world - n, 1, shard);
+    return pieces;
+}
+
+// Queues the sums over the ranks of bucket's gradients (gpt2_sum_pieces), which are complete.
+static void start_bucket_sums(GPT2* model, int bucket) {
+    const int n = gpt2_sum_pieces(model->param_sizes, model->config.num_layers, bucket, model->zero_stage,
+                                  model->world, model->sum_pieces);
+    comm_sum_pieces_begin(model->grads, model->sum_pieces, n, COMM_GRADX);
+}
+
 MemoryPlan gpt2_memory_plan(const GPT2BuildSpec* spec) {
     const GPT2Config* cfg = &spec->config;
     size_t sizes[NUM_PARAMETER_TENSORS], n = gpt2_parameter_sizes(cfg, sizes);
@@ -254,6 +297,7 @@ static void build(GPT2* model, const GPT2BuildSpec* spec, int training) {
     model->rank = comm_rank();
     model->world = comm_world();
     model->shard = shard_size(n, model->world);
+    model->sum_pieces = xmalloc(GPT2_MAX_SUM_PIECES(model->world) * sizeof(CommPiece), "gradient sum pieces");
     size_t padded = model->shard * model->world;
     size_t lo = 0, hi = n; // this rank's optimizer range: everything, or its shard clipped to n
     if (zero_stage == 1) {
@@ -353,6 +397,7 @@ void gpt2_free(GPT2* model) {
     dev_free(model->acts.encoded);
     dev_free_host(model->staged_tokens);
     dev_free_host(model->host_losses);
+    free(model->sum_pieces);
     memset(model, 0, sizeof(*model));
 }
 
@@ -696,7 +741,15 @@ void gpt2_zero_grad(GPT2* model) {
     if (model->group_sequences) dev_memset_zero(model->wte_encoder_grad, model->param_sizes[P_WTE] * sizeof(float));
 }
 
-void gpt2_backward(GPT2* model) {
+// What the gradients need before their sum over the ranks, once the step's last backward is done:
+// the encoder's share of wte's that --batch-invariant kept apart, and the tests' NaN.
+static void complete_gradients(GPT2* model) {
+    if (model->group_sequences) add_kept_wte_grad(model);
+    if (model->nan_gradient_pending) dev_upload(model->grads, &gradX_nan, sizeof(gradX_nan));
+    model->nan_gradient_pending = 0;
+}
+
+void gpt2_backward(GPT2* model, int sum_over_ranks) {
     const GPT2Config* cfg = &model->config;
     int B = model->fwd_B, T = model->fwd_T, N = B * T;
     int group = model->group_sequences ? model->group_sequences : B;
@@ -710,6 +763,9 @@ void gpt2_backward(GPT2* model) {
     // for the layers' weight matrices: written by a step's first product into each, or in scratch by
     // every micro-step's
     const int dweight_mode = model->layer_grads_stale || grads_in_scratch ? GRAD_WRITE : GRAD_ADD;
+    // Each layer's gradients are summed over the ranks beside the layers below, once complete: after
+    // the wait for their weight-gradient stream (and, in scratch, their fold) at the next layer's start.
+    const int summing = sum_over_ranks && model->world > 1;
 
     // The head's backward ran in the forward, slice by slice, and left dL/dlnf in dbuf_c. The final
     // layernorm's backward writes dresidual (GRAD_WRITE), where the residual stream's gradient starts.
@@ -736,6 +792,7 @@ void gpt2_backward(GPT2* model) {
         LayerActs s = layer_acts(model, l, B, T);
         matmul_backward_wait();
         if (l + 1 < L) fold_layer_grads(model, l + 1);
+        if (l + 1 < L && summing) start_bucket_sums(model, l + 1);
         if (l > 0) start_layer_grads(model, l - 1);
         if (model->recompute >= 1) gelu_forward(s.fch_gelu, s.fch, (size_t)N * 4 * C);
         if (model->recompute >= 2)
@@ -766,24 +823,35 @@ void gpt2_backward(GPT2* model) {
     }
     matmul_backward_wait();
     fold_layer_grads(model, 0);
+    if (summing) start_bucket_sums(model, 0);
     // The encoder's share of wte's gradient (wte is tied to the head). With --batch-invariant it is
-    // kept apart until gpt2_reduce_gradients adds it: micro-batches of one group give head,
-    // encoder, head, encoder, ..., a micro-batch of several groups all heads first (its forward),
-    // and each order must add up to the same bits.
+    // kept apart until the step's gradients are complete (complete_gradients): micro-batches of one
+    // group give head, encoder, head, encoder, ..., a micro-batch of several groups all heads first
+    // (its forward), and each order must add up to the same bits.
     // One call over all B sequences: encoder_backward sums sequence by sequence (kernels.h), so it
     // gives the bits of a call per group.
     float* dwte_encoder = model->group_sequences ? model->wte_encoder_grad : grad_of(model, p->t[P_WTE]);
     encoder_backward(dwte_encoder, grad_of(model, p->t[P_WPE]), a->dresidual, a->inputs, B, T, C);
     fold_nonlayer_grads(model);
     model->layer_grads_stale = 0;
+    if (summing) {
+        complete_gradients(model);
+        start_bucket_sums(model, L);
+        model->sums_started = 1;
+    }
 }
 
 float gpt2_reduce_gradients(GPT2* model, double* loss) {
     gradX* grads = model->grads;
     size_t shard = model->shard;
-    if (model->group_sequences) add_kept_wte_grad(model);
-    if (model->zero_stage == 1) comm_reduce_scatter_sum(grads, shard, COMM_GRADX);
-    else comm_allreduce_sum(grads, model->num_parameters, COMM_GRADX);
+    if (model->sums_started) { // by the last backward, bucket by bucket
+        comm_sums_wait();
+        model->sums_started = 0;
+    } else {
+        complete_gradients(model);
+        if (model->zero_stage == 1) comm_reduce_scatter_sum(grads, shard, COMM_GRADX);
+        else comm_allreduce_sum(grads, model->num_parameters, COMM_GRADX);
+    }
     // The norm adds up the ranks' shards in both stages, so ZeRO changes no arithmetic.
     double sums[2] = {grad_norm_squared(grads + model->rank * shard, shard), *loss};
     comm_allreduce_host(sums, 2, COMM_SUM);
@@ -833,7 +901,7 @@ void gpt2_update(GPT2* model, float norm, float lr, float beta1, float beta2, fl
     if (model->zero_stage == 1) comm_allgather(params, params + model->rank * model->shard, model->shard, COMM_FLOATX);
 }
 
-void gpt2_inject_nan_gradient(GPT2* model) { dev_upload(model->grads, &gradX_nan, sizeof(gradX_nan)); }
+void gpt2_inject_nan_gradient(GPT2* model) { model->nan_gradient_pending = 1; }
 
 void gpt2_get_gradients(const GPT2* model, float* host) {
     size_t n = model->num_parameters;

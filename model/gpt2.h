@@ -120,7 +120,7 @@ typedef struct {
     gradX* grads; // the parameters' gradients, each at its parameter's offset: fp32, or bf16 (GRADS=BF16)
     GradScratch scratch; // GRADS=BF16's fp32 scratch (else all NULL and 0)
     // With group_sequences (else NULL): the encoder's share of wte's gradient (the head's goes into
-    // grads during the forward), added to grads by gpt2_reduce_gradients.
+    // grads during the forward), added to grads before their sum over the ranks.
     float* wte_encoder_grad;
     // gpt2_zero_grad leaves the products' weight gradients (wte's and each layer's four matrices,
     // all but 0.1% of GPT-2 124M's gradients) as they are: a step's first product into each writes
@@ -136,6 +136,9 @@ typedef struct {
     // with ZeRO stage 0, its own shard with stage 1.
     int zero_stage, rank, world;
     size_t shard, opt_offset, opt_count;
+    CommPiece* sum_pieces; // GPT2_MAX_SUM_PIECES(world), for gpt2_sum_pieces
+    int sums_started;      // the last gpt2_backward queued the gradients' sums over the ranks
+    int nan_gradient_pending; // gpt2_inject_nan_gradient's, until the gradients are complete
     // In device memory, or with offload in pinned host memory (dev_malloc_host).
     float* master;       // fp32 master weights when floatX is not float, else NULL (params are fp32)
     float* adam_m;
@@ -210,15 +213,21 @@ const float* gpt2_losses(GPT2* model, size_t* count);
 // differed in the last bit).
 double gpt2_loss_sum(const float* losses, size_t n);
 // Backward of the last forward (called with dloss > 0): adds into the gradients (the first after
-// gpt2_zero_grad writes the layers' weight matrices' instead: layer_grads_stale).
-void gpt2_backward(GPT2* model);
+// gpt2_zero_grad writes the layers' weight matrices' instead: layer_grads_stale). sum_over_ranks
+// (the step's last backward only): with several ranks, each layer's gradients start their sum over
+// the ranks once complete, on NCCL's stream beside the layers below (gpt2_sum_pieces' buckets, the
+// other tensors' last), and gpt2_reduce_gradients waits for them; 0 leaves the sum to
+// gpt2_reduce_gradients, in one collective after the backward. On 2 ranks both give the same bits.
+void gpt2_backward(GPT2* model, int sum_over_ranks);
 // The gradients from here on are the next forwards' and backwards' alone: zeroed, or, for the big
 // weight gradients, written by their first product (wte_grad_stale).
 void gpt2_zero_grad(GPT2* model);
 // A training step ends in two calls, so that the caller can decide between them, from values that
 // are the same on every rank, whether to apply the update (train.c skips non-finite and outlier steps):
 // gpt2_reduce_gradients completes wte's gradient (wte_encoder_grad), sums the gradients over the
-// ranks (all-reduce, or reduce-scatter with ZeRO stage 1) and returns the global gradient norm. *loss is this rank's mean loss of the step on entry
+// ranks (all-reduce, or reduce-scatter with ZeRO stage 1), or waits for the sums the step's last
+// backward started (the same elements, summed into the same ranks), and returns the global
+// gradient norm. *loss is this rank's mean loss of the step on entry
 // and the mean over the ranks on return: it travels in the all-reduce of the norm, which the step
 // waits for anyway. Collective: every rank calls it.
 float gpt2_reduce_gradients(GPT2* model, double* loss);
@@ -232,8 +241,20 @@ float gpt2_reduce_gradients(GPT2* model, double* loss);
 void gpt2_update(GPT2* model, float norm, float lr, float beta1, float beta2, float eps,
                  float weight_decay, float grad_clip, float inv_loss_scale, int t, unsigned long long seed);
 // For the tests of the divergence guard only (train_gpt's --inject-nan-grad): makes one gradient
-// value NaN, as an overflow in the backward would. Call between gpt2_backward and gpt2_reduce_gradients.
+// value of this step NaN, as an overflow in the backward would, before the gradients are summed
+// over the ranks. Call before the step's last gpt2_backward.
 void gpt2_inject_nan_gradient(GPT2* model);
+
+// The gradients' sums over the ranks in buckets: bucket l < L holds layer l's 12 tensors, bucket L
+// the others (wte, wpe, lnfw, lnfb) and, with ZeRO stage 1, the padding up to world * shard. Fills
+// out (GPT2_MAX_SUM_PIECES(world) at most) with the bucket's pieces, in model-file order, and
+// returns how many: with stage 0 one per tensor (a layer's slice of it), summed on every rank; with
+// stage 1 that cut at the shards' bounds, each summed into its shard's rank. Over all buckets they
+// cover the gradients once each, as the one all-reduce (stage 0, num_parameters) or reduce-scatter
+// (stage 1, world * shard) that gpt2_reduce_gradients makes otherwise.
+#define GPT2_MAX_SUM_PIECES(world) (NUM_PARAMETER_TENSORS + 1 + (world))
+int gpt2_sum_pieces(const size_t sizes[NUM_PARAMETER_TENSORS], int L, int bucket, int zero_stage, int world,
+                    CommPiece* out);
 // The gradients (num_parameters values, model-file order) into host fp32, bf16 ones widened exactly.
 void gpt2_get_gradients(const GPT2* model, float* host);
 // fp32 logits of position t of batch row b of the last forward (T tokens per row), V values, made

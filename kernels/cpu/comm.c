@@ -24,3 +24,7 @@ void comm_allgather(void* out, const void* shard_in, size_t shard, CommType type
 }
 
 void comm_allreduce_host(double* values, int n, CommOp op) { (void)values, (void)n, (void)op; }
+void comm_sum_pieces_begin(void* buf, const CommPiece* pieces, int n, CommType type) {
+    (void)buf, (void)pieces, (void)n, (void)type;
+}
+void comm_sums_wait(void) {}

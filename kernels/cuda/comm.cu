@@ -1,10 +1,12 @@
 // Data parallelism through NCCL: one process per GPU, one communicator over all ranks.
 //
 // Collectives run on a stream of their own, ordered after the work queued so far on the default
-// stream (an event), and the caller waits for each result. The communicator is non-blocking, so
-// that a wait never hangs: every wait polls NCCL's error state and a deadline, and when a peer died
-// or hangs, the communicator is aborted and the process exits with a message instead of waiting
-// forever inside a collective. A run of one process creates no communicator at all.
+// stream (an event), and the caller waits for each result, but for the gradients' sums of
+// comm_sum_pieces_begin, which run beside the work queued after them until comm_sums_wait. The
+// communicator is non-blocking, so that a wait never hangs: every wait polls NCCL's error state and
+// a deadline, and when a peer died or hangs, the communicator is aborted and the process exits with
+// a message instead of waiting forever inside a collective. A run of one process creates no
+// communicator at all.
 #include <nccl.h>
 #include <unistd.h>
 
@@ -155,6 +157,31 @@ void comm_allgather(void* out, const void* shard_in, size_t shard, CommType type
     comm_begin();
     ncclCheck(ncclAllGather(shard_in, out, shard, nccl_type(type), comm, comm_stream), "all-gather");
     comm_finish("all-gather of the weights");
+}
+
+// NCCL takes the group's calls as one operation. The pieces' sums are on comm_stream, which other
+// collectives use too, so those queued after them also run after them.
+void comm_sum_pieces_begin(void* buf, const CommPiece* pieces, int n, CommType type) {
+    if (comm_world_ == 1 || n == 0) return;
+    comm_begin();
+    const size_t bytes = type_bytes(type);
+    ncclCheck(ncclGroupStart(), "sums of gradients");
+    for (int i = 0; i < n; i++) {
+        char* at = (char*)buf + pieces[i].offset * bytes;
+        if (pieces[i].root < 0)
+            ncclCheck(ncclAllReduce(at, at, pieces[i].count, nccl_type(type), ncclSum, comm, comm_stream),
+                      "all-reduce");
+        else
+            ncclCheck(ncclReduce(at, at, pieces[i].count, nccl_type(type), ncclSum, pieces[i].root, comm, comm_stream),
+                      "reduce");
+    }
+    ncclCheck(ncclGroupEnd(), "sums of gradients");
+    comm_settle("sums of gradients");
+}
+
+void comm_sums_wait(void) {
+    if (comm_world_ == 1) return;
+    comm_finish("sums of the gradients");
 }
 
 void comm_allreduce_host(double* values, int n, CommOp op) {

@@ -11,7 +11,12 @@
 #   5. HellaSwag on 2 GPUs (each rank scores its share of the examples, --hellaswag-dump writes a
 #      file a rank) against 1, from the FP32 model of 1: the same examples, every ending's score
 #      within 1e-4 relative in FP32 and 1e-2 in BF16, the same predictions and the same accuracy.
-#   6. Failure: a rank killed with SIGKILL in the middle of training makes the other one stop with
+#   6. The gradients summed over the ranks layer by layer beside the backward
+#      (GRAD_SUMS_BESIDE_BACKWARD=1) against after the backward in one collective (the default, as in
+#      every run above): the same losses, gradient norms and final model file, bit for bit, in FP32
+#      at -z 0 and -z 1, in BF16 with --batch-invariant 2, and in a GRADS=BF16 build (bf16
+#      gradients) at -z 1.
+#   7. Failure: a rank killed with SIGKILL in the middle of training makes the other one stop with
 #      a message within --nccl-timeout (not a hang); a rank whose partner never starts gives up.
 # Usage: BUILD=dir GPU_ARCH=90 tests/gpu/test_multi_gpu.sh   (needs 2 GPUs; scripts/get_data.sh fetches the data)
 set -eu
@@ -31,6 +36,8 @@ fail() { echo "FAIL $1"; failed=1; }
 for p in FP32 BF16; do
     make --no-print-directory -s BUILD="$BUILD/$p" PRECISION=$p GPU_ARCH="$ARCH" NCCL=1 "$BUILD/$p/train_gpt"
 done
+make --no-print-directory -s BUILD="$BUILD/BF16-grads" PRECISION=BF16 GRADS=BF16 GPU_ARCH="$ARCH" NCCL=1 \
+    "$BUILD/BF16-grads/train_gpt"
 make --no-print-directory -s BUILD="$BUILD/cpu" "$BUILD/cpu/prepare_data"
 COMMON=(-e d12 -i "$DATA/tiny_shakespeare_train.bin" -j "$DATA/tiny_shakespeare_val.bin" -t 1024
         -v 0 -s 0 -l 6e-4 -u 700 --seed 1337) # llm.c's GPT-2 124M learning rate recipe, as scripts/parity.sh
@@ -115,7 +122,29 @@ for p in FP32 BF16; do
     fi
 done
 
-# 6. Failures, without the launcher (which would stop the other rank itself).
+# 6. The sums beside the backward against after it. Every step here has 2 micro-batches a rank, so
+# the sums start in the second backward only. FP32 at -z 0 and -z 1 against the runs of checks 1
+# and 3; with --batch-invariant, wte's gradient is completed (the encoder's share added) before its
+# sum; with bf16 gradients, each layer's are folded into bf16 before theirs.
+GRAD_SUMS_BESIDE_BACKWARD=1 run 2 FP32 "$WORK/fp32-2-beside" -b 4 -d 16384 -x 20 -n 0
+GRAD_SUMS_BESIDE_BACKWARD=1 run 2 FP32 "$WORK/fp32-2z1-beside" -b 4 -d 16384 -x 20 -n 0 -z 1
+run 2 BF16 "$WORK/bf16-bi" -b 4 -d 16384 -x 20 -n 0 --batch-invariant 2
+GRAD_SUMS_BESIDE_BACKWARD=1 run 2 BF16 "$WORK/bf16-bi-beside" -b 4 -d 16384 -x 20 -n 0 --batch-invariant 2
+run 2 BF16-grads "$WORK/bf16g-z1" -b 4 -d 16384 -x 20 -n 0 -z 1
+GRAD_SUMS_BESIDE_BACKWARD=1 run 2 BF16-grads "$WORK/bf16g-z1-beside" -b 4 -d 16384 -x 20 -n 0 -z 1
+for pair in "fp32-2 FP32 -z 0" "fp32-2z1 FP32 -z 1" "bf16-bi BF16 --batch-invariant 2" "bf16g-z1 GRADS=BF16 -z 1"; do
+    read -r name what <<< "$pair"
+    steps=$(tail -n 1 "$WORK/$name/log.csv" | cut -d, -f1)
+    model=$(printf "model_%08d.bin" "$steps")
+    if same_columns "$WORK/$name" "$WORK/$name-beside" && cmp -s "$WORK/$name/$model" "$WORK/$name-beside/$model"; then
+        pass "$what on 2 GPUs: the sums beside the backward train the bits of the sums after it (losses, norms, model file)"
+    else
+        r=$(compare_logs "$WORK/$name-beside/log.csv" "$WORK/$name/log.csv" train_loss 1 "$steps" 0)
+        fail "$what on 2 GPUs: the sums beside the backward differ from after it: $r"
+    fi
+done
+
+# 7. Failures, without the launcher (which would stop the other rank itself).
 start_rank() { # start_rank RANK OUTDIR ARGS...: in the background, pid in $!
     local r=$1 out=$2
     shift 2

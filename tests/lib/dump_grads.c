@@ -166,7 +166,7 @@ static int dump(const Options* o) {
     size_t count;
     const float* losses = gpt2_losses(&model, &count);
     float loss = (float)(gpt2_loss_sum(losses, count) / (double)count);
-    gpt2_backward(&model);
+    gpt2_backward(&model, 0);
 
     size_t n = model.num_parameters;
     float* host = xmalloc(n * sizeof(float), "gradients");

@@ -137,7 +137,7 @@ static float step_gradients(GPT2* m, const float* w, const int* inputs, const in
     gpt2_zero_grad(m);
     for (int b0 = 0; b0 < B; b0 += batch) {
         gpt2_forward(m, inputs + b0 * T, targets + b0 * T, batch, T, 1.0f / (float)(B * T));
-        gpt2_backward(m);
+        gpt2_backward(m, 0);
     }
     size_t count;
     const float* losses = gpt2_losses(m, &count);
@@ -240,8 +240,84 @@ static void test_initial_weights_in_pieces(void) {
     free(pieces);
 }
 
+static int compare_pieces(const void* a, const void* b) {
+    const CommPiece *x = a, *y = b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+// gpt2_sum_pieces against the layout: over all buckets the pieces cover the gradients once each
+// (stage 0: num_parameters; stage 1: world * shard, the shard re-derived here as the multiple of 64
+// at or above n / world), bucket l's lie in layer l's slice of a layer tensor and bucket L's in the
+// other tensors or the padding, stage 0's are summed on every rank and one per tensor, stage 1's
+// each inside the shard of the rank that receives it; never more than GPT2_MAX_SUM_PIECES.
+static void test_sum_pieces(const GPT2Config* cfg, int world, int zero_stage) {
+    size_t sizes[NUM_PARAMETER_TENSORS], start[NUM_PARAMETER_TENSORS + 1] = {0};
+    const size_t n = gpt2_parameter_sizes(cfg, sizes);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) start[i + 1] = start[i] + sizes[i];
+    const size_t shard = ((n + (size_t)world - 1) / (size_t)world + 63) / 64 * 64;
+    const size_t end = zero_stage == 1 ? shard * (size_t)world : n;
+    const int Lc = cfg->num_layers, cap = GPT2_MAX_SUM_PIECES(world);
+    CommPiece* all = xmalloc((size_t)(Lc + 1) * cap * sizeof(CommPiece), "pieces");
+    int total = 0, bad = 0;
+    char first_bad[160] = "";
+#define PIECE_BAD(...) do { if (!bad++) snprintf(first_bad, sizeof first_bad, __VA_ARGS__); } while (0)
+    for (int bucket = 0; bucket <= Lc; bucket++) {
+        CommPiece* out = all + total;
+        for (int k = 0; k < cap; k++) out[k] = (CommPiece){0, 0, -2};
+        const int count = gpt2_sum_pieces(sizes, Lc, bucket, zero_stage, world, out);
+        if (count < 1 || count > cap) { PIECE_BAD("bucket %d: %d pieces", bucket, count); continue; }
+        if (zero_stage == 0 && count != (bucket < Lc ? 12 : 4))
+            PIECE_BAD("bucket %d: %d pieces at stage 0, not one per tensor", bucket, count);
+        for (int k = 0; k < count; k++) {
+            const CommPiece q = out[k];
+            const size_t last = q.offset + q.count - 1;
+            int t = 0;
+            while (t < NUM_PARAMETER_TENSORS && start[t + 1] <= q.offset) t++;
+            const int layer_tensor = t >= P_LN1W && t <= P_FCPROJB;
+            if (q.count == 0 || last >= end)
+                PIECE_BAD("bucket %d: piece [%zu, +%zu) outside the gradients", bucket, q.offset, q.count);
+            else if (t < NUM_PARAMETER_TENSORS && last >= start[t + 1])
+                PIECE_BAD("bucket %d: piece at %zu crosses tensors", bucket, q.offset);
+            else if (bucket < Lc && (!layer_tensor || (q.offset - start[t]) / (sizes[t] / Lc) != (size_t)bucket ||
+                                     (last - start[t]) / (sizes[t] / Lc) != (size_t)bucket))
+                PIECE_BAD("bucket %d: piece at %zu is not in layer %d's slices", bucket, q.offset, bucket);
+            else if (bucket == Lc && layer_tensor) PIECE_BAD("bucket L: piece at %zu in a layer tensor", q.offset);
+            else if (zero_stage == 0 && q.root != -1)
+                PIECE_BAD("stage 0: piece at %zu summed into rank %d", q.offset, q.root);
+            else if (zero_stage == 1 && (q.root < 0 || q.root >= world || q.offset / shard != (size_t)q.root ||
+                                         last / shard != (size_t)q.root))
+                PIECE_BAD("stage 1: piece [%zu, +%zu) into rank %d, outside its shard", q.offset, q.count, q.root);
+        }
+        total += count;
+    }
+#undef PIECE_BAD
+    qsort(all, total, sizeof(CommPiece), compare_pieces);
+    size_t covered = 0;
+    for (int k = 0; k < total && !bad; k++) {
+        if (all[k].offset != covered) bad++, snprintf(first_bad, sizeof first_bad, "a gap or overlap at %zu", covered);
+        covered = all[k].offset + all[k].count;
+    }
+    if (!bad && covered != end) bad++, snprintf(first_bad, sizeof first_bad, "covered %zu of %zu", covered, end);
+    char name[96];
+    snprintf(name, sizeof name, "sum pieces: L %d, C %d, %d rank(s), ZeRO %d", Lc, cfg->channels, world, zero_stage);
+    test_check(bad == 0, name, "%d pieces over %d buckets cover [0, %zu) once%s%s", total, Lc + 1, end,
+               bad ? "; first problem: " : "", first_bad);
+    free(all);
+}
+
 int main(void) {
     backend_init(0);
+    GPT2Config d12;
+    memset(&d12, 0, sizeof d12);
+    d12.max_seq_len = 1024, d12.vocab_size = 50257, d12.padded_vocab_size = gpt2_padded_vocab(50257);
+    gpt2_preset("d12", &d12);
+    const GPT2Config tiny = tiny_spec(B, 0, 0).config;
+    const int worlds[] = {1, 2, 3, 8, 64};
+    for (int w = 0; w < 5; w++)
+        for (int z = 0; z <= 1; z++) {
+            test_sum_pieces(&tiny, worlds[w], z);
+            test_sum_pieces(&d12, worlds[w], z);
+        }
     test_initial_weights_in_pieces();
     TestRng rng = test_rng(20261202);
     test_parameter_layout();
