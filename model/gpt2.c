@@ -201,11 +201,11 @@ static const gradX gradX_nan = NAN;
 // Appends the pieces of count gradients at offset: one summed on every rank (ZeRO stage 0), or one
 // per shard it touches, summed into that shard's rank (stage 1).
 static int add_sum_pieces(CommPiece* out, int n, size_t offset, size_t count, int zero_stage, size_t shard) {
+    if (zero_stage == 0) {
+        if (count > 0) out[n++] = (CommPiece){offset, count, -1};
+        return n;
+    }
     while (count > 0) {
-        if (zero_stage == 0) {
-            out[n++] = (CommPiece){offset, count, -1};
-            break;
-        }
         const size_t owner = offset / shard, left_in_shard = (owner + 1) * shard - offset;
         const size_t len = count < left_in_shard ? count : left_in_shard;
         out[n++] = (CommPiece){offset, len, (int)owner};

@@ -7,9 +7,9 @@
 // to the next one's), the sum of all its kernels (more than the span where two streams overlap) and
 // the time in the span when no kernel ran, that time by the length of its gaps, and the kernel pairs
 // whose gaps add up to the most of it (a gap's kernels: the one that ended last before it and the
-// one that starts it; the idle time also holds any copy or memset, which are not kernels). A step begins with the first kernel whose name holds
-// TRACE_MARK (default "encoder_forward": the first kernel of a step in both trainers, once a step
-// where a step is one micro-batch). The table goes to the file TRACE_OUT, or stderr.
+// one that starts it; the idle time also holds any copy or memset, which are not kernels). A step
+// begins with the first kernel whose name holds TRACE_MARK (default "encoder_forward": the first
+// kernel of a step in both trainers, once a step where a step is one micro-batch). The table goes to the file TRACE_OUT, or stderr.
 // Durations are as the kernels ran: two kernels that share the GPU both count their whole time.
 #include <cupti_activity.h>
 #include <cxxabi.h>
@@ -124,19 +124,19 @@ void report() {
     std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return time[a] > time[b]; });
     fprintf(out, "%ld steps: %.3f ms a step from first kernel to first kernel, kernels %.3f ms, no kernel %.3f ms\n",
             steps, span / steps / 1e6, busy / steps / 1e6, idle / steps / 1e6);
-    fprintf(out, "no kernel, by gap: up to 2 us %.3f ms (%.0f gaps), 2-10 us %.3f (%.0f), 10-100 us %.3f (%.0f), longer %.3f (%.0f)\n",
+    fprintf(out, "no kernel, by gap: up to 2 us %.3f ms (%.0f gaps), 2-10 us %.3f (%.0f), 10-100 us %.3f (%.0f), "
+                 "longer %.3f (%.0f)\n",
             gap_time[0] / steps / 1e6, gap_count[0] / steps, gap_time[1] / steps / 1e6, gap_count[1] / steps,
             gap_time[2] / steps / 1e6, gap_count[2] / steps, gap_time[3] / steps / 1e6, gap_count[3] / steps);
-    std::vector<std::pair<double, std::pair<int, int>>> pairs;
-    for (const auto& g : gap_pairs) pairs.push_back({g.second.first, g.first});
-    std::sort(pairs.rbegin(), pairs.rend());
+    std::vector<std::pair<std::pair<int, int>, std::pair<double, long>>> pairs(gap_pairs.begin(), gap_pairs.end());
+    std::sort(pairs.begin(), pairs.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
     fprintf(out, "the kernel pairs with the most time between them:\n%10s %8s %10s  %s\n", "ms/step", "gaps", "us/gap",
             "kernel before -> kernel after");
     for (size_t i = 0; i < pairs.size() && i < 8; i++) {
-        const auto& g = gap_pairs[pairs[i].second];
+        const auto& [kernels, g] = pairs[i];
         fprintf(out, "%10.3f %8.1f %10.2f  %.90s -> %.90s\n", g.first / steps / 1e6, (double)g.second / steps,
-                g.first / g.second / 1e3, readable(names[pairs[i].second.first]).c_str(),
-                readable(names[pairs[i].second.second]).c_str());
+                g.first / g.second / 1e3, readable(names[kernels.first]).c_str(),
+                readable(names[kernels.second]).c_str());
     }
     fprintf(out, "%10s %8s %10s  %s\n", "ms/step", "calls", "us/call", "kernel");
     for (size_t k : order)
