@@ -1,5 +1,6 @@
 // Times the BF16 flash attention (kernels/cuda/attention_flash.cu): forward, and forward plus
-// backward, causal, NH heads of size HS, B = tokens / T sequences per call, forward + backward both
+// backward, causal, NH heads of size HS (NH from $HEADS, default 12), B = tokens / T sequences per
+// call (tokens from $TOKENS, default 65536), forward + backward both
 // with the default deterministic dQ and with atomic dQ (FLASH_ATTN_DETERMINISTIC=0). Prints one
 // line per T:
 //   T B fwd_ms fwd_tflops fwdbwd_ms fwdbwd_tflops fwdbwd_atomic_ms fwdbwd_atomic_tflops
@@ -59,8 +60,17 @@ template <class Work> static float median_ms(Work work) {
     return times[REPEATS / 2];
 }
 
+// The environment variable `name` as a positive int, or `fallback` where it is unset.
+static int positive_env(const char* name, int fallback) {
+    const char* value = getenv(name);
+    if (!value || !value[0]) return fallback;
+    const int n = atoi(value);
+    if (n < 1) fatal("bench_attention: %s=%s must be a positive integer", name, value);
+    return n;
+}
+
 int main(int argc, char** argv) {
-    const int tokens = 65536, NH = 12, HS = 64, C = NH * HS;
+    const int tokens = positive_env("TOKENS", 65536), NH = positive_env("HEADS", 12), HS = 64, C = NH * HS;
     if (argc < 2) fatal("usage: %s T [T ...] (sequence lengths dividing %d)", argv[0], tokens);
     for (int a = 1; a < argc; a++) {
         const int T = atoi(argv[a]);

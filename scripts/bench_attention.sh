@@ -1,27 +1,25 @@
 #!/bin/bash
 # Flash attention speed on the GPU beside PyTorch's scaled_dot_product_attention (flash and cuDNN
 # backends), measured in the same run: causal, NH 12, HS 64, bf16, 65536 tokens per call, T from
-# 1024 to 16384. Prints one table of TFLOP/s (forward, forward + backward with deterministic and with
-# atomic dQ) and our fractions of both. Each length is timed in processes of its own (below).
+# 1024 to 16384 (HEADS and TOKENS set others: HEADS=16 TOKENS=16384 SEQ_LENS=1024 is GPT-2 350M's
+# attention at B 16, HEADS=25 the 1.5B's). Prints one table of TFLOP/s (forward, forward + backward
+# with deterministic and with atomic dQ) and our fractions of both. Each length is timed in processes
+# of its own (below).
 #
 #   scripts/bench_attention.sh            from the repository root, on a GPU machine
 #
-# Environment: GPU_ARCH (default 90) the SASS to build; BUILD (default build/bench-attention)
-# where the binary and our raw numbers go; SEQ_LENS to time other lengths (divisors of 65536).
+# Environment: GPU_ARCH (default 90) the SASS to build; BUILD (default build/bench-attention) where
+# the binary (make's $BUILD/bench_attention, BF16) and our raw numbers go; SEQ_LENS to time other
+# lengths (divisors of TOKENS); HEADS (default 12) the heads and TOKENS (default 65536) the tokens per
+# call, for both programs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GPU_ARCH=${GPU_ARCH:-90}
 BUILD=${BUILD:-build/bench-attention}
 SEQ_LENS=${SEQ_LENS:-1024 2048 4096 8192 16384}
-NVCC=${NVCC:-${CUDA_HOME:-/usr/local/cuda}/bin/nvcc}
-
-SASS=$GPU_ARCH
-[ "$GPU_ARCH" = 90 ] && SASS=90a # as the Makefile builds it: with the wgmma kernels
 
 mkdir -p "$BUILD"
-"$NVCC" -std=c++17 -O3 -gencode "arch=compute_$SASS,code=sm_$SASS" -I. -DATTN_FLASH -DPRECISION_BF16 \
-    scripts/bench_attention.cu kernels/cuda/attention_flash.cu kernels/cuda/backend.cu common/util.c -lcublasLt -lcublas \
-    -lcurand -o "$BUILD/bench_attention" # backend.cu: the column sums of the bias gradient
+make --no-print-directory -s BUILD="$BUILD" ATTN=flash PRECISION=BF16 GPU_ARCH="$GPU_ARCH" "$BUILD/bench_attention"
 # Each length is timed by its own processes, ours and then PyTorch's, before the next length, so
 # that both meet the card in the same state. (Ours for all lengths first and PyTorch's after, as
 # this script did until 2026-11-26, put our T 16384 forward after a few seconds of back-to-back

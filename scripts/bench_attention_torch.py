@@ -10,14 +10,16 @@ runs both for one length at a time, then the table:
 OURS holds bench_attention's lines (T B fwd_ms fwd_tflops fwdbwd_ms fwdbwd_tflops fwdbwd_atomic_ms
 fwdbwd_atomic_tflops), TORCH the --measure lines. FLOPs are counted the same way: 4 B NH T^2 HS / 2
 forward, 3.5 times that forward + backward; median of 15 timed runs after 3 warm-up runs, CUDA
-events, random bf16 inputs.
+events, random bf16 inputs. NH and the tokens per call come from $HEADS and $TOKENS as for
+bench_attention.cu (defaults 12 and 65536).
 """
+import os
 import sys
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-TOKENS, NH, HS = 65536, 12, 64
+TOKENS, NH, HS = int(os.environ.get("TOKENS") or 65536), int(os.environ.get("HEADS") or 12), 64
 WARMUP, REPEATS = 3, 15
 
 

@@ -8,6 +8,7 @@
 #   $(BUILD)/tests/test_attention_gpu  the flash kernels against the CPU flash reference
 #   $(BUILD)/tests/test_kernels_gpu    every CUDA kernel against the CPU reference kernels
 #   $(BUILD)/profile_step              per-kernel time split of one training step (scripts/profile_step.sh)
+#   $(BUILD)/bench_attention           flash attention's speed (scripts/bench_attention.sh; ATTN=flash)
 #   $(BUILD)/tests/dump_grads          the whole model's loss and gradients of one batch
 #   $(BUILD)/tests/test_generate       greedy generation against the argmax of the logits
 #   $(BUILD)/tests/dump_logits         the logits of a model file for some tokens (tests/gpu/test_hf_gpu.sh)
@@ -113,6 +114,11 @@ $(TEST_BIN)/test_attention_gpu: $(call cuda_obj,tests/gpu/test_attention_gpu.cu 
 	@mkdir -p $(dir $@)
 	$(CC) $^ $(LDLIBS_CUDA) -o $@
 
+# Flash attention's speed beside PyTorch's (scripts/bench_attention.sh; ATTN=flash only); backend.cu
+# for the column sums of the qkv bias gradient.
+$(BUILD)/bench_attention: $(call cuda_obj,scripts/bench_attention.cu $(COMMON_SRC) kernels/cuda/attention_flash.cu kernels/cuda/backend.cu)
+	$(CC) $^ $(LDLIBS_CUDA) -o $@
+
 # Times every kernel call of one training step; the model's shapes come from its options (its token
 # ids from a token file with --tokens). libdl for NVML's energy counter, opened at run time, and
 # pthreads for the thread that polls it.
@@ -147,7 +153,7 @@ $(CUDA_CHECK_TARGETS): cuda-compile-%:
 	@dir=$(BUILD)/cuda-compile/$*; \
 	for a in $(cuda_check_attn); do \
 	    tests="$$dir/tests/test_kernels_gpu $$dir/tests/dump_grads $$dir/tests/test_generate $$dir/tests/dump_logits"; \
-	    [ $$a = flash ] && tests="$$tests $$dir/tests/test_attention_gpu"; \
+	    [ $$a = flash ] && tests="$$tests $$dir/tests/test_attention_gpu $$dir/bench_attention"; \
 	    $(MAKE) -f $(TOP_MAKEFILE) --no-print-directory BUILD=$$dir ATTN=$$a $(cuda_check_flags) GPU_ARCH="$(cuda_check_arch)" \
 	        CUDA_WERROR=1 $$dir/train_gpt $$dir/profile_step $$tests || exit 1; \
 	    if [ $$a = flash ]; then cp $$dir/train_gpt $$dir/train_gpt-flash; fi; \
