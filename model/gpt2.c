@@ -791,8 +791,10 @@ void gpt2_backward(GPT2* model, int sum_over_ranks) {
         LayerWeights w = layer_weights(p, cfg, l);
         LayerActs s = layer_acts(model, l, B, T);
         matmul_backward_wait();
-        if (l + 1 < L) fold_layer_grads(model, l + 1);
-        if (l + 1 < L && summing) start_bucket_sums(model, l + 1);
+        if (l + 1 < L) {
+            fold_layer_grads(model, l + 1);
+            if (summing) start_bucket_sums(model, l + 1);
+        }
         if (l > 0) start_layer_grads(model, l - 1);
         if (model->recompute >= 1) gelu_forward(s.fch_gelu, s.fch, (size_t)N * 4 * C);
         if (model->recompute >= 2)

@@ -8,6 +8,7 @@
 // products over the causal half), 3.5 times that for forward plus backward. Times are medians of
 // REPEATS runs timed with CUDA events after WARMUP runs, on random inputs (never zeros).
 // Built and run by scripts/bench_attention.sh.
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,10 +64,7 @@ template <class Work> static float median_ms(Work work) {
 // The environment variable `name` as a positive int, or `fallback` where it is unset.
 static int positive_env(const char* name, int fallback) {
     const char* value = getenv(name);
-    if (!value || !value[0]) return fallback;
-    const int n = atoi(value);
-    if (n < 1) fatal("bench_attention: %s=%s must be a positive integer", name, value);
-    return n;
+    return value && value[0] ? (int)parse_int_option(value, name, 1, INT_MAX) : fallback;
 }
 
 int main(int argc, char** argv) {

@@ -9,7 +9,8 @@
 // whose gaps add up to the most of it (a gap's kernels: the one that ended last before it and the
 // one that starts it; the idle time also holds any copy or memset, which are not kernels). A step
 // begins with the first kernel whose name holds TRACE_MARK (default "encoder_forward": the first
-// kernel of a step in both trainers, once a step where a step is one micro-batch). The table goes to the file TRACE_OUT, or stderr.
+// kernel of a step in both trainers, once a step where a step is one micro-batch). The table goes to
+// the file TRACE_OUT, or stderr.
 // Durations are as the kernels ran: two kernels that share the GPU both count their whole time.
 #include <cupti_activity.h>
 #include <cxxabi.h>
