@@ -274,7 +274,7 @@ static double at_cap_ms(const std::function<void()>& call, double seconds, doubl
 }
 
 // Every row again at the sustained clock (at_cap_ms), after the step's forward and backward rows
-// (the first `heat_rows`; not AdamW, so that the weights stay as they were) have run back to back
+// (the first `heat_rows`: the forward's and the backward's) have run back to back
 // for 10 x `seconds` to heat the card. Where training holds the card at its power cap (an H200 at
 // 700 W; nvidia-smi's clocks_throttle_reasons.active 0x4), this sum, not the burst one, is what to set
 // beside train_gpt's step, and a row's at-cap / burst ratio is what the cap costs it: about 1.0 for a
@@ -623,13 +623,18 @@ int main(int argc, char** argv) {
     time_call("grad_norm_squared", 1, 0, n * (double)sizeof(gradX),
               [&] { norm = sqrtf(grad_norm_squared(grads_x, n)); });
     const float grad_scale = norm > 1.0f ? 1.0f / norm : 1.0f;
-    // reads grad, m, v and the fp32 weights; writes m, v, the parameters and the master weights
+    // reads grad, m, v and the fp32 weights; writes m, v, the parameters and the master weights. At
+    // learning rate 0: the same loads, arithmetic and stores, but the weights stay where the forward's
+    // rows had them. With 6e-4 each call moved every weight by about 2 lr (m and v of the same
+    // gradient again and again at step 1), in the same direction, so that after the rows' 20-odd calls
+    // the replays below found head rows whose largest logit lay more than 60 nats above their target's,
+    // and took the head's exact path for them (head.cu): seconds a call instead of milliseconds.
     time_call("adamw_update (16 tensors)", 1, 0, n * (sizeof(gradX) + 8.0 + (master ? 4 : X) + 8.0 + X + (master ? 4 : 0)), [&] {
         size_t offset = 0;
         for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
             int decay = i == P_WTE || i == P_WPE || i == P_QKVW || i == P_ATTPROJW || i == P_FCW || i == P_FCPROJW;
             adamw_update(p[i], master ? master + offset : NULL, grads_x + offset, adam_m + offset, adam_v + offset,
-                         sizes[i], 0, 6e-4f, 0.9f, 0.95f, 1e-8f, decay ? 0.1f : 0.0f, grad_scale, 1,
+                         sizes[i], 0, 0.0f, 0.9f, 0.95f, 1e-8f, decay ? 0.1f : 0.0f, grad_scale, 1,
                          1337 + 1000003ull * (unsigned)i);
             offset += sizes[i];
         }

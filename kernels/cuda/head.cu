@@ -16,8 +16,9 @@
 //     dweight += (or =, dweight_mode) matrix^T @ (inp's rows times their scales).
 // A row whose largest logit lies more than about 60 nats above its target's (S > HEAD_RANGE, or
 // exponentials that overflowed) would leave the range of the scales; the row pass then computes that
-// row's logits again in fp32, shifted by their max: slow, but a run that is not diverging has no
-// such rows.
+// row's logits again in fp32, shifted by their max: slow (a block a row reads the whole weight twice,
+// a thread a logit; with every row of a slice there, the head takes about a thousand times as long),
+// but a run that is not diverging has no such rows.
 // FP16 cannot take this form: p~ = exp(l - b_r) reaches HEAD_RANGE (1e26), far beyond fp16's 65504.
 // Against float64, this form's losses and gradients are 3 to 10 times closer than those made from the
 // other path's bf16 logits and dlogits (a simulation), and the step is shorter by the pass it saves
