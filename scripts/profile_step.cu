@@ -624,11 +624,11 @@ int main(int argc, char** argv) {
               [&] { norm = sqrtf(grad_norm_squared(grads_x, n)); });
     const float grad_scale = norm > 1.0f ? 1.0f / norm : 1.0f;
     // reads grad, m, v and the fp32 weights; writes m, v, the parameters and the master weights. At
-    // learning rate 0: the same loads, arithmetic and stores, but the weights stay where the forward's
-    // rows had them. With 6e-4 each call moved every weight by about 2 lr (m and v of the same
-    // gradient again and again at step 1), in the same direction, so that after the rows' 20-odd calls
-    // the replays below found head rows whose largest logit lay more than 60 nats above their target's,
-    // and took the head's exact path for them (head.cu): seconds a call instead of milliseconds.
+    // learning rate 0: the same loads, arithmetic and stores, with the weights left as the forward's
+    // rows have them. At a real one each call moves every weight the same way (m and v of the same
+    // gradient at step 1), and after the row's twenty-odd calls the replays below would find head rows
+    // whose largest logit lies more than 60 nats above their target's, in head.cu's exact path,
+    // about a thousand times slower.
     time_call("adamw_update (16 tensors)", 1, 0, n * (sizeof(gradX) + 8.0 + (master ? 4 : X) + 8.0 + X + (master ? 4 : 0)), [&] {
         size_t offset = 0;
         for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
