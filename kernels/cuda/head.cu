@@ -15,10 +15,13 @@
 //   - cuBLASLt's products on that matrix: dinp = (matrix @ weight), then each row times its scale;
 //     dweight += (or =, dweight_mode) matrix^T @ (inp's rows times their scales).
 // A row whose largest logit lies more than about 60 nats above its target's (S > HEAD_RANGE, or
-// exponentials that overflowed) would leave the range of the scales; the row pass then computes that
-// row's logits again in fp32, shifted by their max: slow (a block a row reads the whole weight twice,
-// a thread a logit; with every row of a slice there, the head takes about a thousand times as long),
-// but a run that is not diverging has no such rows.
+// exponentials that overflowed) would leave the range of the scales. The epilogue marks such a row far
+// (a tile's sum above HEAD_RANGE / the tiles a row, so every row whose S may pass HEAD_RANGE) and its
+// row block, and the product is made again over the marked row blocks alone, twice: for each row's
+// largest l - b_r, m_r (RowMaxEpilogue), then for p~ with each far row's sums less b_r + m_r instead
+// (its loss adds m_r back). The other rows of those row blocks are made again with the bits they had.
+// A run that is not diverging has no far rows, and these launches end at once; with every row of a
+// slice far, the head takes about two products longer (docs/performance.md).
 // FP16 cannot take this form: p~ = exp(l - b_r) reaches HEAD_RANGE (1e26), far beyond fp16's 65504.
 // Against float64, this form's losses and gradients are 3 to 10 times closer than those made from the
 // other path's bf16 logits and dlogits (a simulation), and the step is shorter by the pass it saves
@@ -36,12 +39,15 @@
 #define HEAD_ROW_THREADS 256
 
 #if defined(PRECISION_BF16)
-// The scratch: p~ (N, Vp), the tiles' row sums (N, column blocks), b_r (N), the rows' scales (N)
-// and inp's rows times them (N, C).
+// The scratch: p~ (N, Vp), the tiles' row sums and maxima (N, column blocks), the rows' shifts b_r
+// (N; b_r + m_r for a far row), the far rows' m_r (N; 0 for the others), the rows' scales (N), inp's
+// rows times them (N, C), whether each row is far (N) and each row block holds one (row blocks, then
+// whether any does: wgmma_product::launch's row_blocks_taken).
 struct HeadScratch {
     floatX* probs;
-    float *tile_sums, *shift, *scale;
+    float *tile_sums, *tile_maxes, *shift, *offset, *scale;
     floatX* scaled_inp;
+    int *far_rows, *far_blocks;
 };
 // Its parts at 256-byte aligned offsets from base; *bytes: the whole.
 static HeadScratch head_scratch(void* base, int N, int C, int Vp, size_t* bytes) {
@@ -52,11 +58,16 @@ static HeadScratch head_scratch(void* base, int N, int C, int Vp, size_t* bytes)
         return p;
     };
     HeadScratch s;
+    const size_t tiles = (size_t)N * ceil_div(Vp, wgmma_product::BN);
     s.probs = (floatX*)part((size_t)N * Vp * sizeof(floatX));
-    s.tile_sums = (float*)part((size_t)N * ceil_div(Vp, wgmma_product::BN) * sizeof(float));
+    s.tile_sums = (float*)part(tiles * sizeof(float));
+    s.tile_maxes = (float*)part(tiles * sizeof(float));
     s.shift = (float*)part((size_t)N * sizeof(float));
+    s.offset = (float*)part((size_t)N * sizeof(float));
     s.scale = (float*)part((size_t)N * sizeof(float));
     s.scaled_inp = (floatX*)part((size_t)N * C * sizeof(floatX));
+    s.far_rows = (int*)part((size_t)N * sizeof(int));
+    s.far_blocks = (int*)part(((size_t)ceil_div(N, wgmma_product::BM) + 1) * sizeof(int));
     *bytes = used;
     return s;
 }
@@ -68,14 +79,35 @@ size_t head_scratch_bytes(int N, int C, int Vp) {
 
 using namespace wgmma_product;
 
+// Each of thread t's CHUNKS_PER_THREAD rows' values (one from each of its row's 8 neighbouring lanes,
+// t / 8 the same), reduced in a fixed order by op; row(r, reduced) is called on the row's first lane
+// for each row r inside the tile and N.
+template <class Op, class Row>
+__device__ __forceinline__ void reduce_rows(const float (&values)[CHUNKS_PER_THREAD], Op op, int t, int row0, int N,
+                                            Row row) {
+#pragma unroll
+    for (int u = 0; u < CHUNKS_PER_THREAD; u++) {
+        float v = values[u];
+        v = op(v, __shfl_xor_sync(0xffffffff, v, 1));
+        v = op(v, __shfl_xor_sync(0xffffffff, v, 2));
+        v = op(v, __shfl_xor_sync(0xffffffff, v, 4));
+        const int r = row0 + t / 8 + u * (EPILOGUE_THREADS / 8);
+        if (t % 8 == 0 && t + u * EPILOGUE_THREADS < PANEL_CHUNKS && r < N) row(r, v);
+    }
+}
+
 // The epilogue (warps 1-3): p~ = exp(staged value) in place, 0 from column V on, each row's sum of
 // the tile's p~ (fp32, before the rounding) into tile_sums, and p~'s TMA store, panel by panel.
+// Where far_rows is not NULL, a row whose tile sum passes far_tile_sum (or is not a number) is
+// marked in far_rows and its row block in far_blocks.
 struct ProbabilitiesEpilogue {
     struct Params {
         const float* shift;
         CUtensorMap probs_map;
         float* tile_sums;
         int V;
+        int *far_rows, *far_blocks;
+        float far_tile_sum;
     };
     static constexpr int ROW_GROUP = 32; // the head's weight (77 MB at GPT-2's) is larger than the L2
     static constexpr bool HAS_BIAS = false, SHIFT_ROWS = true;
@@ -87,7 +119,6 @@ struct ProbabilitiesEpilogue {
                                                  int N, int OC) {
         const int t = threadIdx.x - EPILOGUE_FIRST, col0 = col_block * BN, col_blocks = (OC + BN - 1) / BN;
         constexpr int PER = CHUNKS_PER_THREAD;
-        const int r0 = t / 8;                    // thread t's chunk u is in panel row r0 + 12 u
         const PanelChunkOffsets chunk_offset(t); // the panel's chunks as store_panel lays them out
         float row_sums[PER];
 #pragma unroll
@@ -112,24 +143,59 @@ struct ProbabilitiesEpilogue {
             }
             store_panel(v, staged + panel * (BM * 128), chunk_offset, &params.probs_map, col0 + 64 * panel, row0);
         }
-        // A row's 8 chunks are 8 neighbouring lanes' (t / 8 the same): their sums, in a fixed order.
-#pragma unroll
-        for (int u = 0; u < PER; u++) {
-            float sum = row_sums[u];
-            sum += __shfl_xor_sync(0xffffffff, sum, 1);
-            sum += __shfl_xor_sync(0xffffffff, sum, 2);
-            sum += __shfl_xor_sync(0xffffffff, sum, 4);
-            const int row = row0 + r0 + u * (EPILOGUE_THREADS / 8);
-            if (t % 8 == 0 && t + u * EPILOGUE_THREADS < PANEL_CHUNKS && row < N)
-                params.tile_sums[(size_t)row * col_blocks + col_block] = sum;
-        }
+        reduce_rows(row_sums, [](float a, float b) { return a + b; }, t, row0, N, [&](int row, float sum) {
+            params.tile_sums[(size_t)row * col_blocks + col_block] = sum;
+            if (params.far_rows && !(sum <= params.far_tile_sum)) {
+                params.far_rows[row] = 1;
+                params.far_blocks[row / BM] = 1;
+                params.far_blocks[(N + BM - 1) / BM] = 1;
+            }
+        });
         if (t == 0) bulk_wait_all<true>();
         named_barrier_sync(1, EPILOGUE_THREADS);
     }
 };
 
-// shift[r] = inp_r . weight_targets[r] in fp32, a warp a row.
-__global__ void head_shift_kernel(float* shift, const floatX* inp, const floatX* weight, const int* targets, int N,
+// The far rows' epilogue: each row's maximum of the tile's staged l - b_r (bf16, whose range is fp32's)
+// over the real columns into tile_maxes; it stores no tile.
+struct RowMaxEpilogue {
+    struct Params {
+        const float* shift;
+        float* tile_maxes;
+        int V;
+    };
+    static constexpr int ROW_GROUP = ProbabilitiesEpilogue::ROW_GROUP;
+    static constexpr bool HAS_BIAS = false, SHIFT_ROWS = true;
+    __device__ static uint32_t pack(float lo, float hi) { return pack_floatX2(lo, hi); }
+    __device__ __forceinline__ static void store(const Params& params, unsigned char* staged, int row0, int col_block,
+                                                 int N, int OC) {
+        const int t = threadIdx.x - EPILOGUE_FIRST, col0 = col_block * BN, col_blocks = (OC + BN - 1) / BN;
+        constexpr int PER = CHUNKS_PER_THREAD;
+        const PanelChunkOffsets chunk_offset(t);
+        float row_maxes[PER];
+#pragma unroll
+        for (int u = 0; u < PER; u++) row_maxes[u] = -INFINITY;
+        for (int panel = 0; panel < BN / 64; panel++) {
+            const uint32_t panel_address = smem_address(staged + panel * (BM * 128));
+            const int col = col0 + panel * 64 + (t % 8) * 8;
+#pragma unroll
+            for (int u = 0; u < PER; u++) {
+                const uint4 v = load_shared_16(panel_address + chunk_offset(u));
+                const floatX* x = (const floatX*)&v;
+#pragma unroll
+                for (int k = 0; k < 8; k++)
+                    if (col + k < params.V) row_maxes[u] = fmaxf(row_maxes[u], (float)x[k]);
+            }
+        }
+        reduce_rows(row_maxes, [](float a, float b) { return fmaxf(a, b); }, t, row0, N,
+                    [&](int row, float m) { params.tile_maxes[(size_t)row * col_blocks + col_block] = m; });
+        named_barrier_sync(1, EPILOGUE_THREADS); // the staged tile read by all three warps
+    }
+};
+
+// shift[r] = inp_r . weight_targets[r] in fp32, a warp a row; the row's far marks cleared, and its
+// offset (m_r) 0.
+__global__ void head_shift_kernel(HeadScratch s, const floatX* inp, const floatX* weight, const int* targets, int N,
                                   int C) {
     const int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (r >= N) return;
@@ -138,36 +204,36 @@ __global__ void head_shift_kernel(float* shift, const floatX* inp, const floatX*
     float sum = 0.0f;
     for (int c = lane; c < C; c += 32) sum += (float)x[c] * (float)w[c];
     sum = warp_sum(sum);
-    if (lane == 0) shift[r] = sum;
+    if (lane == 0) {
+        s.shift[r] = sum;
+        s.offset[r] = 0.0f;
+        s.far_rows[r] = 0;
+        if (r % wgmma_product::BM == 0) s.far_blocks[r / wgmma_product::BM] = 0;
+        if (r == 0) s.far_blocks[(N + wgmma_product::BM - 1) / wgmma_product::BM] = 0;
+    }
 }
 
-// Row r's logits again in fp32 (inp_r . weight_v), p~ = exp(l - their max) over the row, its loss,
-// and S. For a row past HEAD_RANGE only: each thread makes C multiply-adds per logit, twice.
-__device__ float recompute_row(floatX* probs, float* loss, const floatX* x, const floatX* weight, int target, int C,
-                               int V, int Vp) {
-    auto logit = [&](int v) {
-        const floatX* w = weight + (size_t)v * C;
-        float sum = 0.0f;
-        for (int c = 0; c < C; c++) sum += (float)x[c] * (float)w[c];
-        return sum;
-    };
-    float m = -INFINITY;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) m = fmaxf(m, logit(v));
-    const float row_max = block_max(m);
-    float sum = 0.0f;
-    for (int v = threadIdx.x; v < Vp; v += blockDim.x) {
-        const float p = v < V ? expf(logit(v) - row_max) : 0.0f;
-        probs[v] = (floatX)p;
-        sum += p;
+// Each far row's m_r, the largest of its tile maxima, added to its shift; a block a row block, a warp a
+// row. The other rows keep their b_r, so that the product made again gives them the bits they had.
+__global__ void head_far_shift_kernel(HeadScratch s, int N, int col_blocks) {
+    const int row_blocks = (N + wgmma_product::BM - 1) / wgmma_product::BM, lane = threadIdx.x % 32;
+    if (!s.far_blocks[row_blocks] || !s.far_blocks[blockIdx.x]) return;
+    for (int r = blockIdx.x * wgmma_product::BM + threadIdx.x / 32; r < min(N, (blockIdx.x + 1) * wgmma_product::BM);
+         r += blockDim.x / 32) {
+        if (!s.far_rows[r]) continue;
+        float m = -INFINITY;
+        for (int cb = lane; cb < col_blocks; cb += 32) m = fmaxf(m, s.tile_maxes[(size_t)r * col_blocks + cb]);
+        m = warp_max(m);
+        if (lane == 0) {
+            const float shifted = s.shift[r] + m;
+            s.offset[r] = shifted - s.shift[r]; // the shift's m_r as the product will take it away
+            s.shift[r] = shifted;
+        }
     }
-    const float S = block_sum(sum); // its barriers also publish the row's p~
-    if (threadIdx.x == 0) *loss = logf(S) + row_max - logit(target);
-    return S;
 }
 
 __global__ void __launch_bounds__(HEAD_ROW_THREADS)
-    head_rows_kernel(HeadScratch s, float* losses, const int* targets, float dloss, const floatX* inp,
-                     const floatX* weight, int C, int V, int Vp) {
+    head_rows_kernel(HeadScratch s, float* losses, const int* targets, float dloss, const floatX* inp, int C, int Vp) {
     const int r = blockIdx.x, col_blocks = (Vp + wgmma_product::BN - 1) / wgmma_product::BN;
     floatX* probs = s.probs + (size_t)r * Vp;
     const int target = targets[r];
@@ -179,12 +245,8 @@ __global__ void __launch_bounds__(HEAD_ROW_THREADS)
         if (threadIdx.x == 0) row_sum = sum;
     }
     __syncthreads();
-    float S = row_sum;
-    if (S <= HEAD_RANGE) {
-        if (threadIdx.x == 0) losses[r] = logf(S);
-    } else {
-        S = recompute_row(probs, losses + r, inp + (size_t)r * C, weight, target, C, V, Vp);
-    }
+    const float S = row_sum;
+    if (threadIdx.x == 0) losses[r] = logf(S) + s.offset[r];
     if (dloss <= 0.0f) return;
     const float scale = dloss / S;
     if (threadIdx.x == 0) {
@@ -207,7 +269,8 @@ __global__ void scale_rows_kernel(floatX* d, const float* scale, int N, int C) {
 
 static bool head_kernel_available(void) {
     static int available = -1;
-    if (available < 0) available = wgmma_product::kernel_runs<ProbabilitiesEpilogue>();
+    if (available < 0)
+        available = wgmma_product::kernel_runs<ProbabilitiesEpilogue>() && wgmma_product::kernel_runs<RowMaxEpilogue>();
     return available;
 }
 #else
@@ -228,14 +291,22 @@ void head_classifier(float* losses, floatX* dinp, float* dweight, void* scratch,
     if (N > 0 && aligned && head_kernel_available()) {
         size_t bytes;
         const HeadScratch s = head_scratch(scratch, N, C, Vp, &bytes);
-        head_shift_kernel<<<ceil_div(N, 8), 256>>>(s.shift, inp, weight, targets, N, C);
+        const int col_blocks = ceil_div(Vp, wgmma_product::BN);
+        head_shift_kernel<<<ceil_div(N, 8), 256>>>(s, inp, weight, targets, N, C);
         launchCheck();
-        const ProbabilitiesEpilogue::Params params = {
+        ProbabilitiesEpilogue::Params params = {
             s.shift,
             tensor_map_3d(s.probs, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, sizeof(floatX), 1, N, Vp, Vp, wgmma_product::BM),
-            s.tile_sums, V};
+            s.tile_sums, V, s.far_rows, s.far_blocks, HEAD_RANGE / col_blocks};
         wgmma_product::launch<ProbabilitiesEpilogue>(params, inp, weight, N, C, Vp, C);
-        head_rows_kernel<<<N, HEAD_ROW_THREADS>>>(s, losses, targets, dloss, inp, weight, C, V, Vp);
+        // The far rows' row blocks again (none, so three launches that end at once, in a run not diverging).
+        const RowMaxEpilogue::Params max_params = {s.shift, s.tile_maxes, V};
+        wgmma_product::launch<RowMaxEpilogue>(max_params, inp, weight, N, C, Vp, C, s.far_blocks);
+        head_far_shift_kernel<<<ceil_div(N, wgmma_product::BM), 256>>>(s, N, col_blocks);
+        launchCheck();
+        params.far_rows = params.far_blocks = NULL;
+        wgmma_product::launch<ProbabilitiesEpilogue>(params, inp, weight, N, C, Vp, C, s.far_blocks);
+        head_rows_kernel<<<N, HEAD_ROW_THREADS>>>(s, losses, targets, dloss, inp, C, Vp);
         launchCheck();
         if (dloss > 0.0f) {
             matmul_backward(dinp, NULL, NULL, s.probs, inp, weight, N, C, Vp, C, group_rows, GRAD_ADD);

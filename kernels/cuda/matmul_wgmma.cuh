@@ -18,6 +18,8 @@
 //   - the epilogue (warps 1-3): the Epilogue's store, which stores the staged tile by TMA (and what
 //     else it makes of it) beside the next tile's product; once its stores have read the tile, the
 //     tile is freed.
+// A launch may take only some row blocks' tiles (row_blocks_taken: head.cu's rows computed again):
+// every role skips the same tiles, and a launch that takes none ends after one load.
 // So the epilogue's work and the stores run beside the next tile's product, on warps of their own:
 // where the multiplying warps did them between their products (2 warps per scheduler), they could
 // not hide the GELU's latency and it added some 40% to the product's time (GPT-2 124M's fc);
@@ -131,8 +133,13 @@ template <int ROW_GROUP> __device__ __forceinline__ TilePlace tile_place(int til
 template <class Epilogue>
 __global__ void __launch_bounds__(THREADS, 1)
     wgmma_product_kernel(const __grid_constant__ typename Epilogue::Params params, const __grid_constant__ CUtensorMap inp_map,
-                         const __grid_constant__ CUtensorMap weight_map, int N, int C, int OC) {
+                         const __grid_constant__ CUtensorMap weight_map, int N, int C, int OC,
+                         const int* row_blocks_taken) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    const int col_blocks = (OC + BN - 1) / BN, row_blocks = (N + BM - 1) / BM, tiles = row_blocks * col_blocks;
+    if (row_blocks_taken && !row_blocks_taken[row_blocks]) return;
+    // Whether this launch takes the tiles of row block rb: the same answer in every role.
+    auto takes = [&](int rb) { return !row_blocks_taken || row_blocks_taken[rb]; };
     extern __shared__ unsigned char smem_unaligned[];
     unsigned char* smem = (unsigned char*)(((uintptr_t)smem_unaligned + 1023) & ~(uintptr_t)1023);
     unsigned char* staged = smem + STAGES * STAGE_BYTES;
@@ -152,31 +159,33 @@ __global__ void __launch_bounds__(THREADS, 1)
     }
     __syncthreads();
 
-    const int col_blocks = (OC + BN - 1) / BN, row_blocks = (N + BM - 1) / BM, tiles = row_blocks * col_blocks;
     const int k_blocks = (C + BK - 1) / BK;
     const int warp = warp_index(), lane = threadIdx.x % 32;
     // A barrier's i-th wait (the staged tile's, or stage s's i-th use) is for phase parity i % 2;
     // the "free" barriers are waited on with the other parity, which a fresh barrier counts as done.
     if (warp == 0) { // the producer
-        // Step L is this block's L-th k-block over all its tiles, loaded into stage L % STAGES once
-        // empty[s] has completed the phase of step L - STAGES's release.
-        const int steps = (tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x * k_blocks;
+        // Step L is this block's L-th k-block over all the tiles it takes, loaded into stage L % STAGES
+        // once empty[s] has completed the phase of step L - STAGES's release.
         if (lane == 0)
-            for (int L = 0; L < steps; L++) {
-                const int s = L % STAGES, tile = blockIdx.x + L / k_blocks * gridDim.x, kb = L % k_blocks;
-                if (L >= STAGES) mbarrier_wait(&empty[s], (L / STAGES - 1) & 1);
-                mbarrier_expect_bytes(&full[s], STAGE_BYTES);
+            for (int tile = blockIdx.x, L = 0; tile < tiles; tile += gridDim.x) {
                 const TilePlace place = tile_place<Epilogue::ROW_GROUP>(tile, row_blocks, col_blocks);
-                tma_load_3d((void*)stage_a(s), &inp_map, kb * BK, place.row_block * BM, 0, &full[s]);
-                tma_load_3d((void*)stage_b(s), &weight_map, kb * BK, place.col_block * BN, 0, &full[s]);
+                if (!takes(place.row_block)) continue;
+                for (int kb = 0; kb < k_blocks; kb++, L++) {
+                    const int s = L % STAGES;
+                    if (L >= STAGES) mbarrier_wait(&empty[s], (L / STAGES - 1) & 1);
+                    mbarrier_expect_bytes(&full[s], STAGE_BYTES);
+                    tma_load_3d((void*)stage_a(s), &inp_map, kb * BK, place.row_block * BM, 0, &full[s]);
+                    tma_load_3d((void*)stage_b(s), &weight_map, kb * BK, place.col_block * BN, 0, &full[s]);
+                }
             }
         return;
     }
     if (warp < 4) { // the epilogue
-        int i = 0;
-        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, i++) {
-            mbarrier_wait(staged_full, i & 1);
+        int i = 0; // the tiles taken so far
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
             const TilePlace place = tile_place<Epilogue::ROW_GROUP>(tile, row_blocks, col_blocks);
+            if (!takes(place.row_block)) continue;
+            mbarrier_wait(staged_full, i++ & 1);
             Epilogue::store(params, staged, place.row_block * BM, place.col_block, N, OC);
             if (threadIdx.x == EPILOGUE_FIRST) mbarrier_arrive(staged_free);
         }
@@ -202,9 +211,10 @@ __global__ void __launch_bounds__(THREADS, 1)
     const uint64_t a_descriptor = wgmma_descriptor(stage_a(0) + group * 64 * BK);
     const uint64_t b_descriptor = wgmma_descriptor(stage_b(0));
     float acc[128];
-    int step = 0, i = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, i++) {
+    int step = 0, i = 0; // i: the tiles taken so far
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         const TilePlace place = tile_place<Epilogue::ROW_GROUP>(tile, row_blocks, col_blocks);
+        if (!takes(place.row_block)) continue;
         const int col0 = place.col_block * BN;
         // The shifts of this thread's two rows, where the epilogue stages each sum less its row's.
         const int row = place.row_block * BM + group * 64 + warp % 4 * 16 + lane / 4;
@@ -270,9 +280,10 @@ __global__ void __launch_bounds__(THREADS, 1)
             });
         fence_proxy_async(); // these stores, visible to the TMA store's reads
         mbarrier_arrive(staged_full);
+        i++;
     }
 #else
-    (void)params, (void)inp_map, (void)weight_map, (void)N, (void)C, (void)OC;
+    (void)params, (void)inp_map, (void)weight_map, (void)N, (void)C, (void)OC, (void)row_blocks_taken;
     __trap();
 #endif
 }
@@ -287,14 +298,16 @@ template <class Epilogue> bool kernel_runs() {
 }
 
 // inp (N rows, ld_inp elements apart) @ weight (OC, C)^T through Epilogue, on at most one block an SM.
+// row_blocks_taken (device, ceil(N / BM) + 1 ints), or NULL for every tile: the tiles of the row
+// blocks rb whose row_blocks_taken[rb] is not 0, and none unless row_blocks_taken[ceil(N / BM)] is not.
 template <class Epilogue>
 void launch(const typename Epilogue::Params& params, const floatX* inp, const floatX* weight, int N, int C, int OC,
-            int ld_inp) {
+            int ld_inp, const int* row_blocks_taken = nullptr) {
     const CUtensorMap inp_map = tensor_map_3d(inp, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, sizeof(floatX), 1, N, C, ld_inp, BM);
     const CUtensorMap weight_map = tensor_map_3d(weight, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, sizeof(floatX), 1, OC, C, C, BN);
     const int tiles = ceil_div(N, BM) * ceil_div(OC, BN);
     wgmma_product_kernel<Epilogue><<<tiles < device_sm_count ? tiles : device_sm_count, THREADS, SMEM_BYTES>>>(
-        params, inp_map, weight_map, N, C, OC);
+        params, inp_map, weight_map, N, C, OC, row_blocks_taken);
     launchCheck();
 }
 } // namespace wgmma_product

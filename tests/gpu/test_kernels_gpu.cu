@@ -825,22 +825,33 @@ static void cpu_head_with_floatX_logits(float* losses, float* dinp, float* dweig
     free(logits);
 }
 
+// Which rows test_head_classifier makes far (their largest logit far above their target's): none; row 1
+// (inputs times 32: hundreds of nats, past fp32's exponentials); rows 1 and N - 2 (times 7: about 70
+// nats, exponentials that fp32 still holds), in the first and last row blocks of the wgmma product
+// (head.cu), with others between that have none; every row.
+enum { FAR_NONE, FAR_ONE, FAR_TWO, FAR_ALL };
+static float head_row_factor(int far, int r, int N) {
+    if (far == FAR_ALL || ((far == FAR_ONE || far == FAR_TWO) && r == 1)) return 32.0f;
+    return far == FAR_TWO && r == N - 2 ? 7.0f : 1.0f;
+}
+
 // head_classifier against the CPU's (matmul_forward, fused_classifier, matmul_backward in fp32).
-// Logits of std about 3 (weights scaled by 3 / sqrt(C / 3)); with a far row, row 1's inputs times 32,
-// so that its target lies hundreds of nats under its largest logit and the CUDA
-// backend's H100/H200 path computes that row again (head.cu). The GPU's losses differ from the
+// Logits of std about 3 (weights scaled by 3 / sqrt(C / 3)), far rows' inputs scaled up
+// (head_row_factor), which the CUDA backend's H100/H200 path computes again (head.cu); the other rows'
+// losses and dinp must keep the bits they have with no far rows. The GPU's losses differ from the
 // CPU's by the fp16 staging of l - l_target (BF16: 2^-11 relative of a logit gap of a few units),
 // dinp by the roundings of p~, of the product and of its row scale; dweight's increment by those of
 // p~ and of inp's scaled rows. dweight starts from small random values, the size of its increments,
 // so that both the sum and the increment are checked.
-static void test_head_classifier(int N, int C, int V, int Vp, int group_rows, int far_row) {
+static void test_head_classifier(int N, int C, int V, int Vp, int group_rows, int far) {
     char name[160];
     float *inp = random_array((size_t)N * C, -1, 1), *w = host_floats((size_t)Vp * C);
     test_fill_uniform(w, (size_t)Vp * C, -1, 1, &rng);
     const float w_scale = 3.0f / sqrtf(C / 3.0f);
     for (size_t i = 0; i < (size_t)Vp * C; i++) w[i] *= w_scale;
-    if (far_row)
-        for (int c = 0; c < C; c++) inp[(size_t)C + c] *= 32.0f;
+    floatX* d_near_inp = upload_x(inp, (size_t)N * C); // before any row is made far
+    for (int r = 0; r < N; r++)
+        for (int c = 0; c < C; c++) inp[(size_t)r * C + c] *= head_row_factor(far, r, N);
     int* targets = (int*)xmalloc(N * sizeof(int), "targets");
     for (int i = 0; i < N; i++) targets[i] = (int)(test_uniform(&rng) * V);
     targets[0] = V - 1; // the last real column
@@ -882,15 +893,32 @@ static void test_head_classifier(int N, int C, int V, int Vp, int group_rows, in
     }
     float* got = host_floats((size_t)Vp * C);
     dev_download(got, d_losses[0], N * sizeof(float));
-    snprintf(name, sizeof name, "head_classifier losses N=%d C=%d V=%d Vp=%d far row=%d", N, C, V, Vp, far_row);
+    snprintf(name, sizeof name, "head_classifier losses N=%d C=%d V=%d Vp=%d far=%d", N, C, V, Vp, far);
     test_close_f(name, got, want_losses, N, 0.0, loss_tol);
-    snprintf(name, sizeof name, "head_classifier dinp N=%d C=%d V=%d Vp=%d far row=%d", N, C, V, Vp, far_row);
+    snprintf(name, sizeof name, "head_classifier dinp N=%d C=%d V=%d Vp=%d far=%d", N, C, V, Vp, far);
     check_x(name, d_dinp[0], want_dinp, (size_t)N * C, 4);
+    if (far != FAR_NONE && far != FAR_ALL) {
+        // The rows that are not far, as head_classifier makes them with no far row among them.
+        float *d_near_losses = (float*)poisoned(N * sizeof(float)), *d_near_dw = upload_f(dw, (size_t)Vp * C);
+        floatX* d_near_dinp = (floatX*)poisoned((size_t)N * C * sizeof(floatX));
+        void* d_scratch = poisoned(head_scratch_bytes(N, C, Vp));
+        head_classifier(d_near_losses, d_near_dinp, d_near_dw, d_scratch, d_targets, dloss, d_near_inp, d_w, N, C, V,
+                        Vp, group_rows, GRAD_ADD);
+        int same = 1;
+        for (int r = 0; r < N; r++)
+            if (head_row_factor(far, r, N) == 1.0f)
+                same &= same_bytes(d_near_losses + r, d_losses[0] + r, sizeof(float)) &&
+                        same_bytes(d_near_dinp + (size_t)r * C, d_dinp[0] + (size_t)r * C, C * sizeof(floatX));
+        snprintf(name, sizeof name, "head_classifier N=%d C=%d V=%d Vp=%d far=%d: the other rows' losses and dinp, "
+                 "the bits they have with no far row", N, C, V, Vp, far);
+        test_check(same, name, "%s", same ? "equal" : "bits differ");
+        dev_free(d_near_losses), dev_free(d_near_dw), dev_free(d_near_dinp), dev_free(d_scratch);
+    }
     // dweight's increment, the CPU's and the GPU's, less the same starting values
     dev_download(got, d_dw[0], (size_t)Vp * C * sizeof(float));
     for (size_t i = 0; i < (size_t)Vp * C; i++) got[i] -= dw[i], want_dw[i] -= dw[i];
-    snprintf(name, sizeof name, "head_classifier dweight's increment N=%d C=%d V=%d Vp=%d groups of %d far row=%d", N, C,
-             V, Vp, group_rows, far_row);
+    snprintf(name, sizeof name, "head_classifier dweight's increment N=%d C=%d V=%d Vp=%d groups of %d far=%d", N, C,
+             V, Vp, group_rows, far);
     const double dw_tol = sizeof(floatX) == 2 ? tolerance(4) : GRAD_TOLERANCE;
     test_close_f(name, got, want_dw, (size_t)Vp * C, dw_tol, dw_tol * max_abs(want_dw, (size_t)Vp * C));
     snprintf(name, sizeof name, "head_classifier N=%d C=%d V=%d Vp=%d run twice, bit for bit", N, C, V, Vp);
@@ -926,7 +954,8 @@ static void test_head_classifier(int N, int C, int V, int Vp, int group_rows, in
     dev_free(d_dw_written), dev_free(d_dw_added);
     free(inp), free(w), free(targets), free(dw), free(want_losses), free(want_dinp), free(want_dw);
     free(got);
-    dev_free(d_inp), dev_free(d_w), dev_free(d_targets), dev_free(d_dinp_kept), dev_free(d_dinp_poison);
+    dev_free(d_inp), dev_free(d_near_inp), dev_free(d_w), dev_free(d_targets), dev_free(d_dinp_kept),
+        dev_free(d_dinp_poison);
     dev_free(d_losses_only), dev_free(d_scratch);
     for (int run = 0; run < 2; run++) dev_free(d_losses[run]), dev_free(d_dinp[run]), dev_free(d_dw[run]);
 }
@@ -1314,10 +1343,11 @@ int main(void) {
     test_classifier(3, 101, 107);
     test_classifier(4, 50257, 50304); // GPT-2's rows: cached, several loads in flight per thread, a ragged last vector
     test_classifier(3, 120001, 120008); // rows too long for shared memory: read from device memory twice
-    test_head_classifier(300, 64, 1000, 1024, 300, 1);
-    test_head_classifier(200, 96, 2500, 2504, 100, 0); // a last tile of 200 columns, V not a multiple of 8
-    test_head_classifier(130, 768, 50257, 50304, 130, 1); // GPT-2's head
-    test_head_classifier(50, 37, 300, 301, 50, 0); // the other path (rows not 16-byte multiples): bf16 logits
+    test_head_classifier(300, 64, 1000, 1024, 300, FAR_TWO); // three row blocks, the middle one with no far row
+    test_head_classifier(200, 96, 2500, 2504, 100, FAR_NONE); // a last tile of 200 columns, V not a multiple of 8
+    test_head_classifier(130, 768, 50257, 50304, 130, FAR_ONE); // GPT-2's head
+    test_head_classifier(260, 64, 1000, 1024, 130, FAR_ALL);
+    test_head_classifier(50, 37, 300, 301, 50, FAR_NONE); // the other path (rows not 16-byte multiples): bf16 logits
     // head sizes 32 and 64: what both attention builds support (flash BF16 takes 32, 64 and 128)
     test_attention(2, 1, 64, 2);
     test_attention(3, 37, 192, 3);
