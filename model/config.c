@@ -32,6 +32,15 @@ size_t gpt2_parameter_sizes(const GPT2Config* cfg, size_t sizes[NUM_PARAMETER_TE
     return total;
 }
 
+int gpt2_is_weight_matrix(int tensor) {
+    return tensor == P_WTE || tensor == P_WPE || tensor == P_QKVW || tensor == P_ATTPROJW || tensor == P_FCW ||
+           tensor == P_FCPROJW;
+}
+
+unsigned long long gpt2_tensor_seed(unsigned long long seed, int tensor) {
+    return seed + 1000003ull * (unsigned)tensor;
+}
+
 int gpt2_gradient_written(int tensor) {
     return tensor == P_WTE || tensor == P_QKVW || tensor == P_ATTPROJW || tensor == P_FCW || tensor == P_FCPROJW;
 }

@@ -31,6 +31,14 @@ extern const char* const parameter_tensor_names[NUM_PARAMETER_TENSORS];
 // Fills sizes[16] (in elements) and returns the total number of parameters.
 size_t gpt2_parameter_sizes(const GPT2Config* cfg, size_t sizes[NUM_PARAMETER_TENSORS]);
 
+// Whether tensor i is a 2-D weight matrix (wte, wpe, qkvw, attprojw, fcw, fcprojw): initialised from
+// normals, and the only tensors AdamW's weight decay applies to (not the biases and layernorm
+// parameters).
+int gpt2_is_weight_matrix(int tensor);
+
+// The seed of tensor i's random numbers in AdamW (its stochastic rounding), from the run's seed.
+unsigned long long gpt2_tensor_seed(unsigned long long seed, int tensor);
+
 // Whether tensor i's gradient is a product's weight gradient, which the product can write without
 // reading it (GRAD_WRITE, kernels.h): wte's (the head's), qkvw's, attprojw's, fcw's and fcprojw's.
 // The other gradients are added into, so they start from zeros.

@@ -538,7 +538,6 @@ static void optimizer_part(const GPT2* model, int i, size_t offset, size_t* a, s
 }
 
 // The update seed of tensor i: each tensor rounds from its own random numbers.
-static unsigned long long tensor_seed(unsigned long long seed, int i) { return seed + 1000003ull * (unsigned)i; }
 
 // Copies into / out of the optimizer state (master, m, v), which with offload is host memory.
 static void state_upload(const GPT2* model, float* state, const float* host, size_t bytes) {
@@ -571,7 +570,7 @@ void gpt2_set_optimizer_state(GPT2* model, const float* weights, const float* m,
                     dev_upload(staging, master, len * sizeof(float));
                     master = staging;
                 }
-                if (t > 0) round_master_weights(params + s, master, len, s - offset, t, tensor_seed(seed, i));
+                if (t > 0) round_master_weights(params + s, master, len, s - offset, t, gpt2_tensor_seed(seed, i));
                 else floatX_from_float(params + s, master, len); // as at init
             }
         }
@@ -873,8 +872,7 @@ void gpt2_update(GPT2* model, float norm, float lr, float beta1, float beta2, fl
     int slot = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; offset += model->param_sizes[i], i++) {
         optimizer_part(model, i, offset, &a, &b);
-        // weight decay on the 2-D weights only, not on biases and layernorm parameters
-        int decay = i == P_WTE || i == P_WPE || i == P_QKVW || i == P_ATTPROJW || i == P_FCW || i == P_FCPROJW;
+        const int decay = gpt2_is_weight_matrix(i);
         // Offloaded, each piece goes up, is updated and comes back through the slots in turn, so
         // that one piece goes up and another comes down while a third is updated: the same kernel
         // on the same values, and a piece rounds as the whole part would (index0).
@@ -891,7 +889,7 @@ void gpt2_update(GPT2* model, float norm, float lr, float beta1, float beta2, fl
                 dev_slot_ready(slot);
             }
             adamw_update(params + s, dev_master, grads + s, dev_m, dev_v, len, s - offset, lr, beta1, beta2, eps,
-                         decay ? weight_decay : 0.0f, grad_scale, t, tensor_seed(seed, i));
+                         decay ? weight_decay : 0.0f, grad_scale, t, gpt2_tensor_seed(seed, i));
             if (model->offload) {
                 if (master) dev_slot_download(slot, master, dev_master, bytes);
                 dev_slot_download(slot, m, dev_m, bytes);

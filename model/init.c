@@ -17,8 +17,7 @@ void gpt2_initial_weights_range(float* w, const GPT2Config* cfg, unsigned long l
     for (size_t i = 0, first = 0; i < NUM_PARAMETER_TENSORS; first += sizes[i], i++) {
         const size_t n = sizes[i], lo = first > start ? first : start, hi = first + n < end ? first + n : end;
         const int is_ln_weight = i == P_LN1W || i == P_LN2W || i == P_LNFW;
-        const int is_weight_matrix = i == P_WTE || i == P_WPE || i == P_QKVW || i == P_ATTPROJW ||
-                                     i == P_FCW || i == P_FCPROJW;
+        const int is_weight_matrix = gpt2_is_weight_matrix((int)i);
         if (lo < hi) {
             float* out = w + (lo - start);
             if (is_weight_matrix) {

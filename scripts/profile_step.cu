@@ -627,15 +627,14 @@ int main(int argc, char** argv) {
     // learning rate 0: the same loads, arithmetic and stores, with the weights left as the forward's
     // rows have them. At a real one each call moves every weight the same way (m and v of the same
     // gradient at step 1), and after the row's twenty-odd calls the replays below would find head rows
-    // whose largest logit lies more than 60 nats above their target's, in head.cu's exact path,
-    // about a thousand times slower.
+    // whose largest logit lies more than 60 nats above their target's, which head.cu makes again with
+    // two more products: not the trained step's head.
     time_call("adamw_update (16 tensors)", 1, 0, n * (sizeof(gradX) + 8.0 + (master ? 4 : X) + 8.0 + X + (master ? 4 : 0)), [&] {
         size_t offset = 0;
         for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-            int decay = i == P_WTE || i == P_WPE || i == P_QKVW || i == P_ATTPROJW || i == P_FCW || i == P_FCPROJW;
             adamw_update(p[i], master ? master + offset : NULL, grads_x + offset, adam_m + offset, adam_v + offset,
-                         sizes[i], 0, 0.0f, 0.9f, 0.95f, 1e-8f, decay ? 0.1f : 0.0f, grad_scale, 1,
-                         1337 + 1000003ull * (unsigned)i);
+                         sizes[i], 0, 0.0f, 0.9f, 0.95f, 1e-8f, gpt2_is_weight_matrix(i) ? 0.1f : 0.0f, grad_scale, 1,
+                         gpt2_tensor_seed(1337, i));
             offset += sizes[i];
         }
     });
