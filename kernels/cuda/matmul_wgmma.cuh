@@ -18,8 +18,6 @@
 //   - the epilogue (warps 1-3): the Epilogue's store, which stores the staged tile by TMA (and what
 //     else it makes of it) beside the next tile's product; once its stores have read the tile, the
 //     tile is freed.
-// A launch may take only some row blocks' tiles (row_blocks_taken: head.cu's rows computed again):
-// every role skips the same tiles, and a launch that takes none ends after one load.
 // So the epilogue's work and the stores run beside the next tile's product, on warps of their own:
 // where the multiplying warps did them between their products (2 warps per scheduler), they could
 // not hide the GELU's latency and it added some 40% to the product's time (GPT-2 124M's fc);
@@ -29,6 +27,9 @@
 // stages, the kernel took about 9% longer).
 // With 12 warps, 3 on each of the SM's 4 schedulers, whose register file (16,384) then allows 168
 // registers a thread: enough for the 128 accumulators of a wgmma m64n256.
+//
+// A launch may take only some row blocks' tiles (row_blocks_taken: head.cu's rows computed again):
+// every role skips the same tiles, and a launch that takes none ends after one load.
 //
 // An Epilogue is a struct with:
 //   Params: the kernel's argument besides the input maps, with `const floatX* bias` (OC, or NULL)
