@@ -42,7 +42,7 @@ unsigned long long gpt2_tensor_seed(unsigned long long seed, int tensor) {
 }
 
 int gpt2_gradient_written(int tensor) {
-    return tensor == P_WTE || tensor == P_QKVW || tensor == P_ATTPROJW || tensor == P_FCW || tensor == P_FCPROJW;
+    return gpt2_is_weight_matrix(tensor) && tensor != P_WPE;
 }
 
 int gpt2_zeroed_gradient_runs(const size_t sizes[NUM_PARAMETER_TENSORS], size_t start[], size_t count[]) {

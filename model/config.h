@@ -40,8 +40,9 @@ int gpt2_is_weight_matrix(int tensor);
 unsigned long long gpt2_tensor_seed(unsigned long long seed, int tensor);
 
 // Whether tensor i's gradient is a product's weight gradient, which the product can write without
-// reading it (GRAD_WRITE, kernels.h): wte's (the head's), qkvw's, attprojw's, fcw's and fcprojw's.
-// The other gradients are added into, so they start from zeros.
+// reading it (GRAD_WRITE, kernels.h): wte's (the head's), qkvw's, attprojw's, fcw's and fcprojw's,
+// the weight matrices but wpe, whose gradient the encoder's backward adds into. The other gradients
+// are added into, so they start from zeros.
 int gpt2_gradient_written(int tensor);
 
 // The gradients that gpt2_zero_grad zeroes: every tensor but those that a step's first product

@@ -537,8 +537,6 @@ static void optimizer_part(const GPT2* model, int i, size_t offset, size_t* a, s
     *b = end < hi ? end : hi;
 }
 
-// The update seed of tensor i: each tensor rounds from its own random numbers.
-
 // Copies into / out of the optimizer state (master, m, v), which with offload is host memory.
 static void state_upload(const GPT2* model, float* state, const float* host, size_t bytes) {
     if (model->offload) memcpy(state, host, bytes);
