@@ -41,13 +41,13 @@
 #if defined(PRECISION_BF16)
 // The scratch: p~ (N, Vp), the tiles' row sums and maxima (N, column blocks), the rows' shifts b_r
 // (N; b_r + m_r for a far row), the far rows' m_r (N; 0 for the others), the rows' scales (N), inp's
-// rows times them (N, C), whether each row is far (N) and each row block holds one (row blocks, then
-// whether any does: wgmma_product::launch's row_blocks_taken).
+// rows times them (N, C), whether each row block holds a far row (row blocks, then whether any does:
+// wgmma_product::launch's row_blocks_taken).
 struct HeadScratch {
     floatX* probs;
     float *tile_sums, *tile_maxes, *shift, *offset, *scale;
     floatX* scaled_inp;
-    int *far_rows, *far_blocks;
+    int* far_blocks;
 };
 // Its parts at 256-byte aligned offsets from base; *bytes: the whole.
 static HeadScratch head_scratch(void* base, int N, int C, int Vp, size_t* bytes) {
@@ -66,7 +66,6 @@ static HeadScratch head_scratch(void* base, int N, int C, int Vp, size_t* bytes)
     s.offset = (float*)part((size_t)N * sizeof(float));
     s.scale = (float*)part((size_t)N * sizeof(float));
     s.scaled_inp = (floatX*)part((size_t)N * C * sizeof(floatX));
-    s.far_rows = (int*)part((size_t)N * sizeof(int));
     s.far_blocks = (int*)part(((size_t)ceil_div(N, wgmma_product::BM) + 1) * sizeof(int));
     *bytes = used;
     return s;
@@ -98,15 +97,15 @@ __device__ __forceinline__ void reduce_rows(const float (&values)[CHUNKS_PER_THR
 
 // The epilogue (warps 1-3): p~ = exp(staged value) in place, 0 from column V on, each row's sum of
 // the tile's p~ (fp32, before the rounding) into tile_sums, and p~'s TMA store, panel by panel.
-// Where far_rows is not NULL, a row whose tile sum passes far_tile_sum (or is not a number) is
-// marked in far_rows and its row block in far_blocks.
+// Where far_blocks is not NULL, a row whose tile sum passes far_tile_sum (or is not a number) marks
+// its row block there: the row is far (head_far_shift_kernel finds it again from tile_sums).
 struct ProbabilitiesEpilogue {
     struct Params {
         const float* shift;
         CUtensorMap probs_map;
         float* tile_sums;
         int V;
-        int *far_rows, *far_blocks;
+        int* far_blocks;
         float far_tile_sum;
     };
     static constexpr int ROW_GROUP = 32; // the head's weight (77 MB at GPT-2's) is larger than the L2
@@ -145,8 +144,7 @@ struct ProbabilitiesEpilogue {
         }
         reduce_rows(row_sums, [](float a, float b) { return a + b; }, t, row0, N, [&](int row, float sum) {
             params.tile_sums[(size_t)row * col_blocks + col_block] = sum;
-            if (params.far_rows && !(sum <= params.far_tile_sum)) {
-                params.far_rows[row] = 1;
+            if (params.far_blocks && !(sum <= params.far_tile_sum)) {
                 params.far_blocks[row / BM] = 1;
                 params.far_blocks[(N + BM - 1) / BM] = 1;
             }
@@ -193,7 +191,7 @@ struct RowMaxEpilogue {
     }
 };
 
-// shift[r] = inp_r . weight_targets[r] in fp32, a warp a row; the row's far marks cleared, and its
+// shift[r] = inp_r . weight_targets[r] in fp32, a warp a row; the far marks cleared, and the row's
 // offset (m_r) 0.
 __global__ void head_shift_kernel(HeadScratch s, const floatX* inp, const floatX* weight, const int* targets, int N,
                                   int C) {
@@ -207,20 +205,24 @@ __global__ void head_shift_kernel(HeadScratch s, const floatX* inp, const floatX
     if (lane == 0) {
         s.shift[r] = sum;
         s.offset[r] = 0.0f;
-        s.far_rows[r] = 0;
         if (r % wgmma_product::BM == 0) s.far_blocks[r / wgmma_product::BM] = 0;
         if (r == 0) s.far_blocks[(N + wgmma_product::BM - 1) / wgmma_product::BM] = 0;
     }
 }
 
 // Each far row's m_r, the largest of its tile maxima, added to its shift; a block a row block, a warp a
-// row. The other rows keep their b_r, so that the product made again gives them the bits they had.
-__global__ void head_far_shift_kernel(HeadScratch s, int N, int col_blocks) {
+// row. A row is far where one of its first product's tile sums (still in tile_sums) passes
+// far_tile_sum or is not a number, as the epilogue that marked its row block found. The other rows
+// keep their b_r, so that the product made again gives them the bits they had.
+__global__ void head_far_shift_kernel(HeadScratch s, int N, int col_blocks, float far_tile_sum) {
     const int row_blocks = (N + wgmma_product::BM - 1) / wgmma_product::BM, lane = threadIdx.x % 32;
     if (!s.far_blocks[row_blocks] || !s.far_blocks[blockIdx.x]) return;
     for (int r = blockIdx.x * wgmma_product::BM + threadIdx.x / 32; r < min(N, (blockIdx.x + 1) * wgmma_product::BM);
          r += blockDim.x / 32) {
-        if (!s.far_rows[r]) continue;
+        bool far = false;
+        for (int cb = lane; cb < col_blocks; cb += 32)
+            far |= !(s.tile_sums[(size_t)r * col_blocks + cb] <= far_tile_sum);
+        if (!__any_sync(0xffffffffu, far)) continue;
         float m = -INFINITY;
         for (int cb = lane; cb < col_blocks; cb += 32) m = fmaxf(m, s.tile_maxes[(size_t)r * col_blocks + cb]);
         m = warp_max(m);
@@ -297,14 +299,14 @@ void head_classifier(float* losses, floatX* dinp, float* dweight, void* scratch,
         ProbabilitiesEpilogue::Params params = {
             s.shift,
             tensor_map_3d(s.probs, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, sizeof(floatX), 1, N, Vp, Vp, wgmma_product::BM),
-            s.tile_sums, V, s.far_rows, s.far_blocks, HEAD_RANGE / col_blocks};
+            s.tile_sums, V, s.far_blocks, HEAD_RANGE / col_blocks};
         wgmma_product::launch<ProbabilitiesEpilogue>(params, inp, weight, N, C, Vp, C);
         // The far rows' row blocks again (none, so three launches that end at once, in a run not diverging).
         const RowMaxEpilogue::Params max_params = {s.shift, s.tile_maxes, V};
         wgmma_product::launch<RowMaxEpilogue>(max_params, inp, weight, N, C, Vp, C, s.far_blocks);
-        head_far_shift_kernel<<<ceil_div(N, wgmma_product::BM), 256>>>(s, N, col_blocks);
+        head_far_shift_kernel<<<ceil_div(N, wgmma_product::BM), 256>>>(s, N, col_blocks, params.far_tile_sum);
         launchCheck();
-        params.far_rows = params.far_blocks = NULL;
+        params.far_blocks = NULL;
         wgmma_product::launch<ProbabilitiesEpilogue>(params, inp, weight, N, C, Vp, C, s.far_blocks);
         head_rows_kernel<<<N, HEAD_ROW_THREADS>>>(s, losses, targets, dloss, inp, C, Vp);
         launchCheck();
