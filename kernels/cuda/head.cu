@@ -15,11 +15,13 @@
 //   - cuBLASLt's products on that matrix: dinp = (matrix @ weight), then each row times its scale;
 //     dweight += (or =, dweight_mode) matrix^T @ (inp's rows times their scales).
 // A row whose largest logit lies more than about 60 nats above its target's (S > HEAD_RANGE, or
-// exponentials that overflowed) would leave the range of the scales. The epilogue marks such a row far
-// (a tile's sum above HEAD_RANGE / the tiles a row, so every row whose S may pass HEAD_RANGE) and its
-// row block, and the product is made again over the marked row blocks alone, twice: for each row's
-// largest l - b_r, m_r (RowMaxEpilogue), then for p~ with each far row's sums less b_r + m_r instead
-// (its loss adds m_r back). The other rows of those row blocks are made again with the bits they had.
+// exponentials that overflowed) would leave the range of the scales. Such a row is far: one of its
+// tile sums passes HEAD_RANGE / the tiles a row (so every row whose S may pass HEAD_RANGE), or is not a
+// number. The epilogue marks the row block of a far row, and the product is made again over the marked
+// row blocks alone, twice: for each row's largest l - b_r, m_r (RowMaxEpilogue), then, once
+// head_far_shift_kernel has found the far rows again by their tile sums, for p~ with each far row's
+// sums less b_r + m_r instead (its loss adds m_r back). The other rows of those row blocks are made
+// again with the bits they had.
 // A run that is not diverging has no far rows, and these launches end at once; with every row of a
 // slice far, the head takes about two products longer (docs/performance.md).
 // FP16 cannot take this form: p~ = exp(l - b_r) reaches HEAD_RANGE (1e26), far beyond fp16's 65504.
