@@ -97,10 +97,13 @@ __device__ __forceinline__ void reduce_rows(const float (&values)[CHUNKS_PER_THR
     }
 }
 
+// Whether a tile's sum of p~ makes its row far: above far_tile_sum (HEAD_RANGE / the tiles a row), or
+// not a number. The epilogue marks row blocks by it and head_far_shift_kernel finds their rows again.
+__device__ __forceinline__ bool is_far_tile_sum(float sum, float far_tile_sum) { return !(sum <= far_tile_sum); }
+
 // The epilogue (warps 1-3): p~ = exp(staged value) in place, 0 from column V on, each row's sum of
 // the tile's p~ (fp32, before the rounding) into tile_sums, and p~'s TMA store, panel by panel.
-// Where far_blocks is not NULL, a row whose tile sum passes far_tile_sum (or is not a number) marks
-// its row block there: the row is far (head_far_shift_kernel finds it again from tile_sums).
+// Where far_blocks is not NULL, a row with a far tile sum (is_far_tile_sum) marks its row block there.
 struct ProbabilitiesEpilogue {
     struct Params {
         const float* shift;
@@ -146,7 +149,7 @@ struct ProbabilitiesEpilogue {
         }
         reduce_rows(row_sums, [](float a, float b) { return a + b; }, t, row0, N, [&](int row, float sum) {
             params.tile_sums[(size_t)row * col_blocks + col_block] = sum;
-            if (params.far_blocks && !(sum <= params.far_tile_sum)) {
+            if (params.far_blocks && is_far_tile_sum(sum, params.far_tile_sum)) {
                 params.far_blocks[row / BM] = 1;
                 params.far_blocks[(N + BM - 1) / BM] = 1;
             }
@@ -213,9 +216,9 @@ __global__ void head_shift_kernel(HeadScratch s, const floatX* inp, const floatX
 }
 
 // Each far row's m_r, the largest of its tile maxima, added to its shift; a block a row block, a warp a
-// row. A row is far where one of its first product's tile sums (still in tile_sums) passes
-// far_tile_sum or is not a number, as the epilogue that marked its row block found. The other rows
-// keep their b_r, so that the product made again gives them the bits they had.
+// row. A row is far where one of its first product's tile sums, still in tile_sums, is far
+// (is_far_tile_sum), as the epilogue that marked its row block found. The other rows keep their b_r,
+// so that the product made again gives them the bits they had.
 __global__ void head_far_shift_kernel(HeadScratch s, int N, int col_blocks, float far_tile_sum) {
     const int row_blocks = (N + wgmma_product::BM - 1) / wgmma_product::BM, lane = threadIdx.x % 32;
     if (!s.far_blocks[row_blocks] || !s.far_blocks[blockIdx.x]) return;
@@ -223,7 +226,7 @@ __global__ void head_far_shift_kernel(HeadScratch s, int N, int col_blocks, floa
          r += blockDim.x / 32) {
         bool far = false;
         for (int cb = lane; cb < col_blocks; cb += 32)
-            far |= !(s.tile_sums[(size_t)r * col_blocks + cb] <= far_tile_sum);
+            far |= is_far_tile_sum(s.tile_sums[(size_t)r * col_blocks + cb], far_tile_sum);
         if (!__any_sync(0xffffffffu, far)) continue;
         float m = -INFINITY;
         for (int cb = lane; cb < col_blocks; cb += 32) m = fmaxf(m, s.tile_maxes[(size_t)r * col_blocks + cb]);

@@ -877,10 +877,10 @@ static void test_head_classifier(int N, int C, int V, int Vp, int group_rows, in
     // Absolute, of losses up to a few hundred. BF16: 0.02, and where the logits are staged in fp16
     // less the target's, half an fp16 rounding of each staged difference: up to 2^-11 of the row's
     // largest gap, which its loss bounds, so 2^-10 of the loss besides (rows that are not far reach
-    // gaps of about 60, up to 0.03 nats); where the GPU
-    // takes the other path (floatX logits), the reference rounds its logits as the GPU stores them, and
-    // the GPU's own logits may round the other way where its fp32 sum lies near a boundary: the target's
-    // and the largest, each up to half a rounding's tolerance (bf16: 2^-9, fp16: 2^-11) of the largest.
+    // gaps of about 60, up to 0.03 nats). Where the GPU takes the other path (floatX logits), the
+    // reference rounds its logits as the GPU stores them, and the GPU's own logits may round the other
+    // way where its fp32 sum lies near a boundary: the target's and the largest, each up to half a
+    // rounding's tolerance (bf16: 2^-9, fp16: 2^-11) of the largest.
     double loss_tol = sizeof(floatX) == 2 ? 0.02 : 1e-4;
     if (head_takes_floatX_logits(C, Vp)) {
         float largest;
