@@ -76,9 +76,11 @@ fi
 
 # Every build links cuRAND (initial weights); `make test` compiles every CUDA variant (cuBLAS).
 nvcc=$CUDA_HOME/bin/nvcc
+have_nvcc=0
 if ! "$nvcc" --version > /dev/null 2>&1; then
     lack nvcc "cannot run $nvcc" cuda cuda-toolkit
 else
+    have_nvcc=1
     cuda=$("$nvcc" --version | sed -n 's/.*release \([0-9]*\)\.\([0-9]*\),.*/\1-\2/p')
     echo '__global__ void k() {}' > "$tmp/k.cu"
     "$nvcc" -c "$tmp/k.cu" -o "$tmp/k.o" > /dev/null 2>&1 ||
@@ -114,6 +116,16 @@ else
             lack $module "python3 cannot import it" apt python3-$module
         fi
     done
+    # scripts/check_wgmma_sass.py (tests/e2e/test_wgmma_sass.sh) reads the compiled wgmma kernels
+    # with cuobjdump and nvdisasm: the toolkit's, or NVIDIA's pip packages where it came without them.
+    if [ "$have_nvcc" = 1 ] && ! CUDA_HOME=$CUDA_HOME python3 scripts/check_wgmma_sass.py --cuobjdump > /dev/null 2>&1; then
+        if [ "$(python3 -c 'import sys; print(sys.prefix)')" = /usr ]; then
+            python3 -m pip --version > /dev/null 2>&1 || lack pip "python3 -m pip fails" apt python3-pip
+            pip_flags=" --break-system-packages"
+        fi
+        lack "cuobjdump and nvdisasm" "not in $CUDA_HOME/bin, on the PATH or among python3's packages" pip \
+            "nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm"
+    fi
 fi
 
 # scripts/fineweb_to_jsonl.py reads parquet files with pyarrow (tests/e2e/test_fineweb_parquet.sh).

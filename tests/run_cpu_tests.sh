@@ -79,6 +79,7 @@ for ((i = 0; i < ${#fuzzers[@]}; i += JOBS)); do
     done
 done
 run cuda_compile make --no-print-directory -j"$JOBS" BUILD="$BUILD" test-cuda-compile
+run wgmma_sass tests/e2e/test_wgmma_sass.sh "$BUILD/cuda-compile"
 run offload_plan tests/e2e/test_offload_plan.sh "$BUILD/cuda-compile/BF16/train_gpt-flash" \
     "$BUILD/cuda-compile/BF16-grads/train_gpt-flash"
 
