@@ -1056,19 +1056,14 @@ static void format_eta(char* buf, size_t n, double seconds) {
 static char* read_prompt(const Options* o, size_t* len) {
     char* text;
     if (o->prompt_file) {
-        *len = (size_t)file_size(o->prompt_file);
-        text = xmalloc(*len + 1, o->prompt_file);
-        FILE* f = xfopen(o->prompt_file, "rb");
-        xfread(text, 1, *len, f, o->prompt_file);
-        fclose(f);
+        text = read_whole_file(o->prompt_file, len);
         if (*len == 0) fatal("prompt file %s is empty", o->prompt_file);
     } else {
         *len = strlen(o->prompt);
         text = xmalloc(*len + 1, "prompt");
-        memcpy(text, o->prompt, *len);
+        memcpy(text, o->prompt, *len + 1);
         if (*len == 0) fatal("option --prompt: the prompt is empty");
     }
-    text[*len] = '\0';
     return text;
 }
 

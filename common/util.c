@@ -59,6 +59,16 @@ long long file_size(const char* path) {
     return (long long)st.st_size;
 }
 
+char* read_whole_file(const char* path, size_t* len) {
+    *len = (size_t)file_size(path);
+    char* bytes = xmalloc(*len + 1, path);
+    FILE* f = xfopen(path, "rb");
+    xfread(bytes, 1, *len, f, path);
+    fclose(f);
+    bytes[*len] = '\0';
+    return bytes;
+}
+
 double wall_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -25,6 +25,9 @@ void xfwrite(const void* src, size_t size, size_t count, FILE* f, const char* pa
 
 // Size of a regular file in bytes, or exit naming the path if it cannot be inspected.
 long long file_size(const char* path);
+// The whole file in a new buffer, with a NUL after its *len bytes (text can be read as a string),
+// or exit naming the path.
+char* read_whole_file(const char* path, size_t* len);
 
 // The integer value of a command-line option, lo..hi, or exit naming the option and the value.
 long long parse_int_option(const char* s, const char* option, long long lo, long long hi);

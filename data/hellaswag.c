@@ -143,11 +143,8 @@ int hellaswag_parse(const void* bytes, size_t n, int vocab_size, HellaSwagFile* 
 }
 
 void hellaswag_read(const char* path, int vocab_size, HellaSwagFile* hs) {
-    size_t n = (size_t)file_size(path);
-    char* bytes = xmalloc(n ? n : 1, path);
-    FILE* f = xfopen(path, "rb");
-    xfread(bytes, 1, n, f, path);
-    fclose(f);
+    size_t n;
+    char* bytes = read_whole_file(path, &n);
     char err[512];
     int rc = hellaswag_parse(bytes, n, vocab_size, hs, err, sizeof err);
     free(bytes);

@@ -63,16 +63,6 @@ static uint32_t byte_to_code_point(int b) {
     return cp;
 }
 
-static char* read_whole_file(const char* path, size_t* len) {
-    *len = (size_t)file_size(path);
-    char* text = xmalloc(*len + 1, path);
-    FILE* f = xfopen(path, "rb");
-    xfread(text, 1, *len, f, path);
-    fclose(f);
-    text[*len] = '\0';
-    return text;
-}
-
 // A strict reader for encoder.json: one flat JSON object of string keys and integer values.
 typedef struct {
     const char* path;

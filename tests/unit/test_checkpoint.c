@@ -24,14 +24,7 @@
 
 // ---- helpers -----------------------------------------------------------------------------
 
-static unsigned char* read_all(const char* path, size_t* bytes) {
-    *bytes = (size_t)file_size(path);
-    unsigned char* b = xmalloc(*bytes, "file bytes");
-    FILE* f = xfopen(path, "rb");
-    xfread(b, 1, *bytes, f, path);
-    fclose(f);
-    return b;
-}
+static unsigned char* read_all(const char* path, size_t* bytes) { return (unsigned char*)read_whole_file(path, bytes); }
 
 static void write_all(const char* path, const void* bytes, size_t n) {
     FILE* f = xfopen(path, "wb");

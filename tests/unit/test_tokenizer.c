@@ -16,21 +16,11 @@
 #include "data/tokenizer.h"
 #include "tests/lib/testutil.h"
 
-static char* read_file(const char* path, size_t* len) {
-    *len = (size_t)file_size(path);
-    char* text = xmalloc(*len + 1, path);
-    FILE* f = xfopen(path, "rb");
-    xfread(text, 1, *len, f, path);
-    fclose(f);
-    text[*len] = '\0';
-    return text;
-}
-
 static void test_speed(const Tokenizer* tok, const char* data_dir) {
     char path[4096];
     size_t len, count;
     snprintf(path, sizeof(path), "%s/tinyshakespeare/input.txt", data_dir);
-    char* text = read_file(path, &len);
+    char* text = read_whole_file(path, &len);
     double t0 = wall_seconds();
     int* tokens = tokenizer_encode(tok, text, len, &count);
     double seconds = wall_seconds() - t0;
@@ -177,7 +167,7 @@ static void expect_load_error(const char* name, const char* dir, const char* wan
     int status = 0;
     waitpid(pid, &status, 0);
     size_t len = 0;
-    char* message = read_file(err_path, &len);
+    char* message = read_whole_file(err_path, &len);
     char* newline = strchr(message, '\n');
     if (newline) *newline = '\0';
     int ok = WIFEXITED(status) && WEXITSTATUS(status) == 1 && strstr(message, want_file) &&
@@ -202,7 +192,7 @@ static void test_malformed_vocabulary(const char* data_dir) {
 
     expect_load_error("missing encoder.json", dir, "encoder.json", "cannot open");
     size_t len;
-    char* real = read_file(real_encoder, &len);
+    char* real = read_whole_file(real_encoder, &len);
     real[1000] = '\0';
     write_file(encoder, real);
     expect_load_error("truncated encoder.json", dir, "encoder.json", "at byte 1000");
@@ -238,7 +228,7 @@ static void test_malformed_vocabulary(const char* data_dir) {
     write_file(merges, "#version: 0.2\n\xc4\xa0 t\n\xc4\xa0 t\n");
     expect_load_error("repeated merge", dir, "vocab.bpe line 3", "appears twice");
     // The real vocab.bpe cut after its first 1000 merges, at a line boundary: every line is a good one.
-    char* real_bpe = read_file(real_merges, &len);
+    char* real_bpe = read_whole_file(real_merges, &len);
     char* cut = real_bpe;
     for (int lines = 0; lines < 1001; lines++) cut = strchr(cut, '\n') + 1;
     *cut = '\0';
