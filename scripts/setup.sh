@@ -39,6 +39,15 @@ lack() {
             "(https://developer.nvidia.com/cuda-downloads), or set CUDA_HOME to where it is" >&2 ;;
     esac
 }
+# lack_pip WHAT PROBLEM PACKAGES: a missing piece that only pip provides. Debian's python3 takes a pip
+# package only with --break-system-packages (PEP 668), and needs pip itself from apt.
+lack_pip() {
+    if [ "$(python3 -c 'import sys; print(sys.prefix)')" = /usr ]; then
+        python3 -m pip --version > /dev/null 2>&1 || lack pip "python3 -m pip fails" apt python3-pip
+        pip_flags=" --break-system-packages"
+    fi
+    lack "$1" "$2" pip "$3"
+}
 # builds FILE COMPILER ARGS...: writes standard input to $tmp/FILE, compiles and links it (the
 # arguments after the file, so that libraries come after the code that needs them).
 builds() {
@@ -99,7 +108,7 @@ fi
 # scripts/plot_loss.py draws the loss curves of tests/e2e/test_train_cpu.sh; tests/lib/hellaswag_reference.py
 # (tests/e2e/test_hellaswag.sh) is a GPT-2 forward in NumPy; scripts/hf_to_model.py and model_to_hf.py
 # (tests/e2e/test_hf.sh) read and write Hugging Face's model.safetensors with safetensors.
-pip_flags="" # Debian's python3 takes a pip package only with --break-system-packages (PEP 668)
+pip_flags="" # " --break-system-packages" for Debian's python3 (lack_pip)
 if ! command -v python3 > /dev/null; then
     lack python3 "not found" apt python3
 else
@@ -109,9 +118,7 @@ else
             # a Python of its own (pyenv, venv, conda): Debian's package would not reach it
             lack $module "$(command -v python3) cannot import it" pip $module
         elif [ $module = safetensors ]; then # Debian 12 has no package of it
-            python3 -m pip --version > /dev/null 2>&1 || lack pip "python3 -m pip fails" apt python3-pip
-            lack $module "python3 cannot import it and Debian has no package of it" pip $module
-            pip_flags=" --break-system-packages"
+            lack_pip $module "python3 cannot import it and Debian has no package of it" $module
         else
             lack $module "python3 cannot import it" apt python3-$module
         fi
@@ -119,11 +126,7 @@ else
     # scripts/check_wgmma_sass.py (tests/e2e/test_wgmma_sass.sh) reads the compiled wgmma kernels
     # with cuobjdump and nvdisasm: the toolkit's, or NVIDIA's pip packages where it came without them.
     if [ "$have_nvcc" = 1 ] && ! CUDA_HOME=$CUDA_HOME python3 scripts/check_wgmma_sass.py --cuobjdump > /dev/null 2>&1; then
-        if [ "$(python3 -c 'import sys; print(sys.prefix)')" = /usr ]; then
-            python3 -m pip --version > /dev/null 2>&1 || lack pip "python3 -m pip fails" apt python3-pip
-            pip_flags=" --break-system-packages"
-        fi
-        lack "cuobjdump and nvdisasm" "not in $CUDA_HOME/bin, on the PATH or among python3's packages" pip \
+        lack_pip "cuobjdump and nvdisasm" "not in $CUDA_HOME/bin, on the PATH or among python3's packages" \
             "nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm"
     fi
 fi
