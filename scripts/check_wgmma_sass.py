@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks the sm_90a machine code of our wgmma kernels for registers that an issued product still owns.
+"""Checks the sm_90a machine code of our wgmma kernels: registers an issued product still owns, serialised wgmma.
 
 A wgmma runs after it is issued, until a `wgmma.wait_group` (WARPGROUP.DEPBAR in SASS) retires its
 group: until then its accumulators and its A operand in registers must not be written, nor its
@@ -14,12 +14,16 @@ access.
     scripts/check_wgmma_sass.py --sass FILE         a listing as cuobjdump -sass prints it
     scripts/check_wgmma_sass.py --cuobjdump         prints the cuobjdump it would run
 
+A function whose every product is waited for right after its issue is reported too: ptxas
+serialises a kernel's wgmma so where it cannot keep them in flight (registers, a branch), and says
+so only in "ptxas info (C75xx)" lines, which -Werror does not stop.
+
 Each function that issues HGMMA is scanned in address order, with the products in flight carried
 through straight-line code; a loop's back-edge with products in flight is followed once more, so the
 loop's start is checked against the products of its end. Branches are otherwise not followed (a
 forward branch over a wait is read as if the wait ran), so a clean report is evidence, not proof.
-Exit status: 0 clean, 1 an access found, 2 no function with HGMMA found, or cuobjdump missing or
-failing. cuobjdump and the nvdisasm it runs come from $CUDA_HOME/bin, the PATH, or NVIDIA's pip
+Exit status: 0 clean, 1 an access or a serialised function found, 2 no function with HGMMA found,
+cuobjdump missing or failing, or wrong arguments. cuobjdump and the nvdisasm it runs come from $CUDA_HOME/bin, the PATH, or NVIDIA's pip
 packages nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm.
 """
 import concurrent.futures
@@ -114,6 +118,20 @@ def scan(code):
     return found
 
 
+def serialised(code):
+    """Whether every product is waited for alone, right after its issue: what ptxas makes of a kernel's
+    wgmma when it cannot keep them in flight (its "ptxas info (C75xx)" lines, which are not warnings)."""
+    issued = [i for i, (_, text) in enumerate(code) if re.match(r"(@!?U?P\w+\s+)?HGMMA", text)]
+    def waited_alone(i):  # its own group, retired before the next product is issued
+        for _, text in code[i + 1:]:
+            if re.match(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x0", text):
+                return "gsb0" in code[i][1]
+            if re.match(r"(@!?U?P\w+\s+)?HGMMA", text):
+                return False
+        return False
+    return len(issued) > 1 and all(map(waited_alone, issued))
+
+
 def main(argv):
     if argv == ["--cuobjdump"]:
         print(cuobjdump())
@@ -138,21 +156,26 @@ def main(argv):
                     print(f"check_wgmma_sass.py: {tool} -sass {f}: {run.stderr.strip()}", file=sys.stderr)
                     return 2
     else:
-        sys.exit(__doc__.split("\n\n")[1])
-    checked = bad = 0
+        print("usage:\n" + __doc__.split("\n\n")[2], file=sys.stderr)
+        return 2
+    checked = accesses = serial = 0
     for source, listing in listings:
         for name, code in functions(listing):
             if not any(re.match(r"(@!?U?P\w+\s+)?HGMMA", text) for _, text in code):
                 continue
             checked += 1
+            if serialised(code):
+                serial += 1
+                print(f"{source}: {name}: every wgmma waited for alone: ptxas serialised them")
             for address, text, hit, issued in scan(code):
-                bad += 1
+                accesses += 1
                 print(f"{source}: {name}: {address:04x} {text}: registers {hit} of the product issued at {issued:04x}")
     if checked == 0:
         print("check_wgmma_sass.py: no function issues HGMMA in what was given", file=sys.stderr)
         return 2
-    print(f"{checked} functions with wgmma checked, {bad} accesses to registers of products in flight")
-    return 1 if bad else 0
+    print(f"{checked} functions with wgmma checked: {accesses} accesses to registers of products in flight, "
+          f"{serial} serialised")
+    return 1 if accesses or serial else 0
 
 
 if __name__ == "__main__":

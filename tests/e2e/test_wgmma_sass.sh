@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/check_wgmma_sass.py: on hand-written SASS listings it finds a register of a product in
 # flight written or read before the wait that retires it (also at a loop's start, against the product
-# its end issued) and passes the same accesses after the wait; then every wgmma kernel that
+# its end issued) and passes the same accesses after the wait, and finds a function whose every
+# product is waited for alone (serialised); then every wgmma kernel that
 # `make test-cuda-compile` built for sm_90a (the directory given) is checked, and must be clean.
 # usage: tests/e2e/test_wgmma_sass.sh CUDA_COMPILE_DIR
 set -euo pipefail
@@ -45,6 +46,9 @@ expect 1 two_groups "the newer of two groups still in flight after a wait that k
 listing loop 'MOV R1, R2' 'F2FP.BF16.F32.PACK_AB R100, R57, R56' 'WARPGROUP.DEPBAR.LE gsb0, 0x0' \
     'WARPGROUP.ARRIVE' "$issue_pv" '@P0 BRA 0x10' 'WARPGROUP.DEPBAR.LE gsb0, 0x0'
 expect 1 loop "a loop's start against the product its end issued"
+listing serialised 'WARPGROUP.ARRIVE' 'HGMMA.64x64x16.F32.BF16 R56, gdesc[UR4], RZ, !UPT, gsb0' \
+    'WARPGROUP.DEPBAR.LE gsb0, 0x0' "$issue_pv" 'NOP' 'WARPGROUP.DEPBAR.LE gsb0, 0x0'
+expect 1 serialised "every product waited for alone (wgmma serialised by ptxas)"
 listing none 'FFMA R101, R56, 0.5, -R4' 'EXIT'
 expect 2 none "a listing without wgmma is an error, not a pass"
 
