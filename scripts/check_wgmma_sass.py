@@ -23,8 +23,8 @@ through straight-line code; a loop's back-edge with products in flight is follow
 loop's start is checked against the products of its end. Branches are otherwise not followed (a
 forward branch over a wait is read as if the wait ran), so a clean report is evidence, not proof.
 Exit status: 0 clean, 1 an access or a serialised function found, 2 no function with HGMMA found,
-cuobjdump missing or failing, or wrong arguments. cuobjdump and the nvdisasm it runs come from $CUDA_HOME/bin, the PATH, or NVIDIA's pip
-packages nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm.
+cuobjdump missing or failing, or wrong arguments. cuobjdump and the nvdisasm it runs come from
+$CUDA_HOME/bin, the PATH, or NVIDIA's pip packages nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm.
 """
 import concurrent.futures
 import glob
@@ -37,6 +37,11 @@ import sys
 
 INSTRUCTION = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 REGISTER = re.compile(r"^[-|!]*R(\d+)\b")
+PREDICATE = re.compile(r"^@!?U?P\w+\s+")  # an instruction's guard, before its opcode
+
+
+def is_product(text):
+    return PREDICATE.sub("", text).startswith("HGMMA")
 
 
 def cuobjdump():
@@ -85,7 +90,7 @@ def scan(code):
     while i < len(code):
         address, text = code[i]
         i += 1
-        body = re.sub(r"^@!?U?P\w+\s+", "", text)
+        body = PREDICATE.sub("", text)
         opcode = body.split()[0]
         operands = [o.strip() for o in body[len(opcode):].split(",")]
         branch = re.search(r"\bBRA\b.*?0x([0-9a-f]+)\s*$", body)
@@ -121,12 +126,12 @@ def scan(code):
 def serialised(code):
     """Whether every product is waited for alone, right after its issue: what ptxas makes of a kernel's
     wgmma when it cannot keep them in flight (its "ptxas info (C75xx)" lines, which are not warnings)."""
-    issued = [i for i, (_, text) in enumerate(code) if re.match(r"(@!?U?P\w+\s+)?HGMMA", text)]
+    issued = [i for i, (_, text) in enumerate(code) if is_product(text)]
     def waited_alone(i):  # its own group, retired before the next product is issued
         for _, text in code[i + 1:]:
             if re.match(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x0", text):
                 return "gsb0" in code[i][1]
-            if re.match(r"(@!?U?P\w+\s+)?HGMMA", text):
+            if is_product(text):
                 return False
         return False
     return len(issued) > 1 and all(map(waited_alone, issued))
@@ -161,7 +166,7 @@ def main(argv):
     checked = accesses = serial = 0
     for source, listing in listings:
         for name, code in functions(listing):
-            if not any(re.match(r"(@!?U?P\w+\s+)?HGMMA", text) for _, text in code):
+            if not any(is_product(text) for _, text in code):
                 continue
             checked += 1
             if serialised(code):
