@@ -88,7 +88,7 @@ MODEL_SRC = model/gpt2.c model/init.c model/generate.c model/fit.c
 # The trainer: the program and the evaluations it runs.
 TRAIN_SRC = train.c eval/evaluate.c eval/hellaswag.c
 CPU_KERNEL_SRC = $(wildcard kernels/cpu/*.c)
-LIB_SRC = $(COMMON_SRC) common/atomic_file.c common/dist.c common/rendezvous.c $(DATA_SRC) $(CKPT_SRC)
+LIB_SRC = $(COMMON_SRC) common/atomic_file.c common/dist.c common/rendezvous.c common/tcp.c $(DATA_SRC) $(CKPT_SRC)
 
 # CPU objects live in a directory per attention variant so variants never overwrite each other.
 CPU_OBJ = $(OBJ)/cpu-$(ATTN)
@@ -131,7 +131,7 @@ test_tokenizer_SRC = data/tokenizer.c data/jsonl.c
 test_jsonl_SRC = data/jsonl.c
 test_data_SRC = data/tokenfile.c data/dataloader.c common/atomic_file.c
 test_checkpoint_SRC = data/tokenfile.c data/dataloader.c common/atomic_file.c $(CKPT_SRC)
-test_dist_SRC = common/dist.c common/rendezvous.c common/atomic_file.c
+test_dist_SRC = common/dist.c common/rendezvous.c common/tcp.c common/atomic_file.c
 test_memory_fit_SRC = $(MODEL_SRC) $(CPU_KERNEL_SRC)
 test_gpt2_SRC = $(MODEL_SRC) $(CPU_KERNEL_SRC)
 

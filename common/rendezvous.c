@@ -2,8 +2,6 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdint.h>
@@ -16,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/dist.h"
+#include "common/tcp.h"
 #include "common/util.h"
 
 // ---- choice ------------------------------------------------------------------------------
@@ -85,64 +84,13 @@ enum { REPLY_ID = 0, REPLY_REFUSED = 1 };
 // this long at most. A rank sends its hello as soon as it is connected.
 #define HELLO_SECONDS 5.0
 
-static const char TIMED_OUT[] = "timed out";
-
-static void put_u32(unsigned char* p, uint32_t v) {
-    p[0] = (unsigned char)(v >> 24), p[1] = (unsigned char)(v >> 16), p[2] = (unsigned char)(v >> 8);
-    p[3] = (unsigned char)v;
-}
-
-static uint32_t get_u32(const unsigned char* p) {
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-// Waits until fd is ready for `events` (or has failed) or the deadline passes: 1 ready, 0 not.
-static int wait_fd(int fd, short events, double deadline) {
-    for (;;) {
-        double left = deadline - wall_seconds();
-        int ms = left <= 0 ? 0 : left > 1e6 ? 1000000000 : (int)(left * 1000) + 1;
-        struct pollfd p = {fd, events, 0};
-        int got = poll(&p, 1, ms);
-        if (got > 0) return 1;
-        if (got == 0) return 0;
-        if (errno != EINTR) fatal("poll on a rendezvous connection: %s", strerror(errno));
-    }
-}
-
-// Sends or receives exactly n bytes on a non-blocking socket before the deadline, however the
-// kernel splits them. Returns NULL, TIMED_OUT or what else went wrong.
-static const char* transfer(int fd, void* buf, size_t n, int sending, double deadline) {
-    char* p = buf;
-    while (n > 0) {
-        // MSG_NOSIGNAL: a peer that has gone away gives EPIPE, not a SIGPIPE that kills the process.
-        ssize_t got = sending ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
-        if (got > 0) {
-            p += got;
-            n -= (size_t)got;
-        } else if (got == 0) {
-            return "the other end closed the connection";
-        } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            if (!wait_fd(fd, sending ? POLLOUT : POLLIN, deadline)) return TIMED_OUT;
-        } else if (errno != EINTR) {
-            return strerror(errno);
-        }
-    }
-    return NULL;
-}
-
-static void set_nonblocking(int fd) {
-    int flags = fcntl(fd, F_GETFL);
-    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0)
-        fatal("cannot make a rendezvous socket non-blocking: %s", strerror(errno));
-}
-
 static const char* send_reply(int fd, uint32_t kind, const void* payload, size_t n, double deadline) {
     unsigned char head[12];
-    put_u32(head, MAGIC);
-    put_u32(head + 4, kind);
-    put_u32(head + 8, (uint32_t)n);
-    const char* err = transfer(fd, head, sizeof head, 1, deadline);
-    return err ? err : transfer(fd, (void*)payload, n, 1, deadline);
+    tcp_put_u32(head, MAGIC);
+    tcp_put_u32(head + 4, kind);
+    tcp_put_u32(head + 8, (uint32_t)n);
+    const char* err = tcp_transfer(fd, head, sizeof head, 1, deadline);
+    return err ? err : tcp_transfer(fd, (void*)payload, n, 1, deadline);
 }
 
 // ---- rank 0 ------------------------------------------------------------------------------
@@ -199,13 +147,13 @@ typedef struct {
 // Reads a hello; NULL, or why the connection is not a rank of this program.
 static const char* read_hello(int fd, Hello* h, double deadline) {
     unsigned char head[16];
-    const char* err = transfer(fd, head, sizeof head, 0, deadline);
-    if (err) return err == TIMED_OUT ? "it sent no hello in time" : err;
-    uint32_t tag_len = get_u32(head + 12);
-    if (get_u32(head) != MAGIC || tag_len >= sizeof h->tag) return "it is not a rank of this program";
-    h->rank = get_u32(head + 4);
-    h->world = get_u32(head + 8);
-    err = transfer(fd, h->tag, tag_len, 0, deadline);
+    const char* err = tcp_transfer(fd, head, sizeof head, 0, deadline);
+    if (err) return err == TCP_TIMED_OUT ? "it sent no hello in time" : err;
+    uint32_t tag_len = tcp_get_u32(head + 12);
+    if (tcp_get_u32(head) != MAGIC || tag_len >= sizeof h->tag) return "it is not a rank of this program";
+    h->rank = tcp_get_u32(head + 4);
+    h->world = tcp_get_u32(head + 8);
+    err = tcp_transfer(fd, h->tag, tag_len, 0, deadline);
     h->tag[tag_len] = 0;
     return err ? "its hello was cut short" : NULL;
 }
@@ -213,30 +161,23 @@ static const char* read_hello(int fd, Hello* h, double deadline) {
 static void serve_id(const Rendezvous* r, int world, const void* id, size_t n, double timeout) {
     double deadline = wall_seconds() + timeout;
     raise_file_limit(world);
-    int lfd = socket(AF_INET, SOCK_STREAM, 0);
-    if (lfd < 0) fatal("rank 0: cannot create a socket for the rendezvous: %s", strerror(errno));
-    // A port that an earlier run used may linger in TIME_WAIT for a minute: let bind take it. (A
-    // port that a program still listens on is refused all the same: that is the second rank 0.)
-    int one = 1;
-    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     // Every interface: MASTER_ADDR is how the others reach this host, which may be a name or an
-    // address that this host cannot tell is its own (behind NAT, several networks).
-    struct sockaddr_in any = {.sin_family = AF_INET, .sin_port = htons((uint16_t)r->port),
-                              .sin_addr.s_addr = htonl(INADDR_ANY)};
-    if (bind(lfd, (struct sockaddr*)&any, sizeof any) != 0) {
+    // address that this host cannot tell is its own (behind NAT, several networks). A port that an
+    // earlier run used may linger in TIME_WAIT: tcp_listen takes it; one that a program still
+    // listens on is refused all the same: that is the second rank 0.
+    int lfd = tcp_listen(r->port);
+    if (lfd < 0) {
         if (errno == EADDRINUSE)
             fatal("rank 0: port %d (%s) is in use: by another rank 0 (was rank 0 started twice?) or by "
                   "another program; pick another MASTER_PORT", r->port, r->port_source);
         fatal("rank 0: cannot listen on port %d (%s): %s", r->port, r->port_source, strerror(errno));
     }
-    if (listen(lfd, SOMAXCONN) != 0) fatal("rank 0: cannot listen on port %d: %s", r->port, strerror(errno));
-    set_nonblocking(lfd);
 
     Peer* peers = xmalloc((size_t)world * sizeof *peers, "rendezvous connections");
     for (int i = 0; i < world; i++) peers[i].fd = -1;
     char why[TEXT_MAX];
     for (int joined = 1; joined < world;) {
-        if (!wait_fd(lfd, POLLIN, deadline)) {
+        if (!tcp_wait(lfd, POLLIN, deadline)) {
             say_missing(why, sizeof why, peers, world, joined, r->port, timeout);
             give_up(peers, world, why);
         }
@@ -251,7 +192,7 @@ static void serve_id(const Rendezvous* r, int world, const void* id, size_t n, d
                      e == EMFILE ? " (raise the limit of open files, ulimit -n, above the number of ranks)" : "");
             give_up(peers, world, why);
         }
-        set_nonblocking(fd);
+        tcp_set_nonblocking(fd);
         char from[64], ip[INET_ADDRSTRLEN];
         snprintf(from, sizeof from, "%s:%d", inet_ntop(AF_INET, &addr.sin_addr, ip, sizeof ip) ? ip : "?",
                  ntohs(addr.sin_port));
@@ -302,54 +243,10 @@ static void serve_id(const Rendezvous* r, int world, const void* id, size_t n, d
 
 // One attempt to connect to rank 0: the socket, or -1 with why it failed in `why`.
 static int connect_once(const Rendezvous* r, int rank, double deadline, char* why, size_t size) {
-    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *found;
-    char port[16];
-    snprintf(port, sizeof port, "%d", r->port);
-    int e = getaddrinfo(r->host, port, &hints, &found);
-    if (e == EAI_AGAIN) { // the name server did not answer: it may yet
-        snprintf(why, size, "cannot resolve MASTER_ADDR=%s: %s", r->host, gai_strerror(e));
-        return -1;
-    }
-    if (e != 0)
-        fatal("rank %d: MASTER_ADDR=%s: %s (give a host name or IPv4 address of rank 0's host)", rank, r->host,
-              e == EAI_SYSTEM ? strerror(errno) : gai_strerror(e));
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) fatal("rank %d: cannot create a socket for the rendezvous: %s", rank, strerror(errno));
-    set_nonblocking(fd);
-    int rc = connect(fd, found->ai_addr, found->ai_addrlen);
-    freeaddrinfo(found);
-    if (rc != 0 && (errno == EINPROGRESS || errno == EINTR)) {
-        if (!wait_fd(fd, POLLOUT, deadline)) {
-            snprintf(why, size, "no answer");
-            close(fd);
-            return -1;
-        }
-        int err = 0;
-        socklen_t len = sizeof err;
-        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-        rc = err ? -1 : 0;
-        errno = err;
-    }
-    if (rc != 0) {
-        snprintf(why, size, "%s", strerror(errno));
-        close(fd);
-        return -1;
-    }
-    if (rendezvous_connected_to_itself(fd)) {
-        snprintf(why, size, "Connection refused (the try connected to itself: nothing listens on that port)");
-        close(fd);
-        return -1;
-    }
+    int fd = tcp_connect(r->host, r->port, deadline, why, size);
+    if (fd == -2)
+        fatal("rank %d: MASTER_ADDR=%s: %s (give a host name or IPv4 address of rank 0's host)", rank, r->host, why);
     return fd;
-}
-
-int rendezvous_connected_to_itself(int fd) {
-    struct sockaddr_in mine, peer;
-    socklen_t mine_len = sizeof mine, peer_len = sizeof peer;
-    if (getsockname(fd, (struct sockaddr*)&mine, &mine_len) != 0 ||
-        getpeername(fd, (struct sockaddr*)&peer, &peer_len) != 0 || mine.sin_family != AF_INET)
-        return 0;
-    return mine.sin_port == peer.sin_port && mine.sin_addr.s_addr == peer.sin_addr.s_addr;
 }
 
 // Says hello on a connection and reads rank 0's reply: 1 with the id in `id`; 0, with why in `why`,
@@ -358,33 +255,33 @@ static int ask_for_id(const Rendezvous* r, int fd, int rank, int world, void* id
                       double timeout, char* why, size_t size) {
     unsigned char hello[16 + sizeof r->tag];
     size_t tag_len = strlen(r->tag);
-    put_u32(hello, MAGIC);
-    put_u32(hello + 4, (uint32_t)rank);
-    put_u32(hello + 8, (uint32_t)world);
-    put_u32(hello + 12, (uint32_t)tag_len);
+    tcp_put_u32(hello, MAGIC);
+    tcp_put_u32(hello + 4, (uint32_t)rank);
+    tcp_put_u32(hello + 8, (uint32_t)world);
+    tcp_put_u32(hello + 12, (uint32_t)tag_len);
     memcpy(hello + 16, r->tag, tag_len);
-    const char* err = transfer(fd, hello, 16 + tag_len, 1, deadline);
+    const char* err = tcp_transfer(fd, hello, 16 + tag_len, 1, deadline);
     unsigned char head[12];
-    if (!err) err = transfer(fd, head, sizeof head, 0, deadline);
-    if (err == TIMED_OUT)
+    if (!err) err = tcp_transfer(fd, head, sizeof head, 0, deadline);
+    if (err == TCP_TIMED_OUT)
         fatal("rank %d: connected to rank 0 at %s:%d, but no NCCL id came within %g s: rank 0 hands it out once "
               "all %d ranks have joined; is every rank started?", rank, r->host, r->port, timeout, world);
     if (err) {
         snprintf(why, size, "connected, but %s before rank 0 answered", err);
         return 0;
     }
-    uint32_t kind = get_u32(head + 4), len = get_u32(head + 8);
-    if (get_u32(head) != MAGIC)
+    uint32_t kind = tcp_get_u32(head + 4), len = tcp_get_u32(head + 8);
+    if (tcp_get_u32(head) != MAGIC)
         fatal("rank %d: %s:%d (%s) answered, but not as rank 0 of this program: does another program listen "
               "on that port?", rank, r->host, r->port, r->port_source);
     if (kind == REPLY_ID && len == n) {
-        err = transfer(fd, id, n, 0, deadline);
+        err = tcp_transfer(fd, id, n, 0, deadline);
         if (err) fatal("rank %d: the NCCL id from rank 0 at %s:%d was cut short: %s", rank, r->host, r->port, err);
         return 1;
     }
     if (kind == REPLY_REFUSED && len < TEXT_MAX) {
         char text[TEXT_MAX];
-        err = transfer(fd, text, len, 0, deadline);
+        err = tcp_transfer(fd, text, len, 0, deadline);
         text[err ? 0 : len] = 0;
         fatal("rank %d: rank 0 at %s:%d says: %s", rank, r->host, r->port,
               err ? "(its reason was cut short)" : text);

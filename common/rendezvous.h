@@ -41,12 +41,6 @@ const char* rendezvous_describe(const Rendezvous* r, char* buf, size_t size);
 // program is closed with a warning, and a rank of another launch (another run tag) is refused;
 // rank 0 goes on waiting in both cases. A port in use (another rank 0) ends rank 0 at once.
 void rendezvous_share(const Rendezvous* r, int rank, int world, void* id, size_t n, double timeout_seconds);
-// Whether a connected TCP socket is connected to itself. A connect to a port of this host on which
-// nothing listens succeeds, rarely, when the kernel happens to pick that same port as the
-// connection's source (TCP's simultaneous open): the port must be in the kernel's ephemeral range
-// (/proc/sys/net/ipv4/ip_local_port_range). The other ranks count such a try as refused: read as
-// rank 0's reply, their own hello would end them with a nonsensical refusal.
-int rendezvous_connected_to_itself(int fd);
 // Rank 0, once every rank has joined NCCL: removes what the rendezvous left (the id file).
 void rendezvous_done(const Rendezvous* r, int rank);
 

@@ -23,6 +23,7 @@
 
 #include "common/dist.h"
 #include "common/rendezvous.h"
+#include "common/tcp.h"
 #include "common/util.h"
 #include "tests/lib/testutil.h"
 
@@ -479,14 +480,14 @@ static int connect_to_itself(int port) {
 static void test_connected_to_itself(void) {
     int port = free_port(), self = connect_to_itself(port);
     const char* why = self >= 0 ? "connected" : strerror(errno);
-    int told = self >= 0 ? rendezvous_connected_to_itself(self) : -1;
+    int told = self >= 0 ? tcp_connected_to_itself(self) : -1;
     test_check(told == 1, "tcp: a socket connected to itself is told apart", "socket %s, detector %d", why, told);
     if (self >= 0) close(self);
     port = free_port();
     int server = listen_on(port), client = connect_local(port), accepted = accept(server, NULL, NULL);
-    test_check(rendezvous_connected_to_itself(client) == 0 && rendezvous_connected_to_itself(accepted) == 0,
+    test_check(tcp_connected_to_itself(client) == 0 && tcp_connected_to_itself(accepted) == 0,
                "tcp: both ends of a connection between two sockets are not", "client %d, accepted %d",
-               rendezvous_connected_to_itself(client), rendezvous_connected_to_itself(accepted));
+               tcp_connected_to_itself(client), tcp_connected_to_itself(accepted));
     close(accepted);
     close(client);
     close(server);
