@@ -123,7 +123,7 @@ TEST_BIN = $(BUILD)/tests
 CPU_TESTS = test_kernels_cpu test_attention_cpu test_tokenizer test_jsonl test_data test_checkpoint test_dist test_memory_fit test_gpt2 \
     test_gpu_peaks
 TEST_BASE = tests/lib/testutil.c $(COMMON_SRC)
-LAYER_SRC = $(filter-out kernels/cpu/attention%,$(CPU_KERNEL_SRC))
+LAYER_SRC = $(filter-out kernels/cpu/attention% kernels/cpu/comm.c,$(CPU_KERNEL_SRC))
 ATTN_SRC = $(filter kernels/cpu/attention%,$(CPU_KERNEL_SRC))
 test_kernels_cpu_SRC = $(LAYER_SRC)
 test_attention_cpu_SRC = $(ATTN_SRC) kernels/cpu/matmul.c # the qkv bias gradient: matmul_backward's column sums
@@ -131,9 +131,12 @@ test_tokenizer_SRC = data/tokenizer.c data/jsonl.c
 test_jsonl_SRC = data/jsonl.c
 test_data_SRC = data/tokenfile.c data/dataloader.c common/atomic_file.c
 test_checkpoint_SRC = data/tokenfile.c data/dataloader.c common/atomic_file.c $(CKPT_SRC)
-test_dist_SRC = common/dist.c common/rendezvous.c common/tcp.c common/atomic_file.c
-test_memory_fit_SRC = $(MODEL_SRC) $(CPU_KERNEL_SRC)
-test_gpt2_SRC = $(MODEL_SRC) $(CPU_KERNEL_SRC)
+# How ranks meet (the rendezvous, over TCP or through a file): test_dist's subject, and what
+# kernels/cpu/comm.c needs besides
+RANKS_SRC = common/dist.c common/rendezvous.c common/tcp.c common/atomic_file.c
+test_dist_SRC = $(RANKS_SRC)
+test_memory_fit_SRC = $(MODEL_SRC) $(CPU_KERNEL_SRC) $(RANKS_SRC)
+test_gpt2_SRC = $(MODEL_SRC) $(CPU_KERNEL_SRC) $(RANKS_SRC)
 
 # Whole-model test programs linked like train_gpt_cpu: one forward + backward dumped for
 # tests/gpu/test_gpu_grads.sh, greedy generation against the argmax of the logits, and the logits of a

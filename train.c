@@ -1348,8 +1348,8 @@ static void build_model(Run* r, const DistEnv* env) {
            cfg->num_layers, cfg->channels, cfg->num_heads, cfg->max_seq_len, cfg->vocab_size,
            cfg->padded_vocab_size, r->model.num_parameters, r->file_weights ? " from " : "",
            r->file_weights ? o->model : "");
-    printf("batch: B %d x T %d x %d GPU(s) x %d accumulation = %lld tokens per step, %d steps%s\n",
-           r->B, o->T, r->world, r->accum, r->total_batch, r->max_steps,
+    printf("batch: B %d x T %d x %d %s x %d accumulation = %lld tokens per step, %d steps%s\n",
+           r->B, o->T, r->world, on_gpu ? "GPU(s)" : "rank(s)", r->accum, r->total_batch, r->max_steps,
            o->group_sequences ? ", gradients summed per group of sequences (--batch-invariant)" : "");
     char tokens[32];
     printf("schedule: %s tokens (%.3g epochs), lr %g, warmup %d, then %s to %g at step %d; weight decay %g, "

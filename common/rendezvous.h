@@ -1,6 +1,7 @@
 // How the ranks of a run meet before NCCL can connect them: rank 0 creates NCCL's unique id (a
-// small blob that says where rank 0's NCCL listens) and every other rank needs a copy. Two ways,
-// neither needs a GPU (so the CPU tests run both):
+// small blob that says where rank 0's NCCL listens) and every other rank needs a copy; without NCCL,
+// the same for rank 0's address (kernels/cpu/comm.c). Two ways, neither needs a GPU (so the CPU
+// tests run both):
 //   TCP   rank 0 serves the id on a port; the others connect to MASTER_ADDR:MASTER_PORT, torchrun's
 //         variables (set them by hand under srun or mpirun). No shared file system: several hosts.
 //   file  rank 0 writes the id to a file in a directory that every rank sees (common/dist.h).

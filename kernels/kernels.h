@@ -287,9 +287,9 @@ void adamw_update(floatX* param, float* master, const gradX* grad, float* m, flo
 void round_master_weights(floatX* param, const float* master, size_t n, size_t index0, int t,
                           unsigned long long seed);
 
-// ---- data parallelism: one process per GPU -----------------------------------------------
-// NCCL in the CUDA build (kernels/cuda/comm.cu); one process only in the CPU build and in a CUDA
-// build made with NCCL=0 (kernels/cpu/comm.c), where every operation below is the identity.
+// ---- data parallelism: one process per GPU (or CPU rank) ---------------------------------
+// NCCL in the CUDA build (kernels/cuda/comm.cu); in the CPU build and in a CUDA build made with NCCL=0
+// (kernels/cpu/comm.c), TCP through rank 0, which adds in rank order (the identity for one process).
 // Collectives run in the order the calls are made, after the work already queued; each call but
 // comm_sum_pieces_begin waits for its result, and a collective that does not finish within the
 // timeout (a rank died or hangs) aborts the communicator and exits with a message.
@@ -301,15 +301,15 @@ typedef enum { COMM_FLOATX, COMM_FLOAT } CommType;
 #define COMM_GRADX COMM_FLOAT
 #endif
 typedef enum { COMM_SUM, COMM_MIN, COMM_MAX } CommOp;
-// Joins the `world` ranks: rank 0 creates the NCCL id and hands it to the others through the
-// rendezvous rdv (common/rendezvous.h: TCP or a shared file; not used, and may be NULL, when world
+// Joins the `world` ranks: rank 0 creates the NCCL id (without NCCL, its address and a key) and hands
+// it to the others through the rendezvous rdv (common/rendezvous.h: TCP or a shared file; not used, and may be NULL, when world
 // is 1). Waits at most timeout_seconds for anything.
 struct Rendezvous;
 void comm_init(int rank, int world, const struct Rendezvous* rdv, double timeout_seconds);
 void comm_free(void);
 int comm_rank(void);  // 0 before comm_init
 int comm_world(void); // 1 before comm_init
-const char* comm_name(void); // "NCCL" or "one process"
+const char* comm_name(void); // "NCCL", "TCP through rank 0" or "one process"
 // buf (count elements) = its sum over the ranks.
 void comm_allreduce_sum(void* buf, size_t count, CommType type);
 // buf holds world * shard elements; afterwards rank r's part buf[r*shard, (r+1)*shard) holds the

@@ -3,7 +3,8 @@
 #     scripts/launch.sh N CMD ARGS...        e.g.  scripts/launch.sh 8 ./train_gpt -i ... -o out
 # Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE and GPT_RUN_ID (one value per
 # launch, which names the NCCL id file so that a file of an earlier run is never read); it uses GPU
-# LOCAL_RANK among those CUDA_VISIBLE_DEVICES shows, which is left as it is. Every line a rank
+# LOCAL_RANK among those CUDA_VISIBLE_DEVICES shows, which is left as it is. Unless OMP_NUM_THREADS
+# is set, N ranks get nproc / N OpenMP threads each (at least 1). Every line a rank
 # prints starts with "[rank R] " (stdout to stdout, stderr to stderr). SIGINT and SIGTERM go to all
 # ranks. When a rank fails, the others get SIGTERM, then SIGKILL after LAUNCH_GRACE_SECONDS
 # (default 30), and the launcher exits with the failed rank's status.
@@ -68,6 +69,12 @@ trap 'signal=TERM; stop_ranks TERM' TERM
 
 GPT_RUN_ID=$(date +%Y%m%d-%H%M%S)-$$-$RANDOM
 export WORLD_SIZE=$nranks LOCAL_WORLD_SIZE=$nranks GPT_RUN_ID
+# Each rank's share of the cores for OpenMP (train_gpt_cpu's kernels), unless OMP_NUM_THREADS is set:
+# N ranks of every core each would crowd them.
+if [ -z "${OMP_NUM_THREADS:-}" ] && [ "$nranks" -gt 1 ]; then
+    cores=$(nproc)
+    export OMP_NUM_THREADS=$((cores > nranks ? cores / nranks : 1))
+fi
 for ((r = 0; r < nranks; r++)); do
     [ -z "$signal" ] || break # stopped while starting: start no more
     exec {out}> >(prefix "$r")

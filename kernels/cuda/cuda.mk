@@ -58,7 +58,7 @@ LDLIBS_CUDA = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcu
 CUDA_KERNEL_SRC = $(filter-out kernels/cuda/attention_%.cu kernels/cuda/comm.cu,$(wildcard kernels/cuda/*.cu)) \
     kernels/cuda/attention_$(ATTN).cu
 # NCCL=1 (the Makefile's default when nccl.h is found) links NCCL for several GPUs; NCCL=0 builds a
-# train_gpt that runs one process, with the CPU build's single-process kernels/cpu/comm.c.
+# train_gpt whose ranks add over TCP through rank 0, with the CPU build's kernels/cpu/comm.c.
 ifeq ($(NCCL),1)
 COMM_SRC = kernels/cuda/comm.cu
 NCCL_LIBDIR = $(if $(NCCL_HOME),$(NCCL_HOME)/lib,$(CUDA_HOME)/lib64)

@@ -104,8 +104,6 @@ expect_error "hs_trailing.bin: 2 bytes after the last of the header's 2 examples
 expect_error "hs.bin: example 0 needs 11 positions" "${small[@]}" -t 8 -i "$train_bin" -o "$tmp/o" --hellaswag "$tmp/hs.bin"
 expect_error "no_such_hellaswag.bin" "${small[@]}" -i "$train_bin" -o "$tmp/o" --hellaswag "$tmp/no_such_hellaswag.bin"
 expect_error "--hellaswag-dump needs --hellaswag" "${small[@]}" -i "$train_bin" -o "$tmp/o" --hellaswag-dump "$tmp/dump.csv"
-# several processes of the CPU build, which runs one
-RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 GPT_RUN_ID=t expect_error "one process only" "${small[@]}" -i "$train_bin" -o "$tmp/o"
 # the TCP rendezvous's variables, checked before anything waits on them
 RANK=1 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=99999 expect_error "MASTER_PORT=99999 is not a port" "${small[@]}" -i "$train_bin" -o "$tmp/o"
 RANK=1 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 expect_error "MASTER_PORT is not" "${small[@]}" -i "$train_bin" -o "$tmp/o"

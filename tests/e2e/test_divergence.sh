@@ -29,9 +29,6 @@ train() { "$BUILD/train_gpt_cpu" --layers 2 --channels 64 --heads 4 --max-seq 64
     -j "$DATA/tinyshakespeare/tiny_shakespeare_val.bin" -v 0 -s 0 -l 1e-3 -k constant "$@"; }
 # shellcheck source=tests/lib/run_files.sh
 . tests/lib/run_files.sh
-# same_state A B: equal from byte 513 on (all but the 512-byte header: step, data position, ...)
-same_state() { cmp -s <(tail -c +513 "$1") <(tail -c +513 "$2"); }
-skipped_steps() { awk -F, 'NR > 1 && $8 == 1 { printf "%s%s", sep, $1; sep = "," }' "$1/log.csv"; }
 # the log without the timing columns (ms, tok_per_s)
 log_values() { cut -d, -f1-5,8 "$1/log.csv"; }
 

@@ -60,6 +60,18 @@ other_id=$(sed 's/^\[rank 0\] //' "$tmp/out")
 [ -n "$other_id" ] && [ "$other_id" != "$run_id" ]
 check "GPT_RUN_ID differs between launches" $? "'$run_id' then '$other_id'"
 
+cores=$(nproc)
+run_launch 2 bash -c 'echo "threads $OMP_NUM_THREADS"'
+want=$((cores > 2 ? cores / 2 : 1))
+grep -qxF "[rank 1] threads $want" "$tmp/out"
+check "2 ranks on $cores cores: OMP_NUM_THREADS $want each" $? "$(cat "$tmp/out")"
+OMP_NUM_THREADS=3 run_launch 2 bash -c 'echo "threads $OMP_NUM_THREADS"'
+grep -qxF "[rank 0] threads 3" "$tmp/out"
+check "OMP_NUM_THREADS set by the caller is kept" $? "$(cat "$tmp/out")"
+run_launch 1 bash -c 'echo "threads ${OMP_NUM_THREADS-unset}"'
+grep -qxF "[rank 0] threads ${OMP_NUM_THREADS-unset}" "$tmp/out"
+check "1 rank: OMP_NUM_THREADS left as it was" $? "$(cat "$tmp/out")"
+
 # ---- a failing rank stops the others -----------------------------------------------------
 export LAUNCH_GRACE_SECONDS=2
 run_launch 3 bash -c 'echo $$ > '"$tmp"'/pid.$RANK; if [ "$RANK" = 1 ]; then sleep 0.3; echo bye >&2; exit 7; fi; exec sleep 60'

@@ -16,7 +16,9 @@
 #      every run above): the same losses, gradient norms and final model file, bit for bit, in FP32
 #      at -z 0 and -z 1, in BF16 with --batch-invariant 2, and in a GRADS=BF16 build (bf16
 #      gradients) at -z 1.
-#   7. Failure: a rank killed with SIGKILL in the middle of training makes the other one stop with
+#   7. train_gpt built without NCCL (NCCL=0: the ranks add over TCP through rank 0,
+#      kernels/cpu/comm.c) trains NCCL's bits in FP32 at -z 0 and -z 1 (on 2 ranks both add a + b).
+#   8. Failure: a rank killed with SIGKILL in the middle of training makes the other one stop with
 #      a message within --nccl-timeout (not a hang); a rank whose partner never starts gives up.
 # Usage: BUILD=dir GPU_ARCH=90 tests/gpu/test_multi_gpu.sh   (needs 2 GPUs; scripts/get_data.sh fetches the data)
 set -eu
@@ -38,6 +40,7 @@ for p in FP32 BF16; do
 done
 make --no-print-directory -s BUILD="$BUILD/BF16-grads" PRECISION=BF16 GRADS=BF16 GPU_ARCH="$ARCH" NCCL=1 \
     "$BUILD/BF16-grads/train_gpt"
+make --no-print-directory -s BUILD="$BUILD/FP32-tcp" PRECISION=FP32 GPU_ARCH="$ARCH" NCCL=0 "$BUILD/FP32-tcp/train_gpt"
 make --no-print-directory -s BUILD="$BUILD/cpu" "$BUILD/cpu/prepare_data"
 COMMON=(-e d12 -i "$DATA/tiny_shakespeare_train.bin" -j "$DATA/tiny_shakespeare_val.bin" -t 1024
         -v 0 -s 0 -l 6e-4 -u 700 --seed 1337) # llm.c's GPT-2 124M learning rate recipe, as scripts/parity.sh
@@ -144,7 +147,18 @@ for pair in "fp32-2 FP32 -z 0" "fp32-2z1 FP32 -z 1" "bf16-bi BF16 --batch-invari
     fi
 done
 
-# 7. Failures, without the launcher (which would stop the other rank itself).
+# 7. Without NCCL, against the NCCL runs of checks 1 and 3.
+run 2 FP32-tcp "$WORK/fp32-2-tcp" -b 4 -d 16384 -x 20 -n 0
+run 2 FP32-tcp "$WORK/fp32-2z1-tcp" -b 4 -d 16384 -x 20 -n 0 -z 1
+for name in fp32-2 fp32-2z1; do
+    if same_columns "$WORK/$name" "$WORK/$name-tcp" && cmp -s "$WORK/$name/model_00000020.bin" "$WORK/$name-tcp/model_00000020.bin"; then
+        pass "$name: NCCL=0 (TCP through rank 0) trains the bits of NCCL on 2 GPUs (losses, norms, model file)"
+    else
+        fail "$name: NCCL=0 differs from NCCL: $(compare_logs "$WORK/$name/log.csv" "$WORK/$name-tcp/log.csv" train_loss 1 20 0)"
+    fi
+done
+
+# 8. Failures, without the launcher (which would stop the other rank itself).
 start_rank() { # start_rank RANK OUTDIR ARGS...: in the background, pid in $!
     local r=$1 out=$2
     shift 2

@@ -1,7 +1,12 @@
 # shellcheck shell=bash
 # Sourced by the tests that look at a run's files: their names, as the trainer writes them.
 
-# model_file DIR STEP, state_file DIR STEP: the model file and rank 0's training state of step STEP in
-# the output directory DIR
+# model_file DIR STEP, state_file DIR STEP [RANK]: the model file and the training state of rank RANK
+# (default 0) of step STEP in the output directory DIR
 model_file() { printf '%s/model_%08d.bin' "$1" "$2"; }
-state_file() { printf '%s/state_%08d_00000.bin' "$1" "$2"; }
+state_file() { printf '%s/state_%08d_%05d.bin' "$1" "$2" "${3:-0}"; }
+# same_state A B: two training states equal from byte 513 on (all but the 512-byte header: step, data
+# position, ...)
+same_state() { cmp -s <(tail -c +513 "$1") <(tail -c +513 "$2"); }
+# skipped_steps DIR: the steps log.csv marks skipped, as "3,5"
+skipped_steps() { awk -F, 'NR > 1 && $8 == 1 { printf "%s%s", sep, $1; sep = "," }' "$1/log.csv"; }
