@@ -8,8 +8,9 @@
 #   1. GPT-2 124M, the same global batch on 1 GPU and on the 2 nodes: FP32 20 steps within 1e-4
 #      relative, BF16 100 steps within 1% (tests/gpu/test_multi_gpu.sh's tolerances).
 #   2. Files: rank 0's directory holds log.csv, the model file and rank 0's training state; rank 1's
-#      holds rank 1's training state and nothing else. Rank 0 prints the rendezvous it used, and
-#      NCCL (NCCL_DEBUG=INFO) names only its socket transport for the channels.
+#      holds rank 1's training state (and each its options, run.conf, and its lock, lock_RANK). Rank 0
+#      prints the rendezvous it used, and NCCL (NCCL_DEBUG=INFO) names only its socket transport for
+#      the channels.
 #   3. Resume (FP32), each rank from its own directory: 10 steps, then 10 more with -y 1, equal the
 #      20 straight steps bit for bit (losses, norms, the final model file); when rank 1 lacks its
 #      newest state, both ranks resume from the newest step that both have and still end bit for bit.
@@ -94,9 +95,9 @@ if r=$(compare_logs "$WORK/bf16-1/log.csv" "$WORK/bf16-2-0/log.csv" train_loss 1
 else fail "BF16 1 GPU vs 2 nodes: $r"; fi
 
 # 2. Who writes what, and the rendezvous printed.
-if [ "$(ls "$WORK/fp32-2-0" | tr '\n' ' ')" = "log.csv model_00000020.bin run.conf state_00000020_00000.bin " ] &&
-   [ "$(ls "$WORK/fp32-2-1" | tr '\n' ' ')" = "run.conf state_00000020_00001.bin " ]; then
-    pass "files: rank 0 writes log.csv, the model, the options and its state; rank 1 its options and state"
+if [ "$(ls "$WORK/fp32-2-0" | tr '\n' ' ')" = "lock_00000 log.csv model_00000020.bin run.conf state_00000020_00000.bin " ] &&
+   [ "$(ls "$WORK/fp32-2-1" | tr '\n' ' ')" = "lock_00001 run.conf state_00000020_00001.bin " ]; then
+    pass "files: rank 0 writes log.csv, the model, the options, its state and lock; rank 1 its options, state and lock"
 else
     fail "files: rank 0 wrote $(ls "$WORK/fp32-2-0" | tr '\n' ' '); rank 1 $(ls "$WORK/fp32-2-1" | tr '\n' ' ')"
 fi
