@@ -4,10 +4,10 @@
 # Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE and GPT_RUN_ID (one value per
 # launch, which names the NCCL id file so that a file of an earlier run is never read); it uses GPU
 # LOCAL_RANK among those CUDA_VISIBLE_DEVICES shows, which is left as it is. Unless OMP_NUM_THREADS
-# is set, N ranks get nproc / N OpenMP threads each (at least 1). Every line a rank
-# prints starts with "[rank R] " (stdout to stdout, stderr to stderr). SIGINT and SIGTERM go to all
-# ranks. When a rank fails, the others get SIGTERM, then SIGKILL after LAUNCH_GRACE_SECONDS
-# (default 30), and the launcher exits with the failed rank's status.
+# is set, N ranks get nproc / N OpenMP threads each (at least 1). Every line a rank prints starts
+# with "[rank R] " (stdout to stdout, stderr to stderr). SIGINT and SIGTERM go to all ranks. When a
+# rank fails, the others get SIGTERM, then SIGKILL after LAUNCH_GRACE_SECONDS (default 30), and the
+# launcher exits with the failed rank's status.
 #
 # The ranks meet through a file in the output directory (or --nccl-dir), unless MASTER_ADDR and
 # MASTER_PORT are set in the environment: then over TCP (docs/several-gpus.md).
