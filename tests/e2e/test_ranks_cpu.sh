@@ -30,6 +30,7 @@ cd "$(dirname "$0")/../.."
 . tests/lib/hellaswag_compare.sh
 . tests/lib/run_files.sh
 . tests/lib/mfu.sh
+. tests/lib/free_port.sh
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 trap 'echo "FAIL test_ranks_cpu: the command at line $LINENO failed"' ERR
@@ -48,8 +49,7 @@ run() { # run NRANKS OUTDIR ARGS...
 }
 # The same losses and gradient norms, bit for bit, and the same final model file.
 same_bits() { # same_bits DIR_A DIR_B STEP
-    cmp -s <(cut -d, -f1,2,5 "$1/log.csv") <(cut -d, -f1,2,5 "$2/log.csv") &&
-        cmp -s "$1/$(printf model_%08d.bin "$3")" "$2/$(printf model_%08d.bin "$3")"
+    same_columns "$1" "$2" && cmp -s "$1/$(printf model_%08d.bin "$3")" "$2/$(printf model_%08d.bin "$3")"
 }
 
 # 1. 2,048 tokens a step: 1 rank x B 4 x 8 accumulation = 2 ranks x B 4 x 4.
@@ -158,11 +158,8 @@ wait_at_most() {
     wait "$2" || status=$?
 }
 
-# 7. Two hosts: a port nothing listens on, below the kernel's range of source ports (32768 on).
-while :; do
-    port=$((20000 + RANDOM % 12000))
-    (: < "/dev/tcp/127.0.0.1/$port") 2> /dev/null || break
-done
+# 7. Two hosts.
+port=$(free_port)
 export MASTER_ADDR=127.0.0.1 MASTER_PORT=$port
 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 start_rank 0 "$tmp/host0" -b 4 -d 2048 -x 8 -n 0
 pid0=$!

@@ -50,7 +50,6 @@ run() { # run NGPUS PRECISION OUTDIR ARGS...
     scripts/launch.sh "$n" "$BUILD/$p/train_gpt" "${COMMON[@]}" -o "$out" "$@" > "$out.log" 2>&1 ||
         { echo "run failed: $n GPU(s) $p $*"; tail -20 "$out.log"; return 1; }
 }
-same_columns() { cmp -s <(cut -d, -f1,2,5 "$1/log.csv") <(cut -d, -f1,2,5 "$2/log.csv"); }
 
 # 1. FP32, 16384 tokens per step: 1 GPU x B 4 x 4 accumulation = 2 GPUs x B 4 x 2.
 run 1 FP32 "$WORK/fp32-1" -b 4 -d 16384 -x 20 -n 0

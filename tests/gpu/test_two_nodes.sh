@@ -21,6 +21,7 @@
 set -eu
 "$(dirname "$0")/../../scripts/get_data.sh" # before any cd: a relative GPT_DATA_DIR is the caller's
 . "$(dirname "$0")/../lib/log_compare.sh"
+. "$(dirname "$0")/../lib/free_port.sh"
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build/multi}
 ARCH=${GPU_ARCH:-90}
@@ -36,18 +37,7 @@ for p in FP32 BF16; do
 done
 COMMON=(-e d12 -i "$DATA/tiny_shakespeare_train.bin" -j "$DATA/tiny_shakespeare_val.bin" -t 1024
         -v 0 -s 0 -l 6e-4 -u 700 --seed 1337 -b 4 -d 16384) # as tests/gpu/test_multi_gpu.sh
-same_columns() { cmp -s <(cut -d, -f1,2,5 "$1/log.csv") <(cut -d, -f1,2,5 "$2/log.csv"); }
 
-# A port that nothing on this host listens on, below the kernel's range for the source ports of
-# outgoing connections (32768 by default), so that no connection (NCCL's among them) takes it
-# meanwhile, and a rank's try to connect to it cannot connect to itself.
-free_port() {
-    local port
-    while :; do
-        port=$((20000 + RANDOM % 12000))
-        (: < "/dev/tcp/127.0.0.1/$port") 2> /dev/null || { echo "$port"; return; }
-    done
-}
 
 one_gpu() { # one_gpu PRECISION OUTDIR ARGS...
     local p=$1 out=$2

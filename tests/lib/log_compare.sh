@@ -1,4 +1,4 @@
-# Sourced by the GPU test scripts: compares the log.csv files of two training runs.
+# Sourced by the tests of several ranks (GPU and CPU): compares the log.csv files of two training runs.
 
 # log_column FILE NAME: the number of column NAME in FILE's header.
 log_column() { head -1 "$1" | tr , '\n' | grep -nx "$2" | cut -d: -f1; }
@@ -21,3 +21,7 @@ compare_logs() {
                      first, last, n, bad, rtol, worst, at
               exit (n == last - first + 1 && bad == 0) ? 0 : 1 }' "$1" "$2"
 }
+
+# same_columns DIR_A DIR_B: the two runs' log.csv have the same steps, train losses and gradient
+# norms, bit for bit.
+same_columns() { cmp -s <(cut -d, -f1,2,5 "$1/log.csv") <(cut -d, -f1,2,5 "$2/log.csv"); }
