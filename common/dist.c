@@ -118,7 +118,7 @@ const char* dist_run_tag(void) {
     const char* id = run_id(&from, slurm, sizeof slurm);
     if (!id) {
         if (dist_env_detect().world > 1)
-            fatal("several ranks but no run id to tell this run's NCCL id file from older ones: "
+            fatal("several ranks but no run id to tell this run's rank 0 id file from older ones: "
                   "export GPT_RUN_ID with a value unique to this launch and the same on every rank");
         id = "single";
     }
@@ -132,10 +132,10 @@ const char* dist_run_tag_if_any(void) {
     return id ? tag_of(id, from) : "";
 }
 
-// ---- NCCL id rendezvous ------------------------------------------------------------------
+// ---- rank 0's id through a file ---------------------------------------------------------
 
 static void id_path(char* buf, size_t size, const char* dir, const char* run_tag) {
-    int n = snprintf(buf, size, "%s/nccl_id_%s.bin", dir, run_tag);
+    int n = snprintf(buf, size, "%s/rank0_id_%s.bin", dir, run_tag);
     if (n < 0 || (size_t)n >= size) fatal("--nccl-dir %s: the path is too long", dir);
 }
 
@@ -158,12 +158,12 @@ void dist_wait_id(const char* dir, const char* run_tag, void* id, size_t n, doub
     while (stat(path, &st) != 0) {
         if (errno != ENOENT) fatal("cannot inspect %s: %s", path, strerror(errno));
         if (wall_seconds() > deadline)
-            fatal("rank %d: no NCCL id from rank 0 in %s after %g s; is rank 0 running and is %s "
+            fatal("rank %d: no id from rank 0 in %s after %g s; is rank 0 running and is %s "
                   "shared by all ranks?", dist_env_detect().rank, path, timeout_seconds, dir);
         nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
     }
     if (!S_ISREG(st.st_mode) || (size_t)st.st_size != n)
-        fatal("%s is not an NCCL id file of this program: expected %zu bytes, found %lld", path, n,
+        fatal("%s is not a rank 0 id file of this program: expected %zu bytes, found %lld", path, n,
               (long long)st.st_size);
     FILE* f = xfopen(path, "rb");
     xfread(id, 1, n, f, path);

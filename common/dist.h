@@ -1,7 +1,8 @@
 // Data parallelism across processes, the parts that need no GPU: which rank this process is, and
-// the hand-over of the NCCL unique id from rank 0 to the others through a file in a directory that
-// all ranks share (the TCP hand-over is in common/rendezvous.h, which chooses between the two). One
-// process per GPU; each rank uses GPU local_rank. Nothing here needs MPI.
+// the hand-over of rank 0's id (NCCL's unique id; without NCCL, rank 0's address) to the others
+// through a file in a directory that all ranks share (the TCP hand-over is in common/rendezvous.h,
+// which chooses between the two). One process per GPU; each rank uses GPU local_rank. Nothing here
+// needs MPI.
 #pragma once
 #include <stddef.h>
 
@@ -35,7 +36,7 @@ const char* dist_run_tag(void);
 // The same tag where a launcher names the run, else "" (the TCP rendezvous needs no run id).
 const char* dist_run_tag_if_any(void);
 
-// Rank 0: writes the n-byte id to DIR/nccl_id_<run_tag>.bin atomically (temporary file, fsync,
+// Rank 0: writes the n-byte id to DIR/rank0_id_<run_tag>.bin atomically (temporary file, fsync,
 // rename), so a reader never sees part of it.
 void dist_publish_id(const char* dir, const char* run_tag, const void* id, size_t n);
 // Other ranks: polls for that file and reads the n bytes; exits with a message naming the file

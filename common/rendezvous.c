@@ -55,7 +55,7 @@ Rendezvous rendezvous_choose(const char* nccl_dir, const char* out_dir) {
     if (agent_store && strcmp(agent_store, "True") == 0) {
         if (r.port == 65535)
             fatal("MASTER_PORT=65535: under torchrun (TORCHELASTIC_USE_AGENT_STORE=True) rank 0 serves the "
-                  "NCCL id on MASTER_PORT + 1, since torchrun's own store holds MASTER_PORT; pick a lower port");
+                  "id on MASTER_PORT + 1, since torchrun's own store holds MASTER_PORT; pick a lower port");
         r.port++;
         r.port_source = "MASTER_PORT + 1: torchrun's own store holds MASTER_PORT";
     }
@@ -233,7 +233,7 @@ static void serve_id(const Rendezvous* r, int world, const void* id, size_t n, d
     close(lfd);
     for (int i = 1; i < world; i++) {
         const char* err = send_reply(peers[i].fd, REPLY_ID, id, n, wall_seconds() + HELLO_SECONDS);
-        if (err) fatal("rank 0: cannot send the NCCL id to rank %d at %s: %s", i, peers[i].from, err);
+        if (err) fatal("rank 0: cannot send its id to rank %d at %s: %s", i, peers[i].from, err);
         close(peers[i].fd);
     }
     free(peers);
@@ -264,8 +264,9 @@ static int ask_for_id(const Rendezvous* r, int fd, int rank, int world, void* id
     unsigned char head[12];
     if (!err) err = tcp_transfer(fd, head, sizeof head, 0, deadline);
     if (err == TCP_TIMED_OUT)
-        fatal("rank %d: connected to rank 0 at %s:%d, but no NCCL id came within %g s: rank 0 hands it out once "
-              "all %d ranks have joined; is every rank started?", rank, r->host, r->port, timeout, world);
+        fatal("rank %d: connected to rank 0 at %s:%d, but rank 0's id did not come within %g s: rank 0 "
+              "hands it out once all %d ranks have joined; is every rank started?",
+              rank, r->host, r->port, timeout, world);
     if (err) {
         snprintf(why, size, "connected, but %s before rank 0 answered", err);
         return 0;
@@ -276,7 +277,7 @@ static int ask_for_id(const Rendezvous* r, int fd, int rank, int world, void* id
               "on that port?", rank, r->host, r->port, r->port_source);
     if (kind == REPLY_ID && len == n) {
         err = tcp_transfer(fd, id, n, 0, deadline);
-        if (err) fatal("rank %d: the NCCL id from rank 0 at %s:%d was cut short: %s", rank, r->host, r->port, err);
+        if (err) fatal("rank %d: rank 0's id from %s:%d was cut short: %s", rank, r->host, r->port, err);
         return 1;
     }
     if (kind == REPLY_REFUSED && len < TEXT_MAX) {

@@ -2,7 +2,7 @@
 # Starts N local ranks of a command, one process per GPU, as torchrun would:
 #     scripts/launch.sh N CMD ARGS...        e.g.  scripts/launch.sh 8 ./train_gpt -i ... -o out
 # Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE and GPT_RUN_ID (one value per
-# launch, which names the NCCL id file so that a file of an earlier run is never read); it uses GPU
+# launch, which names rank 0's id file so that a file of an earlier run is never read); it uses GPU
 # LOCAL_RANK among those CUDA_VISIBLE_DEVICES shows, which is left as it is. Unless OMP_NUM_THREADS
 # is set, N ranks get nproc / N OpenMP threads each (at least 1). Every line a rank prints starts
 # with "[rank R] " (stdout to stdout, stderr to stderr). SIGINT and SIGTERM go to all ranks. When a
@@ -16,7 +16,7 @@
 # needed; srun starts one task per GPU and train_gpt reads SLURM_PROCID / SLURM_NTASKS /
 # SLURM_LOCALID itself. With MASTER_ADDR (rank 0's node) and MASTER_PORT exported the ranks meet
 # over TCP, and the output directory may be each node's own; without them it must be on a file
-# system that all nodes share, since rank 0 then hands the NCCL id over through a file there:
+# system that all nodes share, since rank 0 then hands its id over through a file there:
 #     #SBATCH --nodes=4 --ntasks-per-node=8 --gpus-per-node=8
 #     export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 #     export MASTER_PORT=$((20000 + SLURM_JOB_ID % 12000))   # below the ephemeral ports (docs/several-gpus.md)

@@ -1,4 +1,4 @@
-// Rank detection from the environment, the choice of rendezvous, and the hand-over of the NCCL id
+// Rank detection from the environment, the choice of rendezvous, and the hand-over of rank 0's id
 // through a file and over TCP on 127.0.0.1. Every case runs in forked children with their own
 // environment (for TCP: several children, one per rank, meeting on a free port); expected values
 // come from the variables the test sets, and the id is checked against the random blob the test
@@ -308,7 +308,7 @@ static void test_rendezvous(void) {
         test_check(ranks[i].code == 0 && same, name, "exit %d, %zu bytes, %s, stderr \"%s\"", ranks[i].code,
                    ranks[i].out_len, same ? "equal" : "different", ranks[i].err);
     }
-    snprintf(path, sizeof(path), "%s/nccl_id_run-A.bin", dir);
+    snprintf(path, sizeof(path), "%s/rank0_id_run-A.bin", dir);
     struct stat st;
     test_check(stat(path, &st) == 0 && st.st_size == ID_BYTES && count_entries(dir) == 1,
                "rendezvous: one id file, no temporary left", "%d entries in %s", count_entries(dir), dir);
@@ -334,13 +334,13 @@ static void test_rendezvous(void) {
     run(&c, rank_env[2], waiter, &lonely);
     double elapsed = wall_seconds() - t0;
     char want[1200];
-    snprintf(want, sizeof(want), "rank 2: no NCCL id from rank 0 in %s/nccl_id_run-C.bin after 1 s", dir);
+    snprintf(want, sizeof(want), "rank 2: no id from rank 0 in %s/rank0_id_run-C.bin after 1 s", dir);
     check_fatal("rendezvous: missing rank 0 times out", &c, want, "is rank 0 running and is");
     test_check(elapsed > 0.95 && elapsed < 3.0, "rendezvous: timeout after about 1 s", "%.2f s", elapsed);
     test_check(c.out_len == 0, "rendezvous: nothing received on timeout", "%zu bytes", c.out_len);
 
     // A file of the wrong size under this run's name is reported, not read.
-    snprintf(path, sizeof(path), "%s/nccl_id_run-D.bin", dir);
+    snprintf(path, sizeof(path), "%s/rank0_id_run-D.bin", dir);
     write_file(path, stale, 10);
     FileCase wrong = {dir, "run-D", id, 1.0};
     run(&c, rank_env[1], waiter, &wrong);
@@ -718,7 +718,7 @@ static void test_tcp(void) {
     check_got_id("file: rank 0 through rendezvous_share", &ranks[0], id);
     check_got_id("file: rank 1 through rendezvous_share", &ranks[1], id);
     char path[1024];
-    snprintf(path, sizeof path, "%s/nccl_id_f1.bin", tmpdir);
+    snprintf(path, sizeof path, "%s/rank0_id_f1.bin", tmpdir);
     int was_there = access(path, F_OK) == 0;
     Rendezvous file = {.dir = tmpdir, .tag = "f1"};
     rendezvous_done(&file, 0);
