@@ -302,8 +302,8 @@ typedef enum { COMM_FLOATX, COMM_FLOAT } CommType;
 #endif
 typedef enum { COMM_SUM, COMM_MIN, COMM_MAX } CommOp;
 // Joins the `world` ranks: rank 0 creates the NCCL id (without NCCL, its address and a key) and hands
-// it to the others through the rendezvous rdv (common/rendezvous.h: TCP or a shared file; not used, and may be NULL, when world
-// is 1). Waits at most timeout_seconds for anything.
+// it to the others through the rendezvous rdv (common/rendezvous.h: TCP or a shared file; not used,
+// and may be NULL, when world is 1). Waits at most timeout_seconds for anything.
 struct Rendezvous;
 void comm_init(int rank, int world, const struct Rendezvous* rdv, double timeout_seconds);
 void comm_free(void);

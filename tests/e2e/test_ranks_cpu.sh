@@ -47,10 +47,6 @@ run() { # run NRANKS OUTDIR ARGS...
     timeout 300 scripts/launch.sh "$n" "$BUILD/train_gpt_cpu" "${COMMON[@]}" -o "$out" "$@" > "$out.log" 2>&1 ||
         { echo "run failed: $n rank(s) $*"; tail -20 "$out.log"; exit 1; }
 }
-# The same losses and gradient norms, bit for bit, and the same final model file.
-same_bits() { # same_bits DIR_A DIR_B STEP
-    same_columns "$1" "$2" && cmp -s "$1/$(printf model_%08d.bin "$3")" "$2/$(printf model_%08d.bin "$3")"
-}
 
 # 1. 2,048 tokens a step: 1 rank x B 4 x 8 accumulation = 2 ranks x B 4 x 4.
 run 1 "$tmp/one" -b 4 -d 2048 -x 8 -n 0

@@ -25,6 +25,7 @@ set -eu
 "$(dirname "$0")/../../scripts/get_data.sh" # before any cd: a relative GPT_DATA_DIR is the caller's
 . "$(dirname "$0")/../lib/log_compare.sh"
 . "$(dirname "$0")/../lib/hellaswag_compare.sh"
+. "$(dirname "$0")/../lib/run_files.sh"
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build/multi}
 ARCH=${GPU_ARCH:-90}
@@ -75,8 +76,7 @@ grep -h "optimizer" "$WORK/fp32-2.log" "$WORK/fp32-2z1.log" | head -2
 # ... and with each rank's shard of AdamW's state offloaded (BF16: its master weights too, gathered
 # from the host for the final model file): the same bits, model file included.
 run 2 BF16 "$WORK/bf16-2z1off" -b 4 -d 16384 -x 100 -n 0 -z 1 --offload 1
-if same_columns "$WORK/bf16-2z1" "$WORK/bf16-2z1off" &&
-    cmp -s "$WORK/bf16-2z1/model_00000100.bin" "$WORK/bf16-2z1off/model_00000100.bin"; then
+if same_bits "$WORK/bf16-2z1" "$WORK/bf16-2z1off" 100; then
     pass "bf16 -z 1 --offload 1 equals -z 1 on 2 GPUs: losses, norms and the model file bit for bit"
 else fail "bf16 -z 1 --offload 1 differs from -z 1 on 2 GPUs"; fi
 
@@ -86,7 +86,7 @@ mkdir -p "$WORK/split"
 run 2 FP32 "$WORK/split" -b 4 -d 16384 -x 10 -n 10 -z 1
 # All 20 steps are warmup (-u 700), whose learning rate does not depend on -x.
 run 2 FP32 "$WORK/split" -b 4 -d 16384 -x 20 -n 10 -z 1 -y 1 --allow-change steps
-if same_columns "$WORK/resume" "$WORK/split" && cmp -s "$WORK/resume/model_00000020.bin" "$WORK/split/model_00000020.bin"; then
+if same_bits "$WORK/resume" "$WORK/split" 20; then
     pass "2-GPU resume (-z 1) continues bit for bit: losses, norms and the final model file"
 else
     fail "2-GPU resume differs: $(compare_logs "$WORK/resume/log.csv" "$WORK/split/log.csv" train_loss 1 20 0)"
@@ -137,8 +137,7 @@ GRAD_SUMS_BESIDE_BACKWARD=1 run 2 BF16-grads "$WORK/bf16g-z1-beside" -b 4 -d 163
 for pair in "fp32-2 FP32 -z 0" "fp32-2z1 FP32 -z 1" "bf16-bi BF16 --batch-invariant 2" "bf16g-z1 GRADS=BF16 -z 1"; do
     read -r name what <<< "$pair"
     steps=$(tail -n 1 "$WORK/$name/log.csv" | cut -d, -f1)
-    model=$(printf "model_%08d.bin" "$steps")
-    if same_columns "$WORK/$name" "$WORK/$name-beside" && cmp -s "$WORK/$name/$model" "$WORK/$name-beside/$model"; then
+    if same_bits "$WORK/$name" "$WORK/$name-beside" "$steps"; then
         pass "$what on 2 GPUs: the sums beside the backward train the bits of the sums after it (losses, norms, model file)"
     else
         r=$(compare_logs "$WORK/$name-beside/log.csv" "$WORK/$name/log.csv" train_loss 1 "$steps" 0)
@@ -150,7 +149,7 @@ done
 run 2 FP32-tcp "$WORK/fp32-2-tcp" -b 4 -d 16384 -x 20 -n 0
 run 2 FP32-tcp "$WORK/fp32-2z1-tcp" -b 4 -d 16384 -x 20 -n 0 -z 1
 for name in fp32-2 fp32-2z1; do
-    if same_columns "$WORK/$name" "$WORK/$name-tcp" && cmp -s "$WORK/$name/model_00000020.bin" "$WORK/$name-tcp/model_00000020.bin"; then
+    if same_bits "$WORK/$name" "$WORK/$name-tcp" 20; then
         pass "$name: NCCL=0 (TCP through rank 0) trains the bits of NCCL on 2 GPUs (losses, norms, model file)"
     else
         fail "$name: NCCL=0 differs from NCCL: $(compare_logs "$WORK/$name/log.csv" "$WORK/$name-tcp/log.csv" train_loss 1 20 0)"
