@@ -7,12 +7,15 @@
 //         is half the one the product pages quote for "FP16 tensor"; data-centre and workstation cards
 //         run both at one rate.
 //   fp16: FP16 tensor-core products with FP32 accumulation, what the FP16 build's products run: the
-//         bf16 rate on every card from Ampere on (their tensor cores run both at one rate); Turing's
-//         T4 has this one only (its data sheet's "mixed precision (FP16/FP32)" figure).
+//         bf16 rate on every card from Ampere on (their tensor cores run both at one rate); Turing
+//         has this one only (the T4's data sheet's "mixed precision (FP16/FP32)" figure; on the
+//         GeForce RTX 20xx, as on later GeForce cards, half the FP16-accumulation rate).
 //   fp32: FP32 on the CUDA cores, what the FP32 build runs (cuBLASLt with CUBLAS_COMPUTE_32F, never
 //         TF32; the fp32 flash attention uses no tensor cores).
-// 0 where the GPU has no such rate: the T4 (Turing) has no BF16. The GeForce RTX 20xx (Turing) are
-// not in the table yet (their MFU reads n/a).
+// 0 where the GPU has no such rate: Turing (T4, GeForce RTX 20xx) has no BF16. Left out, so that
+// their MFU reads n/a rather than a wrong number: the Quadro RTX 6000 and 8000, sold active and
+// passive at other clocks under one name (130.5 and 119.4 tensor TFLOP/s), and the TITAN RTX,
+// whose page gives 130 tensor TFLOP/s without saying with which accumulation.
 //
 // Sources:
 //   - A100: NVIDIA A100 Tensor Core GPU Architecture whitepaper and the A100 data sheet (one rate
@@ -31,6 +34,10 @@
 //     per SM with FP32 accumulation (1024 with FP16 accumulation) and 256 FP32 FLOP per clock per SM,
 //     the same for Ampere GA10x, Ada and Blackwell GeForce. The whitepapers' own figures are this
 //     product: RTX 4090, 128 SMs x 2.52 GHz x 512 = 165.2.
+//   - GeForce RTX 20xx (Turing): likewise, with the CUDA cores / 64 SMs at the reference boost clock
+//     (not the Founders Editions') and the NVIDIA Turing GPU Architecture whitepaper's rates, 512
+//     dense FP16 FLOP per clock per SM with FP32 accumulation and 128 FP32 FLOP per clock per SM. Its
+//     own figures for the RTX 2080 Ti are this product: 68 SMs x 1.545 GHz, 53.8 and 13.4.
 // The RTX 3080 12GB has 70 SMs where the 10GB card has 68 but the same name: its peak reads 3% low.
 #include "common/gpu_peaks.h"
 
@@ -64,6 +71,14 @@ static const GpuPeak peaks[] = {
     // workstation
     {"RTX A6000", 0, 154.8, 154.8, 38.7},
     {"RTX 6000 Ada Generation", 0, 364.2, 364.2, 91.1},
+    // GeForce RTX 20 (Turing: FP16 and FP32 only)
+    {"GeForce RTX 2060", 0, 0, 25.8, 6.45},
+    {"GeForce RTX 2060 SUPER", 0, 0, 28.7, 7.18},
+    {"GeForce RTX 2070", 0, 0, 29.9, 7.46},
+    {"GeForce RTX 2070 SUPER", 0, 0, 36.2, 9.06},
+    {"GeForce RTX 2080", 0, 0, 40.3, 10.1},
+    {"GeForce RTX 2080 SUPER", 0, 0, 44.6, 11.2},
+    {"GeForce RTX 2080 Ti", 0, 0, 53.8, 13.4},
     // GeForce RTX 30 (Ampere)
     {"GeForce RTX 3060", 0, 25.5, 25.5, 12.7},
     {"GeForce RTX 3060 Ti", 0, 32.4, 32.4, 16.2},

@@ -4,6 +4,7 @@
 //  - GeForce and workstation cards against their SM count and boost clock times the per-SM rates of
 //    the architecture whitepapers (dense BF16 with FP32 accumulation: 512 FLOP per clock per SM on
 //    GeForce, 1024 on the workstation cards; FP32: 256);
+//  - Turing's GeForce cards likewise, with FP16 in place of BF16 (Turing has none) and its own rates;
 //  - the matching: the most specific name wins, case does not matter, laptop and cut-down parts
 //    and names the table lacks give 0, BF16, FP16 and FP32 are told apart (the T4 has no BF16).
 #include <math.h>
@@ -111,6 +112,26 @@ int main(void) {
         expect_peak(derived[i].device, PEAK_BF16, sm_ghz * derived[i].bf16_per_clock / 1000.0, 0.005);
         expect_peak(derived[i].device, PEAK_FP32, sm_ghz * 256 / 1000.0, 0.005);
     }
+    // Turing GeForce: FP16 (no BF16) with FP32 accumulation at 512 FLOP per clock per SM, FP32 at 128
+    // (64 CUDA cores an SM), at the reference boost clock.
+    const struct { const char* device; int sms, mhz; } turing[] = {
+        {"NVIDIA GeForce RTX 2060", 30, 1680},       {"NVIDIA GeForce RTX 2060 SUPER", 34, 1650},
+        {"NVIDIA GeForce RTX 2070", 36, 1620},       {"NVIDIA GeForce RTX 2070 SUPER", 40, 1770},
+        {"NVIDIA GeForce RTX 2080", 46, 1710},       {"NVIDIA GeForce RTX 2080 SUPER", 48, 1815},
+        {"NVIDIA GeForce RTX 2080 Ti", 68, 1545},
+    };
+    for (size_t i = 0; i < sizeof turing / sizeof turing[0]; i++) {
+        double sm_ghz = turing[i].sms * (turing[i].mhz / 1000.0);
+        expect_peak(turing[i].device, PEAK_FP16, sm_ghz * 512 / 1000.0, 0.005);
+        expect_peak(turing[i].device, PEAK_FP32, sm_ghz * 128 / 1000.0, 0.005);
+        const char* entry = "unset";
+        double bf16 = gpu_peak_tflops(turing[i].device, PEAK_BF16, &entry);
+        char name[160];
+        snprintf(name, sizeof name, "%s has no BF16 peak", turing[i].device);
+        test_check(bf16 == 0.0 && entry == NULL, name, "%g, entry %s", bf16, entry ? entry : "(none)");
+    }
+    expect_peak("NVIDIA GeForce RTX 2080 Ti", PEAK_FP16, 53.8, 0); // the Turing whitepaper's figures
+    expect_peak("NVIDIA GeForce RTX 2080 Ti", PEAK_FP32, 13.4, 0);
 
     // The most specific name wins, in any case.
     expect_entry("NVIDIA GeForce RTX 4070 Ti SUPER", "GeForce RTX 4070 Ti SUPER", 88.2);
@@ -138,7 +159,8 @@ int main(void) {
     const char* unknown[] = {
         "NVIDIA GeForce RTX 4090 Laptop GPU", "NVIDIA GeForce RTX 3080 Ti Laptop GPU", "NVIDIA GeForce RTX 4090 D",
         "NVIDIA A10G", "NVIDIA H20", "NVIDIA H800", "NVIDIA H1000", "Quadro RTX 6000", "NVIDIA GeForce GTX 1080 Ti",
-        "Tesla V100-SXM2-16GB", "NVIDIA GeForce RTX 3050", "NVIDIA", "", "CPU", NULL,
+        "Tesla V100-SXM2-16GB", "NVIDIA GeForce RTX 3050", "NVIDIA TITAN RTX", "Quadro RTX 8000",
+        "NVIDIA GeForce RTX 2080 with Max-Q Design", "NVIDIA GeForce GTX 1660 Ti", "NVIDIA", "", "CPU", NULL,
     };
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) expect_unknown(unknown[i]);
 
