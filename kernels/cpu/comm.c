@@ -229,6 +229,9 @@ const char* comm_name(void) { return comm_world_ > 1 ? "TCP through rank 0" : "o
 
 // ---- collectives ---------------------------------------------------------------------------
 
+// The length of the chunk from `done` on of `total`, at most `most`: the collectives go chunk by chunk.
+static size_t chunk_length(size_t done, size_t total, size_t most) { return total - done < most ? total - done : most; }
+
 // The count elements of buf at offset: their sum over the ranks, on every rank (root < 0) or on rank
 // root alone (the others' are left as they were).
 static void sum_range(void* buf, size_t offset, size_t count, int root, CommType type, const char* what) {
@@ -238,7 +241,7 @@ static void sum_range(void* buf, size_t offset, size_t count, int root, CommType
     double deadline = wall_seconds() + comm_timeout;
     agree(OP_SUM, type, offset, (size_t)(root + 1) << 48 | count, deadline, what);
     for (size_t done = 0; done < count; done += per_chunk) {
-        const size_t n = count - done < per_chunk ? count - done : per_chunk;
+        const size_t n = chunk_length(done, count, per_chunk);
         char* at = (char*)buf + (offset + done) * bytes;
         dev_download(mine, at, n * bytes);
         if (comm_rank_ != 0) {
@@ -283,7 +286,7 @@ void comm_allgather(void* out, const void* shard_in, size_t shard, CommType type
         if (comm_rank_ != 0 && comm_rank_ != r) continue;
         char* at = (char*)out + (size_t)r * shard * bytes;
         for (size_t done = 0; done < shard * bytes; done += CHUNK_BYTES) {
-            const size_t n = shard * bytes - done < CHUNK_BYTES ? shard * bytes - done : CHUNK_BYTES;
+            const size_t n = chunk_length(done, shard * bytes, CHUNK_BYTES);
             if (comm_rank_ == 0) {
                 receive_from(r, mine, n, deadline, what);
                 dev_upload(at + done, mine, n);
@@ -295,7 +298,7 @@ void comm_allgather(void* out, const void* shard_in, size_t shard, CommType type
     }
     const size_t total = (size_t)comm_world_ * shard * bytes;
     for (size_t done = 0; done < total; done += CHUNK_BYTES) {
-        const size_t n = total - done < CHUNK_BYTES ? total - done : CHUNK_BYTES;
+        const size_t n = chunk_length(done, total, CHUNK_BYTES);
         if (comm_rank_ == 0) {
             dev_download(mine, (char*)out + done, n);
             for (int r = 1; r < comm_world_; r++) send_to(r, mine, n, deadline, what);
