@@ -2,8 +2,8 @@
 #   ATTN=flash|naive      attention compiled in (both backends)        default flash
 #   PRECISION=BF16|FP16|FP32  GPU storage type (the CPU backend is fp32)  default BF16
 #                         (FP16: with dynamic loss scaling; the one for sm_75, T4 / RTX 20xx)
-#   GPU_ARCH="80 86 89 90" SASS to build for train_gpt (75 also, FP16 only) default 80 86 89 90
-#                         (FP16: 75 80 86 89 90)
+#   GPU_ARCH="80 86 89 90" SASS to build for train_gpt (75 also, FP16 only) default 80 86 89 90 120
+#                         (FP16: 75 80 86 89 90 120; 120 where the toolkit knows it)
 #   GRADS=FP32|BF16       train_gpt's parameter gradients: fp32, or bf16 (PRECISION=BF16 only)   default FP32
 #                         with an fp32 scratch of two layers and wte/wpe, rounded once a micro-step
 #                         (train_gpt_cpu's are fp32 always)
@@ -17,8 +17,12 @@
 
 ATTN ?= flash
 PRECISION ?= BF16
+CUDA_HOME ?= /usr/local/cuda
+# The consumer Blackwell cards (RTX 50xx, sm_120), where the toolkit knows them (CUDA 12.8 and newer):
+# with an older one the default builds the others, and train_gpt on such a card says to rebuild.
+SM120 := $(if $(shell $(CUDA_HOME)/bin/nvcc --list-gpu-arch 2>/dev/null | grep -x compute_120),120)
 # FP16 is the precision of Turing (sm_75), which BF16 cannot serve: its default includes it.
-GPU_ARCH ?= $(if $(filter FP16,$(PRECISION)),75 80 86 89 90,80 86 89 90)
+GPU_ARCH ?= $(if $(filter FP16,$(PRECISION)),75 80 86 89 90,80 86 89 90) $(SM120)
 BUILD ?= .
 
 # A relative GPT_DATA_DIR (the raw data, scripts/get_data.sh) is taken from the directory make was
@@ -68,7 +72,6 @@ CC ?= gcc
 # The CPU the C code is built for: native uses every instruction of this one (FMA, AVX-512, ...); another
 # CPU sums in another order (scripts/write_envelope.sh builds x86-64 and x86-64-v3 to show it).
 MARCH ?= native
-CUDA_HOME ?= /usr/local/cuda
 NCCL ?= $(if $(wildcard $(CUDA_HOME)/include/nccl.h $(NCCL_HOME)/include/nccl.h),1,0)
 STB_INCLUDE ?= /usr/include/stb
 ATTN_DEF = -DATTN_$(shell echo $(ATTN) | tr a-z A-Z)

@@ -12,8 +12,9 @@
 #   $(BUILD)/tests/dump_grads          the whole model's loss and gradients of one batch
 #   $(BUILD)/tests/test_generate       greedy generation against the argmax of the logits
 #   $(BUILD)/tests/dump_logits         the logits of a model file for some tokens (tests/gpu/test_hf_gpu.sh)
-#   test-cuda-compile                  compiles every variant for sm 80 86 89 90 (FP16: 75; GRADS=BF16:
-#                                      flash for 80 90), warnings fatal
+#   test-cuda-compile                  compiles every variant for sm 80 86 89 90 (BF16 also 120 where
+#                                      the toolkit knows it; FP16: 75; GRADS=BF16: flash for 80 90),
+#                                      warnings fatal
 #   test-gpu                           the GPU tests (needs a GPU; the divergence guard's also on 2 GPUs
 #                                      when there are 2)
 #   test-multi-gpu                     data parallelism on 2 GPUs against 1 (needs 2 GPUs)
@@ -137,8 +138,9 @@ $(BUILD)/profile_step: $(call cuda_obj,scripts/profile_step.cu $(COMMON_SRC) mod
 # would add 66 s of CPU more.
 # BF16-grads, GRADS=BF16 on PRECISION=BF16, compiles the flash variant for sm 80 and 90 alone (2 minutes
 # of CPU): what it changes (the folds of the gradients, AdamW and the norm reading them) depends
-# neither on the attention nor on the architecture.
+# neither on the attention nor on the architecture. BF16, the RTX 50xx's precision, also for sm 120.
 CUDA_CHECK_ARCH = 80 86 89 90
+CUDA_CHECK_ARCH_BF16 = 80 86 89 90 $(SM120)
 CUDA_CHECK_ARCH_FP16 = 75
 CUDA_CHECK_ARCH_BF16-grads = 80 90
 CUDA_CHECK_ATTN = flash naive
