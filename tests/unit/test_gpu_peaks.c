@@ -35,6 +35,25 @@ static void expect_entry(const char* device, const char* want_entry, double want
                entry ? entry : "(none)", got, want_bf16);
 }
 
+// device's peaks are its SM count x boost clock (MHz) x its architecture's dense FLOP per clock per
+// SM: tensor_per_clock for `tensor` (BF16, or FP16 on Turing), fp32_per_clock for FP32. The table
+// gives one decimal (the RTX 3090's whitepaper figure, 71, none).
+static void expect_derived(const char* device, int sms, int mhz, PeakPrecision tensor, int tensor_per_clock,
+                           int fp32_per_clock) {
+    const double sm_ghz = sms * (mhz / 1000.0);
+    expect_peak(device, tensor, sm_ghz * tensor_per_clock / 1000.0, 0.005);
+    expect_peak(device, PEAK_FP32, sm_ghz * fp32_per_clock / 1000.0, 0.005);
+}
+
+// device (Turing) has no BF16 peak, and no entry is named for it.
+static void expect_no_bf16(const char* device) {
+    const char* entry = "unset";
+    double bf16 = gpu_peak_tflops(device, PEAK_BF16, &entry);
+    char name[160];
+    snprintf(name, sizeof name, "%s has no BF16 peak", device);
+    test_check(bf16 == 0.0 && entry == NULL, name, "%g, entry %s", bf16, entry ? entry : "(none)");
+}
+
 // device is unknown: 0 for both precisions and no entry.
 static void expect_unknown(const char* device) {
     const char* entry_bf16 = "unset", *entry_fp32 = "unset";
@@ -106,12 +125,8 @@ int main(void) {
         {"NVIDIA RTX A6000", 84, 1800, 1024},
         {"NVIDIA RTX 6000 Ada Generation", 142, 2505, 1024},
     };
-    for (size_t i = 0; i < sizeof derived / sizeof derived[0]; i++) {
-        double sm_ghz = derived[i].sms * (derived[i].mhz / 1000.0);
-        // the table gives one decimal (the RTX 3090's whitepaper figure, 71, none)
-        expect_peak(derived[i].device, PEAK_BF16, sm_ghz * derived[i].bf16_per_clock / 1000.0, 0.005);
-        expect_peak(derived[i].device, PEAK_FP32, sm_ghz * 256 / 1000.0, 0.005);
-    }
+    for (size_t i = 0; i < sizeof derived / sizeof derived[0]; i++)
+        expect_derived(derived[i].device, derived[i].sms, derived[i].mhz, PEAK_BF16, derived[i].bf16_per_clock, 256);
     // Turing GeForce: FP16 (no BF16) with FP32 accumulation at 512 FLOP per clock per SM, FP32 at 128
     // (64 CUDA cores an SM), at the reference boost clock.
     const struct { const char* device; int sms, mhz; } turing[] = {
@@ -121,14 +136,8 @@ int main(void) {
         {"NVIDIA GeForce RTX 2080 Ti", 68, 1545},
     };
     for (size_t i = 0; i < sizeof turing / sizeof turing[0]; i++) {
-        double sm_ghz = turing[i].sms * (turing[i].mhz / 1000.0);
-        expect_peak(turing[i].device, PEAK_FP16, sm_ghz * 512 / 1000.0, 0.005);
-        expect_peak(turing[i].device, PEAK_FP32, sm_ghz * 128 / 1000.0, 0.005);
-        const char* entry = "unset";
-        double bf16 = gpu_peak_tflops(turing[i].device, PEAK_BF16, &entry);
-        char name[160];
-        snprintf(name, sizeof name, "%s has no BF16 peak", turing[i].device);
-        test_check(bf16 == 0.0 && entry == NULL, name, "%g, entry %s", bf16, entry ? entry : "(none)");
+        expect_derived(turing[i].device, turing[i].sms, turing[i].mhz, PEAK_FP16, 512, 128);
+        expect_no_bf16(turing[i].device);
     }
     expect_peak("NVIDIA GeForce RTX 2080 Ti", PEAK_FP16, 53.8, 0); // the Turing whitepaper's figures
     expect_peak("NVIDIA GeForce RTX 2080 Ti", PEAK_FP32, 13.4, 0);
@@ -165,9 +174,7 @@ int main(void) {
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) expect_unknown(unknown[i]);
 
     // The precisions apart: the T4 has FP32 but no BF16.
-    const char* entry = "unset";
-    double t4 = gpu_peak_tflops("Tesla T4", PEAK_BF16, &entry);
-    test_check(t4 == 0.0 && entry == NULL, "Tesla T4 has no BF16 peak", "%g, entry %s", t4, entry ? entry : "(none)");
+    expect_no_bf16("Tesla T4");
     double bf16 = gpu_peak_tflops("NVIDIA GeForce RTX 4090", PEAK_BF16, NULL);
     double fp32 = gpu_peak_tflops("NVIDIA GeForce RTX 4090", PEAK_FP32, NULL);
     test_check(bf16 == 165.2 && fp32 == 82.6, "RTX 4090 BF16 and FP32 peaks apart (entry NULL allowed)", "%g and %g",
