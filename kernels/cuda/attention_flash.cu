@@ -29,8 +29,8 @@
 // barrier per streamed tile;
 // Q, K, V are read straight from the qkv buffer. Head sizes 32, 64 and 128 (on sm_75 32 and 64).
 // Four configurations are picked at launch from the GPU: sm90 (wgmma) for H100/H200, sm80
-// (mma.sync) for A100, sm86 for RTX 3090/4090 class GPUs with 100 KB of shared memory per SM (every
-// block stays under 99 KB), sm75 for T4 / RTX 20xx (64 KB per SM: every block under 57 KB at HS 64),
+// (mma.sync) for A100, sm86 for the consumer GPUs with 100 KB of shared memory per SM (RTX 30xx,
+// 40xx, 50xx; every block stays under 99 KB), sm75 for T4 / RTX 20xx (64 KB per SM: every block under 57 KB at HS 64),
 // also wherever the code running is sm_75's (an sm_75 binary on a newer card, through the driver's
 // JIT); FLASH_ATTN_CONFIG=sm75|sm80|sm86|sm90 forces one (sm90 only on an H100/H200).
 // FP32 build: the same algorithm on CUDA cores in exact fp32 (expf), one warp per row, any HS
@@ -266,12 +266,12 @@ static void launch_causal(Kernel kernel, int n, int BH, int threads, size_t smem
 // bytes of registers spill, and 32-column tiles, which avoid that, gained only half as much); 3
 // stages were no faster than 2. The sm86 dQ tiles take 2 m-tiles too: one block per SM either way
 // there; not timed on an RTX card.
-struct TilesSm80 { // A100, H100, H200: 228 KB of shared memory and 64K registers per SM
+struct TilesSm80 { // A100 (164 KB of shared memory and 64K registers per SM), H100, H200 (228 KB)
     static constexpr int FWD_WARPS = 4, FWD_M_TILES = 2, DKV_WARPS = 4, DQ_WARPS = 4, DQ_M_TILES = 2, ATOMIC_DKV_WARPS = 8;
     static constexpr int STAGES = 2, LONG_T = 0, LONG_FWD_COLS = 64; // one forward tile width at every T
     static constexpr bool WGMMA = false;
 };
-struct TilesSm86 { // RTX 3090/4090: 100 KB per SM; 16-row warps keep the forward at 46 KB, two blocks per SM
+struct TilesSm86 { // RTX 30xx/40xx/50xx: 100 KB per SM; 16-row warps keep the forward at 46 KB, two blocks per SM
     static constexpr int FWD_WARPS = 4, FWD_M_TILES = 1, DKV_WARPS = 4, DQ_WARPS = 4, DQ_M_TILES = 2, ATOMIC_DKV_WARPS = 8;
     static constexpr int STAGES = 2, LONG_T = 0, LONG_FWD_COLS = 64; // one forward tile width at every T
     static constexpr bool WGMMA = false;
@@ -334,6 +334,7 @@ template <int HS, class Tiles> struct FlashTc {
     static constexpr int DKV_WARPS = warps_for<HS>(Tiles::DKV_WARPS), DQ_WARPS = warps_for<HS>(Tiles::DQ_WARPS);
     static constexpr int DQ_M_TILES = m_tiles_for<HS>(Tiles::DQ_M_TILES);
     static constexpr int ATOMIC_DKV_WARPS = warps_for<HS>(Tiles::ATOMIC_DKV_WARPS);
+    static constexpr int FWD_ROWS = 16 * FWD_WARPS * FWD_M_TILES; // query rows of a forward block
     // Shared memory of a block: `rows` resident head vectors plus STAGES streamed tiles of two
     // matrices and `vectors` per-row floats, plus room to align the start to M::ALIGN.
     template <class M> static constexpr size_t smem_bytes(int rows, int vectors, int cols = COLS) {
@@ -356,10 +357,9 @@ template <int HS, class Tiles> struct FlashTc {
     }
 
     template <int FWD_COLS> static void forward_with(floatX* out, float* m, float* l, const floatX* qkv, int B, int T, int NH) {
-        constexpr int ROWS = 16 * FWD_WARPS * FWD_M_TILES;
-        const size_t smem = smem_bytes<Mma>(ROWS, 0, FWD_COLS);
+        const size_t smem = smem_bytes<Mma>(FWD_ROWS, 0, FWD_COLS);
         const CUtensorMap qkv_map = tile_map(qkv, B, T, 3 * NH * HS);
-        launch_causal(forward_kernel<FWD_COLS>(), ceil_div(T, ROWS), B * NH, FWD_WARPS * 32, smem, out, m, l, qkv, qkv_map,
+        launch_causal(forward_kernel<FWD_COLS>(), ceil_div(T, FWD_ROWS), B * NH, FWD_WARPS * 32, smem, out, m, l, qkv, qkv_map,
                       T, NH);
     }
     static void forward(floatX* out, float* m, float* l, const floatX* qkv, int B, int T, int NH) {
@@ -409,12 +409,31 @@ template <int HS, class Tiles> struct FlashTc {
 
 enum FlashConfig { CONFIG_SM75, CONFIG_SM80, CONFIG_SM86, CONFIG_SM90 };
 
+// Whether an SM of this GPU holds two blocks of the sm80 tiles' forward at head size 64 (asked
+// once: the GPU does not change). The sm86 tiles exist for the SMs where it holds one: their forward
+// blocks of 64 query rows instead of 128 keep two an SM where the shared memory is 100 KB (sm_86,
+// sm_89 and sm_120 by NVIDIA's table of compute capabilities), where the A100's and Orin's 164 KB hold
+// two of the sm80 tiles'.
+static bool sm80_forward_two_an_sm(void) {
+    static int two = -1;
+    if (two < 0) {
+        using Forward = FlashTc<64, TilesSm80>;
+        const size_t smem = Forward::smem_bytes<Forward::Mma>(Forward::FWD_ROWS, 0);
+        int per_sm;
+        allow_shared_memory(Forward::forward_kernel(), smem);
+        cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Forward::forward_kernel(),
+                                                                Forward::FWD_WARPS * 32, smem));
+        two = per_sm >= 2;
+    }
+    return two;
+}
+
 // sm90 (wgmma) on H100/H200 when this build holds sm_90a code for them (the Makefile builds
 // GPU_ARCH 90 as sm_90a); sm75 on Turing and wherever the GPU runs an sm_75 build's code (its
-// shared memory need not be Turing's, but its products are, and so are then its tiles); sm86 on
-// the sm_86/sm_87/sm_89 consumer parts; sm80 elsewhere. KERNEL_PATH=sm75|sm80|sm86 picks that
-// card's tiles; FLASH_ATTN_CONFIG=sm75|sm80|sm86|sm90 forces the tiles alone (over KERNEL_PATH), so
-// tests run every configuration on one GPU.
+// shared memory need not be Turing's, but its products are, and so are then its tiles); else sm80
+// where an SM holds two of its forward blocks, sm86 where it does not (the consumer parts from
+// sm_86 on). KERNEL_PATH=sm75|sm80|sm86 picks that card's tiles; FLASH_ATTN_CONFIG=sm75|sm80|sm86|sm90
+// forces the tiles alone (over KERNEL_PATH), so tests run every configuration on one GPU.
 static FlashConfig flash_config(void) {
     int device, major, minor;
     cudaCheck(cudaGetDevice(&device));
@@ -439,13 +458,13 @@ static FlashConfig flash_config(void) {
                   "with GPU_ARCH including 90; this GPU is %d.%d", major, minor);
         }
         fatal("FLASH_ATTN_CONFIG=%s: unknown tile configuration (use sm75 for T4 tiles, sm80 for A100 tiles, sm86 "
-              "for RTX 3090/4090 tiles or sm90 for H100/H200 wgmma tiles)", forced);
+              "for RTX 30xx/40xx/50xx tiles or sm90 for H100/H200 wgmma tiles)", forced);
     }
     if (wgmma) return CONFIG_SM90;
     const int path = forced_kernel_path();
     if (path) return path == 75 ? CONFIG_SM75 : path == 86 ? CONFIG_SM86 : CONFIG_SM80;
     if (major < 8 || device_code_arch() < 800) return CONFIG_SM75;
-    return major == 8 && minor > 0 ? CONFIG_SM86 : CONFIG_SM80;
+    return sm80_forward_two_an_sm() ? CONFIG_SM80 : CONFIG_SM86;
 }
 
 template <class Tiles> static void forward_tc(floatX* out, float* m, float* l, const floatX* qkv, int B, int T, int NH, int HS) {

@@ -243,8 +243,8 @@ int forced_kernel_path(void) {
 #if defined(PRECISION_FP16)
         else if (strcmp(value, "sm75") == 0) path = 75;
 #endif
-        else fatal("KERNEL_PATH=%s: use sm86 (the kernels of an RTX 30xx/40xx: cuBLASLt's products, the sm86 "
-                   "attention tiles), sm80 (those of an A100 or an RTX 50xx: the sm80 tiles) or, in the FP16 "
+        else fatal("KERNEL_PATH=%s: use sm86 (the kernels of an RTX 30xx/40xx/50xx: cuBLASLt's products, the sm86 "
+                   "attention tiles), sm80 (those of an A100: the sm80 tiles) or, in the FP16 "
                    "build, sm75 (those of a T4 or RTX 20xx: the sm75 tiles)", value);
     }
     return path;
