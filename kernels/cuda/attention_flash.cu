@@ -30,9 +30,10 @@
 // Q, K, V are read straight from the qkv buffer. Head sizes 32, 64 and 128 (on sm_75 32 and 64).
 // Four configurations are picked at launch from the GPU: sm90 (wgmma) for H100/H200, sm80
 // (mma.sync) for A100, sm86 for the consumer GPUs with 100 KB of shared memory per SM (RTX 30xx,
-// 40xx, 50xx; every block stays under 99 KB), sm75 for T4 / RTX 20xx (64 KB per SM: every block under 57 KB at HS 64),
-// also wherever the code running is sm_75's (an sm_75 binary on a newer card, through the driver's
-// JIT); FLASH_ATTN_CONFIG=sm75|sm80|sm86|sm90 forces one (sm90 only on an H100/H200).
+// 40xx, 50xx; every block stays under 99 KB), sm75 for T4 / RTX 20xx (64 KB per SM: every block
+// under 57 KB at HS 64), also wherever the code running is sm_75's (an sm_75 binary on a newer card,
+// through the driver's JIT); FLASH_ATTN_CONFIG=sm75|sm80|sm86|sm90 forces one (sm90 only on an
+// H100/H200).
 // FP32 build: the same algorithm on CUDA cores in exact fp32 (expf), one warp per row, any HS
 // up to 128.
 //
