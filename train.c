@@ -1067,6 +1067,16 @@ static char* read_prompt(const Options* o, size_t* len) {
     return text;
 }
 
+// "flash attention (sm86 tiles)", or "naive attention": the start-up line's attention variant, and
+// which of its kernels this device runs where the variant has several (attention_kernels).
+static const char* attention_description(void) {
+    static char text[64];
+    const char* kernels = attention_kernels();
+    if (kernels[0]) snprintf(text, sizeof text, "%s attention (%s)", attention_name(), kernels);
+    else snprintf(text, sizeof text, "%s attention", attention_name());
+    return text;
+}
+
 // -x 0 with --prompt or --prompt-file: continues the prompt with the model of -e FILE or the newest
 // model file in -o DIR and streams the text to stdout (the prompt first). Everything else goes to
 // stderr, so stdout holds just the text. Nothing is trained or written.
@@ -1120,8 +1130,8 @@ static int generate_from_prompt(const Options* o, const DistEnv* env) {
     gpt2_set_weights(&model, weights);
     print_weights_converted(from_file.model);
     free(weights);
-    printf("%s | %s attention | model %s: L %d, C %d, NH %d, max T %d | prompt %d tokens\n",
-           backend_describe(), attention_name(), from_file.model, cfg.num_layers, cfg.channels,
+    printf("%s | %s | model %s: L %d, C %d, NH %d, max T %d | prompt %d tokens\n",
+           backend_describe(), attention_description(), from_file.model, cfg.num_layers, cfg.channels,
            cfg.num_heads, cfg.max_seq_len, n_prompt);
     fflush(stdout);
     if (dup2(saved_stdout, STDOUT_FILENO) < 0) fatal("cannot restore stdout: %s", strerror(errno));
@@ -1341,7 +1351,7 @@ static void build_model(Run* r, const DistEnv* env) {
     r->accum = r->seqs / spec.B;
     gpt2_build(&r->model, &spec);
     const GPT2Config* cfg = &r->cfg;
-    printf("%s | %s attention\n", backend_describe(), attention_name());
+    printf("%s | %s\n", backend_describe(), attention_description());
     if (r->world > 1)
         printf("%d ranks (%s, %s), ZeRO stage %d\n", r->world, env->source, comm_name(), o->zero_stage);
     printf("model: L %d, C %d, NH %d, max T %d, V %d (padded %d), %zu parameters%s%s\n",

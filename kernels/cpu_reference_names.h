@@ -68,6 +68,7 @@ void cpu_attention_forward(float* out, void* saved, const float* qkv, int B, int
 void cpu_attention_backward(float* dqkv, float* dbias, void* scratch, const float* dout, const float* qkv,
                             const float* out, const void* saved, int B, int T, int C, int NH, int group_rows);
 const char* cpu_attention_name(void);
+const char* cpu_attention_kernels(void);
 float cpu_grad_norm_squared(const float* grad, size_t n);
 void cpu_round_master_weights(float* param, const float* master, size_t n, size_t index0, int t,
                               unsigned long long seed);
@@ -123,6 +124,7 @@ void cpu_adamw_update(float* param, float* master, const float* grad, float* m, 
 #define attention_forward cpu_attention_forward
 #define attention_backward cpu_attention_backward
 #define attention_name cpu_attention_name
+#define attention_kernels cpu_attention_kernels
 #define grad_norm_squared cpu_grad_norm_squared
 #define adamw_update cpu_adamw_update
 #define round_master_weights cpu_round_master_weights

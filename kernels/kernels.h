@@ -261,6 +261,9 @@ void attention_forward(floatX* out, void* saved, const floatX* qkv, int B, int T
 void attention_backward(floatX* dqkv, float* dbias, void* scratch, const floatX* dout, const floatX* qkv,
                         const floatX* out, const void* saved, int B, int T, int C, int NH, int group_rows);
 const char* attention_name(void); // "flash" or "naive"
+// Which of the variant's kernels this device runs, for the start-up line: the GPU's flash tiles
+// ("sm86 tiles"); "" where the variant has one kind (the CPU, the naive GPU attention, the FP32 build).
+const char* attention_kernels(void);
 
 // ---- optimizer ---------------------------------------------------------------------------
 // Sum of squares of n gradient values (accumulated in at least fp32; fp64 on the CPU).

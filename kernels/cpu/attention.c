@@ -43,6 +43,7 @@ void attention_backward(floatX* dqkv, float* dbias, void* scratch, const floatX*
 }
 
 const char* attention_name(void) { return "flash"; }
+const char* attention_kernels(void) { return ""; }
 
 #else
 
@@ -67,5 +68,6 @@ void attention_backward(floatX* dqkv, float* dbias, void* scratch, const floatX*
 }
 
 const char* attention_name(void) { return "naive"; }
+const char* attention_kernels(void) { return ""; }
 
 #endif

@@ -566,6 +566,16 @@ void attention_backward(floatX* dqkv, float* dbias, void* scratch, const floatX*
     }
 }
 
+const char* attention_kernels(void) {
+    switch (flash_config()) {
+    case CONFIG_SM90: return "sm90 tiles";
+    case CONFIG_SM86: return "sm86 tiles";
+    case CONFIG_SM75: return "sm75 tiles";
+    case CONFIG_SM80: return "sm80 tiles";
+    }
+    return "";
+}
+
 #else
 // ================================ FP32: CUDA cores ===========================================
 #include "kernels/cuda/attention_flash_fp32.cuh"
@@ -623,5 +633,7 @@ void attention_backward(floatX* dqkv, float* dbias, void* scratch, const floatX*
     }
     if (dbias) column_sums_accumulate(dbias, B * T, 3 * C, group_rows, MatrixColumns{dqkv, 3 * C});
 }
+
+const char* attention_kernels(void) { return ""; }
 #endif // !PRECISION_FP32
 #endif // ATTN_FLASH

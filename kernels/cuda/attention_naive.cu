@@ -15,6 +15,7 @@ size_t attention_scratch_bytes(int B, int T, int C, int NH) {
     return (size_t)B * NH * T * T * sizeof(floatX); // dP, then dS in place
 }
 const char* attention_name(void) { return "naive"; }
+const char* attention_kernels(void) { return ""; }
 
 // The per-(b, h) matrices of one call, for cublasGemmBatchedEx's pointer arrays: matrix j of
 // batch item (b, h) starts at base[j] + b * batch_stride[j] + h * head_stride[j] (in elements).

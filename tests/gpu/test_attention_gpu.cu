@@ -15,7 +15,9 @@
 // rounding is at most about 60 additions deep: 1e-5 of the largest column's sum of magnitudes;
 // one row left out would be off by about 1 / (B T) of it), bit for bit on the second run where dQ
 // is deterministic, and bit for bit against B calls of one sequence each (--batch-invariant);
-// groups of rows that are not whole sequences are refused (in a forked child).
+// groups of rows that are not whole sequences are refused (in a forked child). attention_kernels,
+// the start-up line's tiles, names those FLASH_ATTN_CONFIG forces, and the wgmma ones unforced on
+// an H100/H200 with sm_90a code ("" in FP32).
 //
 // The backward is checked on its own: the GPU and the CPU get the same inputs (the reference's O
 // rounded to floatX, its m and l), so an error of the forward cannot hide one of the backward.
@@ -416,6 +418,33 @@ int main(void) {
     cudaCheck(cudaSetDevice(0));
 
     test_check(strcmp(attention_name(), "flash") == 0, "attention_name is flash", "got %s", attention_name());
+    // The start-up line's tiles: those FLASH_ATTN_CONFIG forces; unforced, an H100/H200's own with its
+    // sm_90a code, else one of the mma.sync sets.
+#if !defined(PRECISION_FP32)
+#if defined(PRECISION_FP16)
+    const char* forced_tiles[] = {"sm75", "sm80", "sm86"};
+#else
+    const char* forced_tiles[] = {"sm80", "sm86"};
+#endif
+    for (size_t k = 0; k < sizeof(forced_tiles) / sizeof(forced_tiles[0]); k++) {
+        setenv("FLASH_ATTN_CONFIG", forced_tiles[k], 1);
+        char want[32];
+        snprintf(want, sizeof want, "%s tiles", forced_tiles[k]);
+        test_check(strcmp(attention_kernels(), want) == 0, "attention_kernels names the forced tiles",
+                   "FLASH_ATTN_CONFIG=%s: got \"%s\"", forced_tiles[k], attention_kernels());
+    }
+    unsetenv("FLASH_ATTN_CONFIG");
+    const char* own = attention_kernels();
+    if (device_code_arch() == 900 && !forced_kernel_path())
+        test_check(strcmp(own, "sm90 tiles") == 0, "attention_kernels: the wgmma tiles with sm_90a code",
+                   "got \"%s\"", own);
+    else
+        test_check(strcmp(own, "sm75 tiles") == 0 || strcmp(own, "sm80 tiles") == 0 || strcmp(own, "sm86 tiles") == 0,
+                   "attention_kernels: mma.sync tiles without sm_90a code", "got \"%s\"", own);
+#else
+    test_check(attention_kernels()[0] == '\0', "attention_kernels: one kind in FP32", "got \"%s\"",
+               attention_kernels());
+#endif
     test_check(attention_saved_bytes(3, 5, 7) == 2 * 3 * 5 * 7 * sizeof(float), "saved holds m and l (B, NH, T)",
                "got %zu bytes", attention_saved_bytes(3, 5, 7));
 
