@@ -343,6 +343,9 @@ template <int HS, class Tiles> struct FlashTc {
                M::ALIGN - 16;
     }
 
+    // Shared memory of a forward block with key tiles `cols` wide.
+    static constexpr size_t forward_smem(int cols = COLS) { return smem_bytes<Mma>(FWD_ROWS, 0, cols); }
+
     template <int FWD_COLS = COLS> static constexpr auto forward_kernel() {
         return flash_forward_kernel<Mma, FWD_WARPS, FWD_M_TILES, FWD_COLS, STAGES>;
     }
@@ -358,7 +361,7 @@ template <int HS, class Tiles> struct FlashTc {
     }
 
     template <int FWD_COLS> static void forward_with(floatX* out, float* m, float* l, const floatX* qkv, int B, int T, int NH) {
-        const size_t smem = smem_bytes<Mma>(FWD_ROWS, 0, FWD_COLS);
+        const size_t smem = forward_smem(FWD_COLS);
         const CUtensorMap qkv_map = tile_map(qkv, B, T, 3 * NH * HS);
         launch_causal(forward_kernel<FWD_COLS>(), ceil_div(T, FWD_ROWS), B * NH, FWD_WARPS * 32, smem, out, m, l, qkv, qkv_map,
                       T, NH);
@@ -412,14 +415,14 @@ enum FlashConfig { CONFIG_SM75, CONFIG_SM80, CONFIG_SM86, CONFIG_SM90 };
 
 // Whether an SM of this GPU holds two blocks of the sm80 tiles' forward at head size 64 (asked
 // once: the GPU does not change). The sm86 tiles exist for the SMs where it holds one: their forward
-// blocks of 64 query rows instead of 128 keep two an SM where the shared memory is 100 KB (sm_86,
-// sm_89 and sm_120 by NVIDIA's table of compute capabilities), where the A100's and Orin's 164 KB hold
-// two of the sm80 tiles'.
+// blocks of 64 query rows instead of 128 keep two an SM where the shared memory is 100 KB (sm_86 and
+// sm_89; sm_120 too: an RTX 5090 reports 102,400 bytes an SM and, by NVIDIA's Blackwell tuning
+// guide, gives a block at most 99 KB), where the A100's and Orin's 164 KB hold two of the sm80 tiles'.
 static bool sm80_forward_two_an_sm(void) {
     static int two = -1;
     if (two < 0) {
         using Forward = FlashTc<64, TilesSm80>;
-        const size_t smem = Forward::smem_bytes<Forward::Mma>(Forward::FWD_ROWS, 0);
+        const size_t smem = Forward::forward_smem();
         int per_sm;
         allow_shared_memory(Forward::forward_kernel(), smem);
         cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Forward::forward_kernel(),

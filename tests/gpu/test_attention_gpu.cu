@@ -329,21 +329,30 @@ static void backward_too_long(const void* arg) {
 }
 #endif
 
+#if !defined(PRECISION_FP32)
+// The tensor-core tiles (FLASH_ATTN_CONFIG) of this build; the wgmma tiles (sm90, last) run where the
+// GPU runs this build's sm_90a code: an H100/H200, the test built with GPU_ARCH 90 (not an sm_75
+// build's code compiled for it by the driver).
+#if defined(PRECISION_FP16)
+static const char* const TILE_CONFIGS[] = {"sm75", "sm80", "sm86", "sm90"};
+#else
+static const char* const TILE_CONFIGS[] = {"sm80", "sm86", "sm90"};
+#endif
+// How many of TILE_CONFIGS this GPU runs.
+static size_t tile_configs_run(void) {
+    const size_t all = sizeof(TILE_CONFIGS) / sizeof(TILE_CONFIGS[0]);
+    return device_code_arch() == 900 ? all : all - 1;
+}
+#endif
+
 static void run_case(Case c, TestRng* rng) {
     Problem p = make_problem(c, rng);
     Results first = {host_floats(p.n_out), host_floats(2 * p.n_stat), host_floats(p.n_qkv), host_floats(3 * p.C)};
     Results second = {host_floats(p.n_out), host_floats(2 * p.n_stat), host_floats(p.n_qkv), host_floats(3 * p.C)};
 #if !defined(PRECISION_FP32)
-    // FLASH_ATTN_CONFIG picks the tensor-core tiles, FLASH_ATTN_DETERMINISTIC how dQ is summed. The
-    // wgmma tiles (sm90, last) run where the GPU runs this build's sm_90a code: an H100/H200, the
-    // test built with GPU_ARCH 90 (not an sm_75 build's code compiled for it by the driver).
-#if defined(PRECISION_FP16)
-    const char* configs[] = {"sm75", "sm80", "sm86", "sm90"};
-#else
-    const char* configs[] = {"sm80", "sm86", "sm90"};
-#endif
-    const size_t all_configs = sizeof(configs) / sizeof(configs[0]);
-    const size_t num_configs = device_code_arch() == 900 ? all_configs : all_configs - 1;
+    // FLASH_ATTN_CONFIG picks the tensor-core tiles, FLASH_ATTN_DETERMINISTIC how dQ is summed.
+    const char* const* configs = TILE_CONFIGS;
+    const size_t num_configs = tile_configs_run();
     const char* dq_modes[] = {"1", "0"};
 #else
     const char* configs[] = {"fp32"}; // neither variable is used in FP32
@@ -421,17 +430,12 @@ int main(void) {
     // The start-up line's tiles: those FLASH_ATTN_CONFIG forces; unforced, an H100/H200's own with its
     // sm_90a code, else one of the mma.sync sets.
 #if !defined(PRECISION_FP32)
-#if defined(PRECISION_FP16)
-    const char* forced_tiles[] = {"sm75", "sm80", "sm86"};
-#else
-    const char* forced_tiles[] = {"sm80", "sm86"};
-#endif
-    for (size_t k = 0; k < sizeof(forced_tiles) / sizeof(forced_tiles[0]); k++) {
-        setenv("FLASH_ATTN_CONFIG", forced_tiles[k], 1);
+    for (size_t k = 0; k < tile_configs_run(); k++) {
+        setenv("FLASH_ATTN_CONFIG", TILE_CONFIGS[k], 1);
         char want[32];
-        snprintf(want, sizeof want, "%s tiles", forced_tiles[k]);
+        snprintf(want, sizeof want, "%s tiles", TILE_CONFIGS[k]);
         test_check(strcmp(attention_kernels(), want) == 0, "attention_kernels names the forced tiles",
-                   "FLASH_ATTN_CONFIG=%s: got \"%s\"", forced_tiles[k], attention_kernels());
+                   "FLASH_ATTN_CONFIG=%s: got \"%s\"", TILE_CONFIGS[k], attention_kernels());
     }
     unsetenv("FLASH_ATTN_CONFIG");
     const char* own = attention_kernels();
