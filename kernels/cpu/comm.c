@@ -17,10 +17,16 @@
 //
 // The ranks meet as NCCL's would (common/rendezvous.h): rank 0 listens on a port the kernel picks
 // and hands its host name, the port and a random key to the others in place of NCCL's id.
+//
+// The sums that comm_sum_pieces_begin queues are made at once, the earliest moment NCCL may make
+// them; with TCP_SUMS_AT_WAIT=1 at comm_sums_wait (or the next collective), the latest. A model
+// that wrote a piece after its begin trains other bits in the first, one that read a sum before the
+// wait in the second: tests/e2e/test_ranks_cpu.sh runs both against the sums after the backward.
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +45,11 @@ static double comm_timeout = 300.0;
 static int* peer_fd;       // rank 0: the connection of each other rank (index 0 unused); others: [0] is rank 0's
 static unsigned char* mine;  // this rank's chunk (rank 0: the running sum)
 static unsigned char* other; // rank 0: another rank's chunk
+static bool sums_at_wait;     // TCP_SUMS_AT_WAIT=1: comm_sum_pieces_begin's sums made at the wait
+static CommPiece* pending;    // the sums comm_sum_pieces_begin queued, in order, not yet made
+static int num_pending, pending_capacity;
+static void* pending_buf;     // the buffer and type of all of them (the one array of gradients)
+static CommType pending_type;
 #define CHUNK_BYTES (4u << 20)
 #define HOST_VALUES_MAX 16
 
@@ -175,6 +186,11 @@ void comm_init(int rank, int world, const Rendezvous* rdv, double timeout_second
     comm_world_ = world;
     comm_timeout = timeout_seconds;
     if (world == 1) return;
+    const char* at_wait = getenv("TCP_SUMS_AT_WAIT");
+    if (!at_wait || !at_wait[0] || strcmp(at_wait, "0") == 0) sums_at_wait = false;
+    else if (strcmp(at_wait, "1") == 0) sums_at_wait = true;
+    else fatal("TCP_SUMS_AT_WAIT=%s: use 1 (the sums beside the backward made at its end, the latest moment they "
+               "may be) or 0 (at once, the default)", at_wait);
     if (sizeof(gradX) != sizeof(float))
         fatal("rank %d of %d: the gradients of this build are bf16, which ranks without NCCL cannot add: build "
               "train_gpt with NCCL, or with GRADS=FP32", rank, world);
@@ -218,7 +234,10 @@ void comm_free(void) {
     free(peer_fd);
     free(mine);
     free(other);
+    free(pending);
     peer_fd = NULL;
+    pending = NULL;
+    num_pending = pending_capacity = 0;
     comm_world_ = 1;
     comm_rank_ = 0;
 }
@@ -266,11 +285,13 @@ static void sum_range(void* buf, size_t offset, size_t count, int root, CommType
 
 void comm_allreduce_sum(void* buf, size_t count, CommType type) {
     if (comm_world_ == 1) return;
+    comm_sums_wait();
     sum_range(buf, 0, count, -1, type, "all-reduce of the gradients");
 }
 
 void comm_reduce_scatter_sum(void* buf, size_t shard, CommType type) {
     if (comm_world_ == 1) return;
+    comm_sums_wait();
     for (int r = 0; r < comm_world_; r++) sum_range(buf, (size_t)r * shard, shard, r, type, "reduce-scatter of the gradients");
 }
 
@@ -278,6 +299,7 @@ void comm_allgather(void* out, const void* shard_in, size_t shard, CommType type
     const size_t bytes = type_bytes(type);
     if (out != shard_in) dev_copy((char*)out + (size_t)comm_rank_ * shard * bytes, shard_in, shard * bytes);
     if (comm_world_ == 1) return;
+    comm_sums_wait();
     const char* what = "all-gather of the weights";
     double deadline = wall_seconds() + comm_timeout;
     agree(OP_GATHER, type, shard, 0, deadline, what);
@@ -311,6 +333,7 @@ void comm_allgather(void* out, const void* shard_in, size_t shard, CommType type
 
 void comm_allreduce_host(double* values, int n, CommOp op) {
     if (comm_world_ == 1) return;
+    comm_sums_wait();
     if (n > HOST_VALUES_MAX) fatal("internal: comm_allreduce_host of %d values (at most %d)", n, HOST_VALUES_MAX);
     const char* what = "all-reduce of a few numbers";
     double deadline = wall_seconds() + comm_timeout;
@@ -332,13 +355,28 @@ void comm_allreduce_host(double* values, int n, CommOp op) {
     for (int r = 1; r < comm_world_; r++) send_to(r, values, bytes, deadline, what);
 }
 
-// Summed at once, in the order given: the work queued before the call has finished when its values
-// are read (dev_download waits for it), so each piece has the bits of the same elements summed after
-// the backward.
+// Queued, then made at once, in the order given (the work queued before the call has finished when
+// its values are read: dev_download waits for it), so each piece has the bits of the same elements
+// summed after the backward; with TCP_SUMS_AT_WAIT=1 made by comm_sums_wait, which every collective
+// calls first, as NCCL runs collectives in the order they are called.
 void comm_sum_pieces_begin(void* buf, const CommPiece* pieces, int n, CommType type) {
     if (comm_world_ == 1) return;
-    for (int i = 0; i < n; i++)
-        sum_range(buf, pieces[i].offset, pieces[i].count, pieces[i].root, type, "sums of the gradients");
+    if (num_pending > 0 && (buf != pending_buf || type != pending_type))
+        fatal("internal: comm_sum_pieces_begin: sums of another buffer queued before the wait");
+    if (num_pending + n > pending_capacity) {
+        pending_capacity = 2 * (num_pending + n);
+        pending = realloc(pending, (size_t)pending_capacity * sizeof *pending);
+        if (!pending) fatal("out of memory for the queued sums of the gradients");
+    }
+    memcpy(pending + num_pending, pieces, (size_t)n * sizeof *pieces);
+    num_pending += n;
+    pending_buf = buf, pending_type = type;
+    if (!sums_at_wait) comm_sums_wait();
 }
 
-void comm_sums_wait(void) {}
+void comm_sums_wait(void) {
+    for (int i = 0; i < num_pending; i++)
+        sum_range(pending_buf, pending[i].offset, pending[i].count, pending[i].root, pending_type,
+                  "sums of the gradients");
+    num_pending = 0;
+}

@@ -8,7 +8,10 @@
 #  2. -z 1 (sharded optimizer) trains the bits of -z 0 on 2 and 3 ranks (3: a shard padded), and with
 #     --offload 1 too: losses, gradient norms and the model file;
 #  3. the gradients summed layer by layer beside the backward (GRAD_SUMS_BESIDE_BACKWARD=1) train the
-#     bits of the sums after it: 2 ranks at -z 0, -z 1 and --batch-invariant 2, 3 ranks at -z 1;
+#     bits of the sums after it: 2 ranks at -z 0, -z 1 and --batch-invariant 2, 3 ranks at -z 1; each
+#     with the sums made as soon as they are queued and with them made only at the wait
+#     (TCP_SUMS_AT_WAIT=1), the earliest and the latest moments NCCL may make them, so that a
+#     gradient written after its sum began, or a sum read before the wait, changes the bits;
 #  4. resume on 2 ranks (-z 1): 4 steps and 4 more resumed are the 8 straight, bit for bit; a state of
 #     2 ranks is refused on 1;
 #  5. HellaSwag on 2 and 3 ranks (each scores its share of 7 examples) gives every ending the score
@@ -78,12 +81,15 @@ for name in two two-z1 two-bi three-z1; do
         two-bi) ranks=2 args=(-b 4 -d 2048 --batch-invariant 2) ;;
         three-z1) ranks=3 args=(-b 2 -d 768 -z 1) ;;
     esac
-    GRAD_SUMS_BESIDE_BACKWARD=1 run "$ranks" "$tmp/$name-beside" "${args[@]}" -x 8 -n 0
-    if same_bits "$tmp/$name" "$tmp/$name-beside" 8; then
-        pass "$ranks ranks, ${args[*]}: the sums beside the backward train the bits of the sums after it"
-    else
-        fail "$ranks ranks, ${args[*]}: the sums beside the backward differ: $(compare_logs "$tmp/$name/log.csv" "$tmp/$name-beside/log.csv" train_loss 1 8 0)"
-    fi
+    for at_wait in 0 1; do # each sum made as soon as it is queued, or only at the wait
+        when=$([ $at_wait = 1 ] && echo "at the wait" || echo "at once")
+        GRAD_SUMS_BESIDE_BACKWARD=1 TCP_SUMS_AT_WAIT=$at_wait run "$ranks" "$tmp/$name-beside$at_wait" "${args[@]}" -x 8 -n 0
+        if same_bits "$tmp/$name" "$tmp/$name-beside$at_wait" 8; then
+            pass "$ranks ranks, ${args[*]}: the sums beside the backward, made $when, train the bits of the sums after it"
+        else
+            fail "$ranks ranks, ${args[*]}: the sums beside the backward, made $when, differ: $(compare_logs "$tmp/$name/log.csv" "$tmp/$name-beside$at_wait/log.csv" train_loss 1 8 0)"
+        fi
+    done
 done
 
 # 4. Resume on 2 ranks with -z 1: 4 steps (checkpoint at 4), then resumed to 8.
