@@ -60,13 +60,18 @@ void test_check(int ok, const char* name, const char* fmt, ...) {
     fflush(stdout);
 }
 
-int test_close(const char* name, const float* got, const double* want, size_t n, double rtol,
-               double atol) {
+// want_d[i] (float64) or want_f[i] (float32), whichever is given.
+static double want_at(const double* want_d, const float* want_f, size_t i) {
+    return want_d ? want_d[i] : (double)want_f[i];
+}
+
+static int close_to(const char* name, const float* got, const double* want_d, const float* want_f, size_t n,
+                    double rtol, double atol) {
     size_t worst = 0, bad = 0;
     double worst_excess = -INFINITY;
     for (size_t i = 0; i < n; i++) {
-        double err = fabs((double)got[i] - want[i]);
-        double tol = atol + rtol * fabs(want[i]);
+        double err = fabs((double)got[i] - want_at(want_d, want_f, i));
+        double tol = atol + rtol * fabs(want_at(want_d, want_f, i));
         double excess = isnan(err) ? INFINITY : err - tol;
         if (!(err <= tol)) bad++;
         if (excess > worst_excess) { worst_excess = excess; worst = i; }
@@ -74,26 +79,16 @@ int test_close(const char* name, const float* got, const double* want, size_t n,
     int ok = bad == 0;
     if (n == 0) test_check(1, name, "empty");
     else test_check(ok, name, "%zu elements, %zu outside tolerance (rtol %.1e, atol %.1e); worst [%zu] got %.9g want %.9g",
-                    n, bad, rtol, atol, worst, (double)got[worst], want[worst]);
+                    n, bad, rtol, atol, worst, (double)got[worst], want_at(want_d, want_f, worst));
     return ok;
 }
 
-int test_close_f(const char* name, const float* got, const float* want, size_t n, double rtol,
-                 double atol) {
-    size_t worst = 0, bad = 0;
-    double worst_excess = -INFINITY;
-    for (size_t i = 0; i < n; i++) {
-        double err = fabs((double)got[i] - (double)want[i]);
-        double tol = atol + rtol * fabs((double)want[i]);
-        double excess = isnan(err) ? INFINITY : err - tol;
-        if (!(err <= tol)) bad++;
-        if (excess > worst_excess) { worst_excess = excess; worst = i; }
-    }
-    int ok = bad == 0;
-    if (n == 0) test_check(1, name, "empty");
-    else test_check(ok, name, "%zu elements, %zu outside tolerance (rtol %.1e, atol %.1e); worst [%zu] got %.9g want %.9g",
-                    n, bad, rtol, atol, worst, (double)got[worst], (double)want[worst]);
-    return ok;
+int test_close(const char* name, const float* got, const double* want, size_t n, double rtol, double atol) {
+    return close_to(name, got, want, NULL, n, rtol, atol);
+}
+
+int test_close_f(const char* name, const float* got, const float* want, size_t n, double rtol, double atol) {
+    return close_to(name, got, NULL, want, n, rtol, atol);
 }
 
 // Runs fn(arg) in a child and checks that it exits with status 1 and an "error: " message that
