@@ -1330,6 +1330,21 @@ static void setup_mfu(Run* r) {
         printf("MFU n/a: %s; pass --peak-tflops\n", backend_peak_source());
 }
 
+// GRAD_SUMS_BESIDE_BACKWARD (read once): 1 sums each layer's gradients over the ranks beside the
+// backward of the layers below (gpt2_backward); 0, the default, sums them all after the backward,
+// in one collective. The same bits on 2 ranks (docs/several-gpus.md says what has run of it).
+static int sums_beside_backward(void) {
+    static int beside = -1;
+    if (beside < 0) {
+        const char* value = getenv("GRAD_SUMS_BESIDE_BACKWARD");
+        if (!value || !value[0] || strcmp(value, "0") == 0) beside = 0;
+        else if (strcmp(value, "1") == 0) beside = 1;
+        else fatal("GRAD_SUMS_BESIDE_BACKWARD=%s: use 1 (each layer's gradients summed over the ranks beside the "
+                   "backward of the layers below) or 0 (all of them after the backward, the default)", value);
+    }
+    return beside;
+}
+
 // The device and the ranks, then the model: its micro-batch (-b, or -b auto from the memory plan),
 // the build, and its weights from the model file or the seed.
 static void build_model(Run* r, const DistEnv* env) {
@@ -1353,7 +1368,8 @@ static void build_model(Run* r, const DistEnv* env) {
     const GPT2Config* cfg = &r->cfg;
     printf("%s | %s\n", backend_describe(), attention_description());
     if (r->world > 1)
-        printf("%d ranks (%s, %s), ZeRO stage %d\n", r->world, env->source, comm_name(), o->zero_stage);
+        printf("%d ranks (%s, %s), ZeRO stage %d%s\n", r->world, env->source, comm_name(), o->zero_stage,
+               sums_beside_backward() ? ", gradients summed beside the backward" : "");
     printf("model: L %d, C %d, NH %d, max T %d, V %d (padded %d), %zu parameters%s%s\n",
            cfg->num_layers, cfg->channels, cfg->num_heads, cfg->max_seq_len, cfg->vocab_size,
            cfg->padded_vocab_size, r->model.num_parameters, r->file_weights ? " from " : "",
@@ -1506,21 +1522,6 @@ static void start_training(Run* r) {
         r->evals.count++;
         if (r->log) fprintf(r->log, "0,,%s,,,,,,%s,\n", val_field, hs_field), fflush(r->log);
     }
-}
-
-// GRAD_SUMS_BESIDE_BACKWARD (read once): 1 sums each layer's gradients over the ranks beside the
-// backward of the layers below (gpt2_backward); 0, the default, sums them all after the backward,
-// in one collective. The same bits on 2 ranks (docs/several-gpus.md says what has run of it).
-static int sums_beside_backward(void) {
-    static int beside = -1;
-    if (beside < 0) {
-        const char* value = getenv("GRAD_SUMS_BESIDE_BACKWARD");
-        if (!value || !value[0] || strcmp(value, "0") == 0) beside = 0;
-        else if (strcmp(value, "1") == 0) beside = 1;
-        else fatal("GRAD_SUMS_BESIDE_BACKWARD=%s: use 1 (each layer's gradients summed over the ranks beside the "
-                   "backward of the layers below) or 0 (all of them after the backward, the default)", value);
-    }
-    return beside;
 }
 
 // The step's forward and backward over its micro-batches, then the gradients reduced over the ranks:

@@ -11,7 +11,8 @@
 #     bits of the sums after it: 2 ranks at -z 0, -z 1 and --batch-invariant 2, 3 ranks at -z 1; each
 #     with the sums made as soon as they are queued and with them made only at the wait
 #     (TCP_SUMS_AT_WAIT=1), the earliest and the latest moments NCCL may make them, so that a
-#     gradient written after its sum began, or a sum read before the wait, changes the bits;
+#     gradient written after its sum began, or a sum read before the wait, changes the bits; the
+#     start-up line of the ranks says the sums are beside the backward;
 #  4. resume on 2 ranks (-z 1): 4 steps and 4 more resumed are the 8 straight, bit for bit; a state of
 #     2 ranks is refused on 1;
 #  5. HellaSwag on 2 and 3 ranks (each scores its share of 7 examples) gives every ending the score
@@ -54,7 +55,7 @@ run() { # run NRANKS OUTDIR ARGS...
 # 1. 2,048 tokens a step: 1 rank x B 4 x 8 accumulation = 2 ranks x B 4 x 4.
 run 1 "$tmp/one" -b 4 -d 2048 -x 8 -n 0
 run 2 "$tmp/two" -b 4 -d 2048 -x 8 -n 0 --peak-tflops 0.001
-grep -q "2 ranks (torchrun, TCP through rank 0), ZeRO stage 0" "$tmp/two.log" || fail "2 ranks: no line naming the ranks: $(head -5 "$tmp/two.log")"
+grep -q "2 ranks (torchrun, TCP through rank 0), ZeRO stage 0$" "$tmp/two.log" || fail "2 ranks: no line naming the ranks: $(head -5 "$tmp/two.log")"
 if r=$(compare_logs "$tmp/one/log.csv" "$tmp/two/log.csv" train_loss 1 8 1e-5); then pass "1 rank against 2: $r"; else fail "1 rank against 2: $r"; fi
 # 6N + 6LCT a token, the ranks' tokens a second against the peak of each (--peak-tflops) times 2
 if r=$(check_mfu_log "$tmp/two/log.csv" "$(gpt2_flops_per_token 2 64 64 64 50304)" 0.002 1); then
@@ -84,6 +85,8 @@ for name in two two-z1 two-bi three-z1; do
     for at_wait in 0 1; do # each sum made as soon as it is queued, or only at the wait
         when=$([ $at_wait = 1 ] && echo "at the wait" || echo "at once")
         GRAD_SUMS_BESIDE_BACKWARD=1 TCP_SUMS_AT_WAIT=$at_wait run "$ranks" "$tmp/$name-beside$at_wait" "${args[@]}" -x 8 -n 0
+        grep -q "ZeRO stage [01], gradients summed beside the backward$" "$tmp/$name-beside$at_wait.log" ||
+            fail "$ranks ranks, ${args[*]}: the ranks' line does not say the sums are beside the backward: $(grep -m1 ' ranks (' "$tmp/$name-beside$at_wait.log")"
         if same_bits "$tmp/$name" "$tmp/$name-beside$at_wait" 8; then
             pass "$ranks ranks, ${args[*]}: the sums beside the backward, made $when, train the bits of the sums after it"
         else
