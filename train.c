@@ -1335,13 +1335,10 @@ static void setup_mfu(Run* r) {
 // in one collective. The same bits on 2 ranks (docs/several-gpus.md says what has run of it).
 static int sums_beside_backward(void) {
     static int beside = -1;
-    if (beside < 0) {
-        const char* value = getenv("GRAD_SUMS_BESIDE_BACKWARD");
-        if (!value || !value[0] || strcmp(value, "0") == 0) beside = 0;
-        else if (strcmp(value, "1") == 0) beside = 1;
-        else fatal("GRAD_SUMS_BESIDE_BACKWARD=%s: use 1 (each layer's gradients summed over the ranks beside the "
-                   "backward of the layers below) or 0 (all of them after the backward, the default)", value);
-    }
+    if (beside < 0)
+        beside = env_switch("GRAD_SUMS_BESIDE_BACKWARD", 0,
+                            "each layer's gradients summed over the ranks beside the backward of the layers below",
+                            "all of them after the backward");
     return beside;
 }
 

@@ -84,6 +84,15 @@ long long parse_int_option(const char* s, const char* option, long long lo, long
     return v;
 }
 
+int env_switch(const char* name, int default_on, const char* on, const char* off) {
+    const char* value = getenv(name);
+    if (!value || !value[0]) return default_on;
+    if (strcmp(value, "1") == 0) return 1;
+    if (strcmp(value, "0") == 0) return 0;
+    fatal("%s=%s: use 1 (%s%s) or 0 (%s%s)", name, value, on, default_on ? ", the default" : "", off,
+          default_on ? "" : ", the default");
+}
+
 // MemAvailable, not MemFree: the kernel gives back page cache when a process asks for memory.
 void host_memory(size_t* available_bytes, size_t* total_bytes) {
     long long available = -1, total = -1, kib;

@@ -32,6 +32,10 @@ char* read_whole_file(const char* path, size_t* len);
 // The integer value of a command-line option, lo..hi, or exit naming the option and the value.
 long long parse_int_option(const char* s, const char* option, long long lo, long long hi);
 
+// The 0/1 switch in environment variable `name`: default_on where it is unset or empty, else 1 or 0;
+// any other value exits with "NAME=VALUE: use 1 (on) or 0 (off)", the default's side so marked.
+int env_switch(const char* name, int default_on, const char* on, const char* off);
+
 // Monotonic wall clock in seconds.
 double wall_seconds(void);
 // The host's memory: what allocations can still get (MemAvailable) and all of it (MemTotal).

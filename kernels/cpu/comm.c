@@ -186,11 +186,8 @@ void comm_init(int rank, int world, const Rendezvous* rdv, double timeout_second
     comm_world_ = world;
     comm_timeout = timeout_seconds;
     if (world == 1) return;
-    const char* at_wait = getenv("TCP_SUMS_AT_WAIT");
-    if (!at_wait || !at_wait[0] || strcmp(at_wait, "0") == 0) sums_at_wait = false;
-    else if (strcmp(at_wait, "1") == 0) sums_at_wait = true;
-    else fatal("TCP_SUMS_AT_WAIT=%s: use 1 (the sums beside the backward made at its end, the latest moment they "
-               "may be) or 0 (at once, the default)", at_wait);
+    sums_at_wait = env_switch("TCP_SUMS_AT_WAIT", 0,
+                              "the sums beside the backward made at its end, the latest moment they may be", "at once");
     if (sizeof(gradX) != sizeof(float))
         fatal("rank %d of %d: the gradients of this build are bf16, which ranks without NCCL cannot add: build "
               "train_gpt with NCCL, or with GRADS=FP32", rank, world);

@@ -73,12 +73,9 @@ size_t attention_saved_bytes(int B, int T, int NH) { return 2 * (size_t)B * NH *
 // up by the dK/dV kernel (=0), in a different order on every run (the speed of each, measured:
 // attention_flash_tc_backward.cuh).
 static bool deterministic_dq(void) {
-    const char* value = getenv("FLASH_ATTN_DETERMINISTIC");
-    if (!value || !value[0]) return DETERMINISTIC_DEFAULT;
-    if (strcmp(value, "1") == 0) return true;
-    if (strcmp(value, "0") == 0) return false;
-    fatal("FLASH_ATTN_DETERMINISTIC=%s: use 1 (dQ from its own kernel, identical on every run) or 0 (dQ by "
-          "atomics, not bit-identical from run to run, and on an H100 no faster in training)", value);
+    return env_switch("FLASH_ATTN_DETERMINISTIC", DETERMINISTIC_DEFAULT,
+                      "dQ from its own kernel, identical on every run",
+                      "dQ by atomics, not bit-identical from run to run, and on an H100 no faster in training");
 }
 #endif
 

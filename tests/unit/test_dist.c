@@ -1,6 +1,7 @@
-// Rank detection from the environment, the choice of rendezvous, and the hand-over of rank 0's id
-// through a file and over TCP on 127.0.0.1. Every case runs in forked children with their own
-// environment (for TCP: several children, one per rank, meeting on a free port); expected values
+// Rank detection from the environment, the 0/1 switches read from it (env_switch), the choice of
+// rendezvous, and the hand-over of rank 0's id through a file and over TCP on 127.0.0.1. Every case
+// runs in forked children with their own environment (for TCP: several children, one per rank,
+// meeting on a free port); expected values
 // come from the variables the test sets, and the id is checked against the random blob the test
 // made, never against the code's own output. Errors, which exit the process, are checked through
 // the child's status and stderr.
@@ -132,6 +133,34 @@ static void expect_env_error(const char* name, const char* const* env, const cha
 }
 
 #define ENV(...) ((const char* const[]){__VA_ARGS__, NULL})
+
+// ---- 0/1 switches in the environment (env_switch: GRAD_SUMS_BESIDE_BACKWARD, ...) ------------
+
+static void print_switch(const void* arg) {
+    (void)arg;
+    const int default_off = env_switch("GPT_TEST_SWITCH", 0, "on", "off"); // first: a bad value's message
+    printf("%d %d", default_off, env_switch("GPT_TEST_SWITCH", 1, "on", "off"));
+}
+
+static void test_env_switch(void) {
+    Child c;
+    const struct { const char* name; const char* const* env; const char* want; } cases[] = {
+        {"env_switch: unset is the default", NULL, "0 1"},
+        {"env_switch: empty is the default", ENV("GPT_TEST_SWITCH="), "0 1"},
+        {"env_switch: 1 is on", ENV("GPT_TEST_SWITCH=1"), "1 1"},
+        {"env_switch: 0 is off", ENV("GPT_TEST_SWITCH=0"), "0 0"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        run(&c, cases[i].env, print_switch, NULL);
+        check_printed(cases[i].name, &c, cases[i].want);
+    }
+    const char* const* bad[] = {ENV("GPT_TEST_SWITCH=yes"), ENV("GPT_TEST_SWITCH=01"), ENV("GPT_TEST_SWITCH= 1")};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        run(&c, bad[i], print_switch, NULL);
+        check_fatal("env_switch: another value is refused, naming both meanings", &c, bad[i][0],
+                    ": use 1 (on) or 0 (off, the default)");
+    }
+}
 
 static void test_env(void) {
     expect_env("env: nothing set is rank 0 of 1", NULL, "0 1 0 none (single process)");
@@ -729,6 +758,7 @@ static void test_tcp(void) {
 int main(void) {
     if (!mkdtemp(tmpdir)) fatal("cannot create a temporary directory %s", tmpdir);
     test_env();
+    test_env_switch();
     test_run_tag();
     test_rendezvous();
     test_choice();
