@@ -11,8 +11,9 @@
 # the memory plan train_gpt prints).
 # SOCKETS=1 forces NCCL onto its socket transport over the loopback interface, as
 # tests/gpu/test_two_nodes.sh does: the GPUs then exchange the gradients as two hosts on Ethernet
-# would, through the CPUs, instead of over NVLink.
-# Usage: GPU_ARCH=90 [MODEL=d48 B=16] [SOCKETS=1] [ZERO=1] [STEPS=6] scripts/bench_multi_gpu.sh
+# would, through the CPUs, instead of over NVLink. SOCKETS="0 1": rows for both transports, the one
+# GPU's row (no transport) measured once.
+# Usage: GPU_ARCH=90 [MODEL=d48 B=16] [SOCKETS=1|"0 1"] [ZERO=1] [STEPS=6] scripts/bench_multi_gpu.sh
 #        (needs GPUs; scripts/get_data.sh fetches the data)
 set -eu
 "$(dirname "$0")/get_data.sh" # before any cd: a relative GPT_DATA_DIR is the caller's
@@ -25,11 +26,14 @@ BUILD=${BUILD:-build/bench-multi}
 DATA=data/tinyshakespeare
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-transport="its fastest transport"
-if [ "${SOCKETS:-0}" = 1 ]; then
-    export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo
-    transport="sockets over the loopback interface"
-fi
+SOCKETS=${SOCKETS:-0}
+for s in $SOCKETS; do
+    case $s in 0 | 1) ;; *) echo "SOCKETS: 0, 1 or \"0 1\", not \"$SOCKETS\"" >&2; exit 1 ;; esac
+done
+# transport_env SOCKETS: the environment that puts NCCL on that transport (none: its fastest; "-":
+# one GPU, no NCCL)
+transport_env() { if [ "$1" = 1 ]; then echo NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo; fi; }
+transport_name() { case $1 in 1) echo sockets ;; 0) echo fastest ;; *) echo - ;; esac; }
 ngpu=$(nvidia-smi -L | wc -l)
 if [ -z "${GPUS:-}" ]; then
     GPUS=1
@@ -51,23 +55,29 @@ train() { # train OUT NGPUS ZERO [VAR=VALUE]: one run, its log in OUT.log
 # row's; 100% where BASE is empty)
 measured() { awk -v n="$2" -v ms="$(median_ms "$1/log.csv")" -v d="$D" -v base="${3:-0}" \
     'BEGIN { tps = d / (ms / 1000); printf "%.1f %.0f %.1f%%", ms, tps, base ? 100 * tps / (n * base) : 100 }'; }
-echo "$MODEL, B $B, T 1024, $D tokens a step, NCCL over $transport"
-printf "%5s %3s %10s %12s %9s %12s %12s %9s %14s\n" GPUs -z ms/step tokens/s scaling "ms, beside" tokens/s scaling \
-    "optimizer MiB"
+echo "$MODEL, B $B, T 1024, $D tokens a step; NCCL over its fastest transport, or sockets over the loopback interface"
+printf "%5s %3s %8s %10s %12s %9s %12s %12s %9s %14s\n" GPUs -z NCCL ms/step tokens/s scaling "ms, beside" tokens/s \
+    scaling "optimizer MiB"
 base=""
 for n in $GPUS; do
-    stages=$([ "$n" = 1 ] && echo 0 || echo "$ZERO") # one GPU: nothing to shard, nothing to sum
-    for z in $stages; do
-        train "$WORK/n$n-z$z" "$n" "$z"
-        read -r ms tps scaling <<< "$(measured "$WORK/n$n-z$z" "$n" "$base")"
-        [ -z "$base" ] && base=$((tps / n))
-        beside="- - -"
-        if [ "$n" -gt 1 ]; then
-            train "$WORK/n$n-z$z-beside" "$n" "$z" GRAD_SUMS_BESIDE_BACKWARD=1
-            beside=$(measured "$WORK/n$n-z$z-beside" "$n" "$base")
-        fi
-        read -r ms_beside tps_beside scaling_beside <<< "$beside"
-        printf "%5d %3d %10s %12s %9s %12s %12s %9s %14s\n" "$n" "$z" "$ms" "$tps" "$scaling" "$ms_beside" \
-            "$tps_beside" "$scaling_beside" "$(optimizer_mib "$WORK/n$n-z$z.log")"
+    # One GPU: nothing to shard, nothing to sum, no transport.
+    transports=$([ "$n" = 1 ] && echo - || echo "$SOCKETS") stages=$([ "$n" = 1 ] && echo 0 || echo "$ZERO")
+    for s in $transports; do
+        for z in $stages; do
+            run=$WORK/n$n-z$z-s$s
+            # shellcheck disable=SC2046 # transport_env's words are separate variables
+            train "$run" "$n" "$z" $(transport_env "$s")
+            read -r ms tps scaling <<< "$(measured "$run" "$n" "$base")"
+            [ -z "$base" ] && base=$((tps / n))
+            beside="- - -"
+            if [ "$n" -gt 1 ]; then
+                # shellcheck disable=SC2046
+                train "$run-beside" "$n" "$z" $(transport_env "$s") GRAD_SUMS_BESIDE_BACKWARD=1
+                beside=$(measured "$run-beside" "$n" "$base")
+            fi
+            read -r ms_beside tps_beside scaling_beside <<< "$beside"
+            printf "%5d %3d %8s %10s %12s %9s %12s %12s %9s %14s\n" "$n" "$z" "$(transport_name "$s")" "$ms" "$tps" \
+                "$scaling" "$ms_beside" "$tps_beside" "$scaling_beside" "$(optimizer_mib "$run.log")"
+        done
     done
 done
