@@ -63,16 +63,15 @@ for n in $GPUS; do
     # One GPU: nothing to shard, nothing to sum, no transport.
     transports=$([ "$n" = 1 ] && echo - || echo "$SOCKETS") stages=$([ "$n" = 1 ] && echo 0 || echo "$ZERO")
     for s in $transports; do
+        read -ra nccl_env <<< "$(transport_env "$s")"
         for z in $stages; do
             run=$WORK/n$n-z$z-s$s
-            # shellcheck disable=SC2046 # transport_env's words are separate variables
-            train "$run" "$n" "$z" $(transport_env "$s")
+            train "$run" "$n" "$z" "${nccl_env[@]}"
             read -r ms tps scaling <<< "$(measured "$run" "$n" "$base")"
             [ -z "$base" ] && base=$((tps / n))
             beside="- - -"
             if [ "$n" -gt 1 ]; then
-                # shellcheck disable=SC2046
-                train "$run-beside" "$n" "$z" $(transport_env "$s") GRAD_SUMS_BESIDE_BACKWARD=1
+                train "$run-beside" "$n" "$z" "${nccl_env[@]}" GRAD_SUMS_BESIDE_BACKWARD=1
                 beside=$(measured "$run-beside" "$n" "$base")
             fi
             read -r ms_beside tps_beside scaling_beside <<< "$beside"

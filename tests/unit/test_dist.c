@@ -1,10 +1,9 @@
 // Rank detection from the environment, the 0/1 switches read from it (env_switch), the choice of
 // rendezvous, and the hand-over of rank 0's id through a file and over TCP on 127.0.0.1. Every case
 // runs in forked children with their own environment (for TCP: several children, one per rank,
-// meeting on a free port); expected values
-// come from the variables the test sets, and the id is checked against the random blob the test
-// made, never against the code's own output. Errors, which exit the process, are checked through
-// the child's status and stderr.
+// meeting on a free port); expected values come from the variables the test sets, and the id is
+// checked against the random blob the test made, never against the code's own output. Errors,
+// which exit the process, are checked through the child's status and stderr.
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dirent.h>
