@@ -17,7 +17,7 @@ static double peak_flops;
 static char peak_source[512];
 
 // Writes the __CUDA_ARCH__ of the code the GPU runs: the build's code for its architecture, or
-// another's compiled by the driver from PTX (an sm_75 build on a newer card).
+// another's compiled by the driver from PTX (an sm_75 or sm_80 build on a newer card).
 __global__ void code_arch_kernel(int* arch) {
 #ifdef __CUDA_ARCH__
     *arch = __CUDA_ARCH__;
@@ -90,7 +90,7 @@ void backend_init(int device_index) {
     const int path = forced_kernel_path();
     char path_note[128] = "";
     if (path) snprintf(path_note, sizeof path_note, ", the kernels of sm_%d (KERNEL_PATH)", path);
-    else if (code_arch < 800 && props.major >= 8)
+    else if (code_arch / 100 < props.major) // SASS runs only on its own major architecture: this code is PTX's
         snprintf(path_note, sizeof path_note, ", the sm_%d kernels (compiled from PTX by the driver)", code_arch / 10);
     snprintf(description, sizeof description, "%.256s (GPU %d, sm_%d%d, %.1f GiB), %s%s%s", props.name,
              device_index, props.major, props.minor, props.totalGlobalMem / 1073741824.0, precision, GRADS_NOTE,
@@ -258,8 +258,8 @@ bool sm90a_code_runs(const void* kernel) {
     cudaCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
     cudaFuncAttributes attributes;
     cudaCheck(cudaFuncGetAttributes(&attributes, kernel));
-    // binaryVersion is 90 also for sm_75 PTX that the driver compiled for this GPU: device_code_arch
-    // tells that code, which holds no wgmma, apart.
+    // binaryVersion is 90 also for sm_75 or sm_80 PTX that the driver compiled for this GPU:
+    // device_code_arch tells that code, which holds no wgmma, apart.
     return major == 9 && minor == 0 && attributes.binaryVersion == 90 && device_code_arch() == 900;
 }
 

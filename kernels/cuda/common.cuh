@@ -43,7 +43,8 @@ extern size_t cublaslt_workspace_bytes;
 extern int device_sm_count;
 extern size_t device_shared_per_sm; // bytes of shared memory an SM has for its blocks
 // The __CUDA_ARCH__ of the code the current GPU runs of this build: 750 for an sm_75 build, also
-// where a newer card runs it through the driver's JIT, 900 for the sm_90a code of an H100/H200.
+// where a newer card runs it through the driver's JIT (800 likewise for an sm_80 build), 900 for
+// the sm_90a code of an H100/H200.
 int device_code_arch(void);
 
 // cp.async (sm_80 on): global to shared memory without passing through registers, so that a load

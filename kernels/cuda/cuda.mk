@@ -39,12 +39,14 @@ CUDA_ATTN_OBJ = $(OBJ)/cuda-$(ATTN)-$(cuda_variant)
 cuda_obj = $(foreach s,$(1),$(if $(filter $(s),$(CUDA_ATTN_SRC)),$(CUDA_ATTN_OBJ),$(CUDA_OBJ))/$(basename $(s)).o)
 # 90 builds as sm_90a: the same H100/H200 code plus their wgmma instructions (flash attention).
 cuda_sass = $(if $(filter 90,$(1)),90a,$(1))
-# 75 also carries its PTX, which the driver compiles for any newer card: an sm_75 build runs the
-# T4's instructions on an H100/H200 (how the GPU machine tests that code). No CUDA_FORCE_PTX_JIT=1 is
-# needed, as the build holds no SASS for those cards; it would also force cuBLAS's kernels through
-# PTX, which the library need not ship for them.
+# The lowest of 75 and 80 in GPU_ARCH also carries its PTX, which the driver compiles for any newer
+# card: a card the build has no SASS for (a newer architecture than its list) still runs, and a build
+# for 75 or 80 alone runs a T4's or an A100's instructions on an H100/H200 (how the GPU machine tests
+# that code). No CUDA_FORCE_PTX_JIT=1 is needed, as such a build holds no SASS for those cards; it
+# would also force cuBLAS's kernels through PTX, which the library need not ship for them.
+PTX_ARCH = $(firstword $(sort $(filter 75 80,$(GPU_ARCH))))
 GENCODE = $(foreach arch,$(GPU_ARCH),-gencode arch=compute_$(call cuda_sass,$(arch)),code=sm_$(call cuda_sass,$(arch))) \
-    $(if $(filter 75,$(GPU_ARCH)),-gencode arch=compute_75$(comma)code=compute_75)
+    $(if $(PTX_ARCH),-gencode arch=compute_$(PTX_ARCH)$(comma)code=compute_$(PTX_ARCH))
 # CUDA_WERROR=1 (set by test-cuda-compile) makes every warning of our code an error.
 CUDA_WERROR ?= 0
 NVCC_WERROR = $(if $(filter 1,$(CUDA_WERROR)),-Werror all-warnings -Xcompiler -Werror)
@@ -163,12 +165,15 @@ $(CUDA_CHECK_TARGETS): cuda-compile-%:
 	done
 
 # On a GPU machine: the kernel tests in every precision (the flash kernels under every tile
-# configuration), FP16 also from a build for sm_75 alone, whose PTX the driver compiles for this
-# GPU (the instructions a T4 runs), and the kernel tests of BF16 with GRADS=BF16 (the fold of bf16
-# gradients, AdamW and the norm reading them; its attention is BF16's), then the whole-model checks.
+# configuration), FP16 also from a build for sm_75 alone and BF16 from one for sm_80 alone, whose
+# PTX the driver compiles for a newer GPU (the instructions a T4 and an A100 or RTX 30xx run, which
+# an sm_90a build does not hold even where KERNEL_PATH picks those cards' kernels), and the kernel
+# tests of BF16 with GRADS=BF16 (the fold of bf16 gradients, AdamW and the norm reading them; its
+# attention is BF16's), then the whole-model checks.
 test-gpu:
-	@for v in FP32 BF16 FP16 FP16-sm75 BF16-grads; do \
-	    p=$${v%-*}; dir=$(BUILD)/gpu-$$v; arch=$$([ $$v = FP16-sm75 ] && echo 75 || echo "$(GPU_ARCH)"); \
+	@for v in FP32 BF16 FP16 FP16-sm75 BF16-sm80 BF16-grads; do \
+	    p=$${v%-*}; dir=$(BUILD)/gpu-$$v; \
+	    case $$v in *-sm*) arch=$${v#*-sm} ;; *) arch="$(GPU_ARCH)" ;; esac; \
 	    grads=FP32; tests="$$dir/tests/test_kernels_gpu $$dir/tests/test_attention_gpu"; \
 	    if [ $$v = BF16-grads ]; then grads=BF16; tests=$$dir/tests/test_kernels_gpu; fi; \
 	    $(MAKE) -f $(TOP_MAKEFILE) --no-print-directory BUILD=$$dir ATTN=flash PRECISION=$$p GRADS=$$grads \
