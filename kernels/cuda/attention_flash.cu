@@ -294,7 +294,8 @@ constexpr bool SM75_TILES = false;
 // resident A operands read from shared memory (Wgmma::SHARED_A), which takes one m-tile per warp.
 // Measured at T 1024 to 16384, with TMA: dK/dV 4 warps, 168 registers (165
 // since warp_index; three blocks per SM; with fragments 187 and two blocks, 2-7% slower; 8 warps
-// lost 2-5%); dQ 8 warps x 16 rows, 122 registers, 0-4% faster than 4 x 16 and than 4 x 32 with
+// lost 2-5%; query tiles of 32, 122 registers and four blocks per SM, lost 4%, and each overlap of
+// its products with its exponentials tried cost the third block and lost 3-7%); dQ 8 warps x 16 rows, 122 registers, 0-4% faster than 4 x 16 and than 4 x 32 with
 // fragments (252 registers); forward 4 warps x 16 rows, 90 registers, forward 3-8% faster than
 // 8 x 16 at T <= 8192 and level at 16384 (with fragments 8 x 16 had been best, 5-8% ahead of 4 x 32
 // and 4 x 16); since one tile's P V is issued with the next tile's S, 106

@@ -74,11 +74,13 @@ endif
 .PHONY: train_gpt test-cuda-compile test-gpu test-multi-gpu test-two-nodes
 train_gpt: $(BUILD)/train_gpt
 
-$(CUDA_OBJ)/%.o: %.cu
+# The CUDA objects depend on this file, whose GENCODE says which architectures' code (and PTX) they
+# hold: a change here rebuilds them.
+$(CUDA_OBJ)/%.o: %.cu kernels/cuda/cuda.mk
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-$(CUDA_ATTN_OBJ)/%.o: %.cu
+$(CUDA_ATTN_OBJ)/%.o: %.cu kernels/cuda/cuda.mk
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(ATTN_DEF) -c $< -o $@
 
