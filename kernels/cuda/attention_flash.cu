@@ -290,23 +290,22 @@ constexpr bool SM75_TILES = true;
 using TilesSm75 = TilesSm80;
 constexpr bool SM75_TILES = false;
 #endif
-// H100, H200 with the sm_90a build: wgmma for HS 64 (the atomic dQ's dK/dV blocks too), with the
-// resident A operands read from shared memory (Wgmma::SHARED_A), which takes one m-tile per warp.
-// Measured at T 1024 to 16384, with TMA: dK/dV 4 warps, 168 registers (165
-// since warp_index; three blocks per SM; with fragments 187 and two blocks, 2-7% slower; 8 warps
-// lost 2-5%; query tiles of 32, 122 registers and four blocks per SM, lost 4%, and each overlap of
-// its products with its exponentials tried cost the third block and lost 3-7%); dQ 8 warps x 16 rows, 122 registers, 0-4% faster than 4 x 16 and than 4 x 32 with
-// fragments (252 registers); forward 4 warps x 16 rows, 90 registers, forward 3-8% faster than
-// 8 x 16 at T <= 8192 and level at 16384 (with fragments 8 x 16 had been best, 5-8% ahead of 4 x 32
-// and 4 x 16); since one tile's P V is issued with the next tile's S, 106
-// registers (108 with the tree max, 106 again with warp_index), four blocks per SM instead of five,
-// and 5-12% faster (held to five blocks it spills and runs at 0.6x; 8 x 16 issuing so, both warp
-// groups through every tile, lost 1-8% at T <= 8192, won 2% at 16384). 3 stages were no faster.
-// Blocks of several warp groups that share the K/V tiles without a block barrier (a producer warp
-// group with setmaxnreg, or a producer thread) lost 2-30% (docs/performance.md). From T 4096 the forward
-// takes key tiles of 128 (LONG_FWD_COLS: half the tile steps, so half the per-tile max shuffles,
-// O rescales, barriers and waits; 154 registers, three blocks per SM): 2-5% faster at T 4096 to
-// 16384, but 3-7% slower at 1024, where the diagonal's tile is half masked out for half the blocks.
+// H100, H200 with the sm_90a build: wgmma for HS 64 (the atomic dQ's dK/dV blocks too), with the resident
+// A operands read from shared memory (Wgmma::SHARED_A), which takes one m-tile per warp. Measured at T
+// 1024 to 16384, with TMA: dK/dV 4 warps, 168 registers (165 since warp_index; three blocks per SM; with
+// fragments 187 and two blocks, 2-7% slower; 8 warps lost 2-5%; query tiles of 32, 122 registers and four
+// blocks per SM, lost 4%, and each overlap of its products with its exponentials tried cost the third
+// block and lost 3-7%); dQ 8 warps x 16 rows, 122 registers, 0-4% faster than 4 x 16 and than 4 x 32 with
+// fragments (252 registers); forward 4 warps x 16 rows, 90 registers, forward 3-8% faster than 8 x 16 at T
+// <= 8192 and level at 16384 (with fragments 8 x 16 had been best, 5-8% ahead of 4 x 32 and 4 x 16); since
+// one tile's P V is issued with the next tile's S, 106 registers (108 with the tree max, 106 again with
+// warp_index), four blocks per SM instead of five, and 5-12% faster (held to five blocks it spills and
+// runs at 0.6x; 8 x 16 issuing so, both warp groups through every tile, lost 1-8% at T <= 8192, won 2% at
+// 16384). 3 stages were no faster. Blocks of several warp groups that share the K/V tiles without a block
+// barrier (a producer warp group with setmaxnreg, or a producer thread) lost 2-30% (docs/performance.md).
+// From T 4096 the forward takes key tiles of 128 (LONG_FWD_COLS: half the tile steps, so half the per-tile
+// max shuffles, O rescales, barriers and waits; 154 registers, three blocks per SM): 2-5% faster at T 4096
+// to 16384, but 3-7% slower at 1024, where the diagonal's tile is half masked out for half the blocks.
 struct TilesSm90 : TilesSm80 {
     static constexpr bool WGMMA = true;
     static constexpr int FWD_WARPS = 4, FWD_M_TILES = 1, DQ_WARPS = 8, DQ_M_TILES = 1;
