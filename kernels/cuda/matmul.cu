@@ -60,13 +60,17 @@ static MatmulStream& side_stream(void) {
 // inputs, kernels.h). Only candidates that compute the very bits of the heuristic's first choice
 // qualify (no split-K, and the same hash of the whole output on that call's data), so the results
 // do not depend on which candidate wins the timing: reruns stay bit-identical, and a reference
-// curve made without tuning still holds. Products that accumulate into their output (the weight
-// gradients) are not tuned: each timing run would add again; for them the heuristic's choice was
-// within 3% of the best. Nor are products under TUNE_MIN_FLOPS: tuning runs a shape's product
-// about 32 times, which only hundreds of calls of that shape repay, and generation makes a new
-// shape with every token (GPT-2 124M's products there are 4.8 GFLOP at most; in training at 64K
-// tokens, 77 to 630 GFLOP). MATMUL_TUNE=0 turns the tuning off, =2 also prints each shape's
-// choice on stderr.
+// curve made without tuning still holds. The least of 3 runs of each candidate in turn is what
+// ranks them; medians of interleaved rounds, and timing the candidates in training, both chose
+// worse or no better (performance.md, "Tried and not kept"). Products that accumulate into their
+// output (the weight gradients after a step's first micro-batch, GRAD_ADD) take the heuristic's
+// first choice: each timing run would add again, and the bits of their shape's tuned choice were
+// checked without the add; for them the heuristic's choice was within 3% of the best (those that
+// write their output, GRAD_WRITE, are tuned). Nor are products under TUNE_MIN_FLOPS: tuning runs a
+// shape's product about 32 times, which only hundreds of calls of that shape repay, and generation
+// makes a new shape with every token (GPT-2 124M's products there are 4.8 GFLOP at most; in
+// training at 64K tokens, 77 to 630 GFLOP). MATMUL_TUNE=0 turns the tuning off, =2 also prints
+// each shape's choice on stderr.
 #define TUNE_CANDIDATES 8
 #define TUNE_MIN_FLOPS 1e10
 
