@@ -1300,6 +1300,8 @@ int main(void) {
     test_layernorm(520, 1001, 260); // C not a multiple of 8: rows unaligned; two groups of 256 + 4 rows
     test_layernorm(300, 1280, 300); // GPT-2 large's C: in BF16 40 KB of dinp sums and 10 KB of static
                                     // shared memory a block, past the 48 KB a launch gets without asking
+    test_layernorm(777, 1600, 777); // GPT-2 XL's C: in BF16 some lanes hold 7 vectors of 8, others 6; a last
+                                    // chunk of 9 rows
     test_layernorm(300, 2048, 300); // the widest rows in BF16's registers: 64 KB of dinp sums per block
     test_layernorm(70, 2101, 35); // wider than the registers hold (2048 in BF16, 1024 in FP32)
     test_layernorm_offset(7, 13, 1);
