@@ -18,10 +18,10 @@ static inline void check_sequence_groups(const char* what, long long B, long lon
     if (group_rows % T != 0) fatal("%s: groups of %lld rows are not whole sequences of %lld", what, group_rows, T);
 }
 
-// Exit unless a linear layer's input rows are ld = C (packed) or C + LINEAR_BIAS_COLUMNS (with the
-// bias columns) elements apart: "<what>: rows of C values ld elements apart".
-static inline void check_linear_ld(const char* what, long long C, long long ld) {
-    if (ld != C && ld != C + LINEAR_BIAS_COLUMNS)
-        fatal("%s: rows of %lld values %lld elements apart (%lld, or %lld with the bias columns)", what, C, ld, C,
-              C + LINEAR_BIAS_COLUMNS);
+// Exit unless a linear layer's input rows are ld = C (packed) or linear_bias_ld(C) (with the bias
+// columns) elements apart: "<what>: rows of C values ld elements apart".
+static inline void check_linear_ld(const char* what, int C, long long ld) {
+    if (ld != C && ld != linear_bias_ld(C))
+        fatal("%s: rows of %d values %lld elements apart (%d, or %d with the bias columns)", what, C, ld, C,
+              linear_bias_ld(C));
 }

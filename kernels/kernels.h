@@ -175,14 +175,18 @@ void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* dinp_
                         const floatX* inp, const floatX* weight, const float* mean,
                         const float* rstd, int N, int C, int group_rows, int dinp_mode);
 
-// A linear layer's input, inp (N, C), has its rows ld_inp >= C elements apart. Where ld_inp = C +
-// LINEAR_BIAS_COLUMNS, each row carries the bias columns after its C values: a 1, then zeros (a
-// layernorm_forward with that ld_out writes them). With them, inp's product with dout^T has the bias
-// gradient as one more row of the weight gradient's (the sums of dout's columns times 1), and the CUDA
-// backend's matmul_backward takes dbias from its weight-gradient product instead of reading dout
-// again (fc's dout is (N, 4C): 402 MB per GPT-2 124M layer at 64K tokens). 8 columns keep bf16 rows
-// 16-byte aligned.
+// A linear layer's input, inp (N, C), has its rows ld_inp >= C elements apart. Where ld_inp =
+// linear_bias_ld(C), each row carries the bias columns after its C values: a 1, then zeros up to
+// ld_inp (a layernorm_forward with that ld_out writes them). With them, inp's product with dout^T has
+// the bias gradient as one more row of the weight gradient's (the sums of dout's columns times 1),
+// and the CUDA backend's matmul_backward takes dbias from its weight-gradient product instead of
+// reading dout again (fc's dout is (N, 4C): 402 MB per GPT-2 124M layer at 64K tokens). That product
+// reads LINEAR_BIAS_COLUMNS of them (8 keep its rows 16-byte aligned in bf16); the rows are C +
+// LINEAR_BIAS_COLUMNS rounded up to 64 elements apart (128 bytes in bf16), since with rows 16 bytes
+// apart but not 32 (GPT-2 1.5B's C + 8 = 1,608) cuBLASLt's weight-gradient kernels are slower
+// (docs/performance.md).
 #define LINEAR_BIAS_COLUMNS 8
+static inline int linear_bias_ld(int C) { return (C + LINEAR_BIAS_COLUMNS + 63) / 64 * 64; }
 
 // out (N, OC) = inp (N, C) @ weight(OC, C)^T + bias (OC) + residual (N, OC), summed in fp32 and
 // rounded once to floatX; bias and residual may be NULL. The residual connection of a block's

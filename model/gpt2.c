@@ -25,7 +25,7 @@ static void* carve(Carver* c, size_t bytes) {
 
 // Elements between rows of ln2: fc's input carries its bias columns (kernels.h), from which fc's
 // backward has its bias gradient.
-static int ln2_ld(int C) { return C + LINEAR_BIAS_COLUMNS; }
+static int ln2_ld(int C) { return linear_bias_ld(C); }
 
 // The activations of batches up to B x T: carve(c, ...) for each buffer, the only place that says
 // how big they are (the memory plan is a sizing pass of this function).

@@ -28,7 +28,7 @@ typedef struct {
     floatX* atty;        // (L, B, T, C) attention output before the projection
     char* att_saved;     // L x attention_saved_bytes(B, T, NH)
     floatX* residual2;   // (L, B, T, C) after the attention block
-    floatX* ln2;         // like ln1, rows C + LINEAR_BIAS_COLUMNS apart (fc's input with its bias columns)
+    floatX* ln2;         // like ln1, rows linear_bias_ld(C) apart (fc's input with its bias columns)
     float* ln2_mean;     // (L, B, T)
     float* ln2_rstd;     // (L, B, T)
     floatX* fch;         // (L, B, T, 4C) before GELU

@@ -433,7 +433,7 @@ int main(int argc, char** argv) {
     floatX* atty = (floatX*)dev_malloc(NC * X, "atty");
     void* att_saved = dev_malloc(attention_saved_bytes(B, T, NH), "attention saved state");
     floatX* residual2 = (floatX*)dev_malloc(NC * X, "residual2");
-    const int ld_ln2 = C + LINEAR_BIAS_COLUMNS; // fc's input with its bias columns, as the model has it
+    const int ld_ln2 = linear_bias_ld(C); // fc's input with its bias columns, as the model has it
     floatX* ln2 = (floatX*)dev_malloc((size_t)N * ld_ln2 * X, "ln2");
     float* ln2_mean = (float*)dev_malloc((size_t)N * sizeof(float), "ln2 mean");
     float* ln2_rstd = (float*)dev_malloc((size_t)N * sizeof(float), "ln2 rstd");

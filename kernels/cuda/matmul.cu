@@ -381,9 +381,9 @@ __global__ void add_weight_gradient_parts_kernel(float* dweight, float* dbias, c
 // the first group's sum is written, dweight not read), and where dbias is given (inp has the bias
 // columns then) dbias += dout's column sums from the same products. A group's product is, without
 // the bias columns, added to dweight by cuBLASLt's epilogue (the first written with GRAD_WRITE);
-// with them (ld_inp rows instead of C) written, then added by add_weight_gradient_parts_kernel, row C
-// into dbias (at fc's shape in GPT-2 124M, B 64, the bias row and the tiny add cost less than a
-// fifth of a column-sum pass over dout; being written, it is tuned).
+// with them (C + LINEAR_BIAS_COLUMNS rows instead of C) written, then added by
+// add_weight_gradient_parts_kernel, row C into dbias (at fc's shape in GPT-2 124M, B 64, the bias row
+// and the tiny add cost less than a fifth of a column-sum pass over dout; being written, it is tuned).
 // With many groups (--batch-invariant) a call per group leaves much of the GPU idle: qkv's weight
 // gradient at 8K rows a group is 54 tiles of 128 x 256 for 132 SMs. So where several groups'
 // products fit in WGRAD_PARTS_BYTES, they are made by one strided batched call into partials, which
@@ -401,7 +401,8 @@ struct WeightGradientShape {
 static void weight_gradients(MatmulStream& on, float* dweight, float* dbias, const floatX* dout, const floatX* inp,
                              int N, int C, int OC, int ld_inp, int group_rows, int dweight_mode) {
     const bool bias_row = dbias != NULL;
-    const int rows = bias_row ? ld_inp : C, groups = N / group_rows; // a group's product: column-major (rows, OC)
+    const int rows = bias_row ? C + LINEAR_BIAS_COLUMNS : C; // a group's product: column-major (rows, OC)
+    const int groups = N / group_rows;
     const size_t part = (size_t)rows * OC;
     int batch = 1; // groups a batched call: the largest divisor of groups that fits
     for (int b = 2; b <= groups; b++)

@@ -126,10 +126,10 @@ static void add_stored_column_sums(float* sums, const floatX* dev, size_t n, int
     for (int c = 0; c < C; c++) sums[c] = (float)total[c];
     free(got), free(total);
 }
-// A linear layer's input (N, C) with its bias columns (kernels.h): rows ld = C + LINEAR_BIAS_COLUMNS
+// A linear layer's input (N, C) with its bias columns (kernels.h): rows ld = linear_bias_ld(C)
 // apart, each a 1 and zeros after the row's values.
 static float* with_bias_columns(const float* inp, int N, int C) {
-    const int ld = C + LINEAR_BIAS_COLUMNS;
+    const int ld = linear_bias_ld(C);
     float* padded = host_floats((size_t)N * ld);
     for (int r = 0; r < N; r++)
         for (int c = 0; c < ld; c++) padded[(size_t)r * ld + c] = c < C ? inp[(size_t)r * C + c] : c == C ? 1.0f : 0.0f;
@@ -143,10 +143,10 @@ static float* random_linear_input(int N, int C, int ld) {
     free(inp);
     return padded;
 }
-// Whether `dev_padded` (rows C + LINEAR_BIAS_COLUMNS apart) holds the bits of `dev_packed` (N, C) in
+// Whether `dev_padded` (rows linear_bias_ld(C) apart) holds the bits of `dev_packed` (N, C) in
 // each row, then exactly the bias columns.
 static int same_rows_and_bias_columns(const floatX* dev_padded, const floatX* dev_packed, int N, int C) {
-    const int ld = C + LINEAR_BIAS_COLUMNS;
+    const int ld = linear_bias_ld(C);
     floatX* padded = (floatX*)xmalloc((size_t)N * ld * sizeof(floatX), "copy");
     floatX* packed = (floatX*)xmalloc((size_t)N * C * sizeof(floatX), "copy");
     dev_download(padded, dev_padded, (size_t)N * ld * sizeof(floatX));
@@ -268,9 +268,9 @@ static void test_layernorm(int N, int C, int group_rows) {
     snprintf(name, sizeof name, "layernorm_forward rstd N=%d C=%d", N, C);
     check_f(name, d_rstd, rstd, N, 1e-5);
     // Rows with the bias columns (a linear layer's input): the same values, then the columns.
-    floatX* d_padded = (floatX*)poisoned((size_t)N * (C + LINEAR_BIAS_COLUMNS) * sizeof(floatX));
+    floatX* d_padded = (floatX*)poisoned((size_t)N * linear_bias_ld(C) * sizeof(floatX));
     float *d_padded_mean = (float*)poisoned(N * sizeof(float)), *d_padded_rstd = (float*)poisoned(N * sizeof(float));
-    layernorm_forward(d_padded, d_padded_mean, d_padded_rstd, d_inp, d_w, d_b, N, C, C + LINEAR_BIAS_COLUMNS);
+    layernorm_forward(d_padded, d_padded_mean, d_padded_rstd, d_inp, d_w, d_b, N, C, linear_bias_ld(C));
     snprintf(name, sizeof name, "layernorm_forward N=%d C=%d with the bias columns: the same bits, then 1, 0, ...", N, C);
     int padded_same = same_rows_and_bias_columns(d_padded, d_out, N, C) &&
                       same_bytes(d_padded_mean, d_mean, N * sizeof(float)) &&
@@ -398,7 +398,7 @@ static void test_layernorm_offset(int N, int C, size_t offset) {
     dev_free(d_aligned_mean), dev_free(d_aligned_rstd);
 }
 
-// The GPU's input rows ld apart: C, or C + LINEAR_BIAS_COLUMNS with the bias columns (from which
+// The GPU's input rows ld apart: C, or linear_bias_ld(C) with the bias columns (from which
 // the backward takes dbias); the CPU's packed.
 static void test_matmul(int N, int C, int OC, int with_bias, int group_rows, int ld) {
     char name[160];
@@ -697,7 +697,7 @@ static void test_batch_invariance(int B, int T, int C, int OC) {
     floatX* d_dout_c = upload_x(dout_c, (size_t)N * C);
     floatX* d_dinp = (floatX*)poisoned((size_t)N * OC * sizeof(floatX)); // scratch, not compared
     // The layernorm's output with the bias columns: the input of the matmul's second form (ln2 into fc).
-    const int ld_ln = C + LINEAR_BIAS_COLUMNS;
+    const int ld_ln = linear_bias_ld(C);
     floatX* d_ln_out = (floatX*)poisoned((size_t)N * ld_ln * sizeof(floatX));
     float *d_mean = (float*)poisoned(N * sizeof(float)), *d_rstd = (float*)poisoned(N * sizeof(float));
     layernorm_forward(d_ln_out, d_mean, d_rstd, d_inp, d_w, d_w + C, N, C, ld_ln);
@@ -1319,30 +1319,30 @@ int main(void) {
     test_matmul(64, 40, 20, 1, 32, 40);      // OC not a multiple of 8 (the column sums' element-wise loads)
     test_matmul(70, 40, 101, 1, 35, 40);     // groups whose rows start off 16-byte alignment
     // Inputs with the bias columns (the model's ln2 into fc): dbias from the weight gradient's product.
-    test_matmul(35, 37, 101, 1, 35, 37 + LINEAR_BIAS_COLUMNS);    // rows of an odd length
-    test_matmul(133, 96, 288, 0, 133, 96 + LINEAR_BIAS_COLUMNS);  // no bias: the plain product, strided
-    test_matmul(600, 64, 264, 1, 300, 64 + LINEAR_BIAS_COLUMNS);  // two groups, each its product and add
-    test_matmul(1, 64, 40, 1, 1, 64 + LINEAR_BIAS_COLUMNS);
-    test_matmul(256, 768, 3072, 1, 256, 768 + LINEAR_BIAS_COLUMNS); // GPT-2 124M's fc
+    test_matmul(35, 37, 101, 1, 35, linear_bias_ld(37));    // rows of an odd length
+    test_matmul(133, 96, 288, 0, 133, linear_bias_ld(96));  // no bias: the plain product, strided
+    test_matmul(600, 64, 264, 1, 300, linear_bias_ld(64));  // two groups, each its product and add
+    test_matmul(1, 64, 40, 1, 1, linear_bias_ld(64));
+    test_matmul(256, 768, 3072, 1, 256, linear_bias_ld(768)); // GPT-2 124M's fc
     test_matmul_backward_rerun(600, 64, 264, 300, 64);
     // On H100/H200 (BF16) its own kernel, in 128 x 256 tiles of 64-deep blocks: partial row, column
     // and depth blocks, two rows, blocks with several tiles each (3000 x 3072: 288 tiles), GPT-2's fc.
-    test_matmul_forward_gelu(300, 768, 3072, 1, 768 + LINEAR_BIAS_COLUMNS, 77);
-    test_matmul_forward_gelu(3000, 256, 3072, 1, 256 + LINEAR_BIAS_COLUMNS, 1000);
+    test_matmul_forward_gelu(300, 768, 3072, 1, linear_bias_ld(768), 77);
+    test_matmul_forward_gelu(3000, 256, 3072, 1, linear_bias_ld(256), 1000);
     test_matmul_forward_gelu(200, 40, 264, 1, 40, 3);
-    test_matmul_forward_gelu(129, 96, 8, 0, 96 + LINEAR_BIAS_COLUMNS, 1);
+    test_matmul_forward_gelu(129, 96, 8, 0, linear_bias_ld(96), 1);
     test_matmul_forward_gelu(2, 64, 512, 1, 64, 1);
     test_matmul_forward_gelu(50, 37, 101, 1, 37, 10); // the fallback: rows and columns not 16-byte multiples
     test_matmul_backward_rerun(70, 40, 101, 35, 40);
-    test_matmul_backward_rerun(600, 64, 264, 300, 64 + LINEAR_BIAS_COLUMNS);
+    test_matmul_backward_rerun(600, 64, 264, 300, linear_bias_ld(64));
     // GPT-2 124M's fc at 8K tokens: a product long enough that the second stream is still running it
     // when matmul_backward_weights returns.
-    test_matmul_backward_rerun(8192, 768, 3072, 8192, 768 + LINEAR_BIAS_COLUMNS);
+    test_matmul_backward_rerun(8192, 768, 3072, 8192, linear_bias_ld(768));
     test_weight_gradient_write(300, 64, 200, 300, 64);                         // one group: cuBLASLt's beta 0
     test_weight_gradient_write(600, 64, 264, 200, 64);                         // three groups, batched
     test_weight_gradient_write(70, 40, 101, 35, 40);                           // two groups, rows off alignment
-    test_weight_gradient_write(600, 64, 264, 200, 64 + LINEAR_BIAS_COLUMNS);   // the bias row, batched
-    test_weight_gradient_write(8192, 768, 3072, 8192, 768 + LINEAR_BIAS_COLUMNS); // GPT-2 124M's fc
+    test_weight_gradient_write(600, 64, 264, 200, linear_bias_ld(64));   // the bias row, batched
+    test_weight_gradient_write(8192, 768, 3072, 8192, linear_bias_ld(768)); // GPT-2 124M's fc
     test_matmul_backward_gelu(37, 96, 384);  // fused
     test_matmul_backward_gelu(35, 40, 101);  // fused (C 40)
     test_matmul_backward_gelu(33, 101, 64);  // unfused (C 101)

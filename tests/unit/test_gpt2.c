@@ -76,7 +76,7 @@ static void test_carve(int recompute) {
         {"atty", a->atty, L * BT * C * X},
         {"att_saved", a->att_saved, L * attention_saved_bytes(B, T, NH)},
         {"residual2", a->residual2, L * BT * C * X},
-        {"ln2", a->ln2, L_ln * BT * (C + LINEAR_BIAS_COLUMNS) * X},
+        {"ln2", a->ln2, L_ln * BT * linear_bias_ld(C) * X},
         {"ln2_mean", a->ln2_mean, L * BT * F},
         {"ln2_rstd", a->ln2_rstd, L * BT * F},
         {"fch", a->fch, L * BT * 4 * C * X},

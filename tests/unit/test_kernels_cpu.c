@@ -181,7 +181,7 @@ static void test_layernorm(int N, int C, int group_rows, TestRng* rng) {
     test_close(label("layernorm_forward mean N=%d C=%d", N, C), mean, l.mean, N, 1e-5, 1e-6);
     test_close(label("layernorm_forward rstd N=%d C=%d", N, C), rstd, l.rstd, N, 1e-5, 1e-6);
     // Rows with a linear layer's bias columns after them (kernels.h): the same bits, then 1, 0, ...
-    const int ld = C + LINEAR_BIAS_COLUMNS;
+    const int ld = linear_bias_ld(C);
     float *padded = poisoned_floats((size_t)N * ld), *padded_mean = poisoned_floats(N);
     float* padded_rstd = poisoned_floats(N);
     layernorm_forward(padded, padded_mean, padded_rstd, inp, weight, bias, N, C, ld);
@@ -303,7 +303,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, int group_rows, Tes
 
     // The same input with its bias columns (rows ld apart): the same bits (the CPU sums dbias from
     // dout either way).
-    const int ld = C + LINEAR_BIAS_COLUMNS;
+    const int ld = linear_bias_ld(C);
     float* padded_inp = poisoned_floats((size_t)N * ld);
     for (int n = 0; n < N; n++)
         for (int c = 0; c < ld; c++) padded_inp[(size_t)n * ld + c] = c < C ? inp[(size_t)n * C + c] : c == C ? 1.0f : 0.0f;

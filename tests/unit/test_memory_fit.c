@@ -62,7 +62,7 @@ static size_t expected_activations(const GPT2Config* cfg, size_t B, size_t T, in
     size_t saved = 2 * B * NH * T, scratch = B * NH * T;     // m and l; D
 #endif
     size_t per_layer_kept = BT * C * (3 + 1 + 1 + 4 + 1) + 4 * BT + saved; // qkv atty res2 fch res3, stats
-    size_t ln = L_ln * BT * C + L_ln * BT * (C + LINEAR_BIAS_COLUMNS); // ln1, ln2 with fc's bias columns
+    size_t ln = L_ln * BT * C + L_ln * BT * linear_bias_ld(C); // ln1, ln2 with fc's bias columns
     size_t floats = L * per_layer_kept + ln + L_gelu * BT * 4 * C
                   + BT * C + BT * C + 2 * BT + head_seqs * T * Vp + BT // encoded, lnf, its stats, logits, losses
                   + BT * C * (1 + 1 + 3 + 4) + scratch + 2 * BT + Vp; // backward buffers, inputs, targets, row
