@@ -182,9 +182,9 @@ void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* dinp_
 // and the CUDA backend's matmul_backward takes dbias from its weight-gradient product instead of
 // reading dout again (fc's dout is (N, 4C): 402 MB per GPT-2 124M layer at 64K tokens). That product
 // reads LINEAR_BIAS_COLUMNS of them (8 keep its rows 16-byte aligned in bf16); the rows are C +
-// LINEAR_BIAS_COLUMNS rounded up to 64 elements apart (128 bytes in bf16), since with rows 16 bytes
-// apart but not 32 (GPT-2 1.5B's C + 8 = 1,608) cuBLASLt's weight-gradient kernels are slower
-// (docs/performance.md).
+// LINEAR_BIAS_COLUMNS rounded up to 64 elements apart (128 bytes in bf16): with rows 16 bytes apart but
+// not 32 (GPT-2 1.5B's C + 8 = 1,608) cuBLASLt's weight-gradient kernels were slowest, 32-byte rows
+// (1,616) faster and 128-byte rows (1,664) the fastest measured (docs/performance.md).
 #define LINEAR_BIAS_COLUMNS 8
 static inline int linear_bias_ld(int C) { return (C + LINEAR_BIAS_COLUMNS + 63) / 64 * 64; }
 
