@@ -1338,10 +1338,10 @@ int main(void) {
     // GPT-2 124M's fc at 8K tokens: a product long enough that the second stream is still running it
     // when matmul_backward_weights returns.
     test_matmul_backward_rerun(8192, 768, 3072, 8192, linear_bias_ld(768));
-    test_weight_gradient_write(300, 64, 200, 300, 64);                         // one group: cuBLASLt's beta 0
-    test_weight_gradient_write(600, 64, 264, 200, 64);                         // three groups, batched
-    test_weight_gradient_write(70, 40, 101, 35, 40);                           // two groups, rows off alignment
-    test_weight_gradient_write(600, 64, 264, 200, linear_bias_ld(64));   // the bias row, batched
+    test_weight_gradient_write(300, 64, 200, 300, 64);                      // one group: cuBLASLt's beta 0
+    test_weight_gradient_write(600, 64, 264, 200, 64);                      // three groups, batched
+    test_weight_gradient_write(70, 40, 101, 35, 40);                        // two groups, rows off alignment
+    test_weight_gradient_write(600, 64, 264, 200, linear_bias_ld(64));      // the bias row, batched
     test_weight_gradient_write(8192, 768, 3072, 8192, linear_bias_ld(768)); // GPT-2 124M's fc
     test_matmul_backward_gelu(37, 96, 384);  // fused
     test_matmul_backward_gelu(35, 40, 101);  // fused (C 40)
