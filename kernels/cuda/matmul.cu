@@ -362,16 +362,44 @@ void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const 
 
 // dweight (OC, C) += (or, with write_dweight, =) the first C rows of each column of `parts` products
 // (column-major (ld, OC), part_stride floats apart), one product after the other, and dbias += their
-// row C where dbias is given (inp with the bias columns: that row is dout's column sums).
+// row C where dbias is given (inp with the bias columns: that row is dout's column sums). A thread
+// takes 4 columns of a row: one 16-byte load a product and one store where `vector` (C, ld and
+// part_stride multiples of 4, dweight and products 16-byte aligned), else the 4 one by one: with 4
+// bytes in flight a thread the pass moved about half the memory's bandwidth (docs/performance.md).
+// Every element gets the same adds in the same order either way.
 __global__ void add_weight_gradient_parts_kernel(float* dweight, float* dbias, const float* products, int parts,
-                                                 size_t part_stride, int C, int ld, bool write_dweight) {
-    const int oc = blockIdx.y, rows = dbias ? C + 1 : C;
-    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < rows; c += gridDim.x * blockDim.x) {
-        float* sum = c < C ? dweight + (size_t)oc * C + c : dbias + oc;
-        float value = c < C && write_dweight ? 0.0f : *sum;
-        for (int p = 0; p < parts; p++) value += products[p * part_stride + (size_t)oc * ld + c];
-        *sum = value;
+                                                 size_t part_stride, int C, int OC, int ld, bool write_dweight,
+                                                 bool vector) {
+    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+    const int quads = (C + 3) / 4; // a row's groups of 4 columns
+    for (size_t i = first; i < (size_t)OC * quads; i += stride) {
+        const int oc = (int)(i / quads), c = (int)(i % quads) * 4;
+        float* sum = dweight + (size_t)oc * C + c;
+        const float* column = products + (size_t)oc * ld + c;
+        if (vector) {
+            float4 value = write_dweight ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : *(const float4*)sum;
+            for (int p = 0; p < parts; p++) {
+                const float4 x = *(const float4*)(column + p * part_stride);
+                value.x += x.x;
+                value.y += x.y;
+                value.z += x.z;
+                value.w += x.w;
+            }
+            *(float4*)sum = value;
+        } else {
+            for (int k = 0; k < 4 && c + k < C; k++) {
+                float value = write_dweight ? 0.0f : sum[k];
+                for (int p = 0; p < parts; p++) value += column[p * part_stride + k];
+                sum[k] = value;
+            }
+        }
     }
+    if (dbias)
+        for (size_t oc = first; oc < (size_t)OC; oc += stride) {
+            float value = dbias[oc];
+            for (int p = 0; p < parts; p++) value += products[p * part_stride + oc * ld + C];
+            dbias[oc] = value;
+        }
 }
 
 // The groups' products of a weight gradient at once: at most this many bytes of them.
@@ -411,12 +439,13 @@ static void weight_gradients(MatmulStream& on, float* dweight, float* dbias, con
                                                                 batch * part * sizeof(float),
                                                                 "the weight gradients' products")
                                          : NULL;
-    const int blocks_x = ceil_div(C + 1, 256);
+    const bool vector = C % 4 == 0 && rows % 4 == 0 && part % 4 == 0 && ((uintptr_t)dweight | (uintptr_t)parts) % 16 == 0;
+    const int add_blocks = (int)ceil_div((size_t)OC * ceil_div(C, 4), 256);
     // The parts of the groups from g0 on, added to dweight (written over it from group 0 with GRAD_WRITE).
     auto add_parts = [&](int g0, int count) {
         const bool write = dweight_mode == GRAD_WRITE && g0 == 0;
-        add_weight_gradient_parts_kernel<<<dim3(blocks_x, OC), 256, 0, on.stream>>>(dweight, dbias, parts, count, part,
-                                                                                    C, rows, write);
+        add_weight_gradient_parts_kernel<<<add_blocks, 256, 0, on.stream>>>(dweight, dbias, parts, count, part, C, OC,
+                                                                            rows, write, vector);
         launchCheck();
     };
     // `count` groups' products from group g0 on, each into parts (written) or into dweight (added,
