@@ -439,7 +439,8 @@ static void weight_gradients(MatmulStream& on, float* dweight, float* dbias, con
                                                                 batch * part * sizeof(float),
                                                                 "the weight gradients' products")
                                          : NULL;
-    const bool vector = C % 4 == 0 && rows % 4 == 0 && part % 4 == 0 && ((uintptr_t)dweight | (uintptr_t)parts) % 16 == 0;
+    // 16-byte adds where rows (the products' ld) is a multiple of 4, and with it part = rows x OC.
+    const bool vector = C % 4 == 0 && rows % 4 == 0 && ((uintptr_t)dweight | (uintptr_t)parts) % 16 == 0;
     const int add_blocks = (int)ceil_div((size_t)OC * ceil_div(C, 4), 256);
     // The parts of the groups from g0 on, added to dweight (written over it from group 0 with GRAD_WRITE).
     auto add_parts = [&](int g0, int count) {
