@@ -127,9 +127,8 @@ void adamw_update_typed(floatX* param, float* master, const G* grad, float* m, f
     if (n == 0) return;
     const AdamWStep step = {lr, beta1, beta2, eps, weight_decay, grad_scale, 1.0f - powf(beta1, (float)t),
                             1.0f - powf(beta2, (float)t), t, seed};
-    auto aligned = [](const void* p) { return (uintptr_t)p % 16 == 0; };
-    const bool vector = (uintptr_t)grad % (4 * sizeof(G)) == 0 && aligned(m) && aligned(v) &&
-                        (master ? aligned(master) : aligned(param));
+    const bool vector = (uintptr_t)grad % (4 * sizeof(G)) == 0 && aligned16(m, v) &&
+                        (master ? aligned16(master) : aligned16(param));
     const size_t threads = vector ? (n + 3) / 4 : n;
     unsigned int blocks = ceil_div(threads, 256) < 65536 ? ceil_div(threads, 256) : 65536;
     adamw_kernel<<<blocks, 256>>>(param, master, grad, m, v, n, index0, step, vector);

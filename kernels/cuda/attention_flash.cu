@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(PREPARE_THREADS)
     const int b = blockIdx.y, t0 = blockIdx.x * PREPARE_POSITIONS;
     const int positions = T - t0 < PREPARE_POSITIONS ? T - t0 : PREPARE_POSITIONS, rows = positions * NH;
     const int part = threadIdx.x % LANES;
-    const bool vector = HS % X128 == 0 && ((uintptr_t)dout | (uintptr_t)out) % 16 == 0;
+    const bool vector = HS % X128 == 0 && aligned16(dout, out);
     const floatX* out_rows = out + ((size_t)b * T + t0) * NH * HS;
     const floatX* dout_rows = dout + ((size_t)b * T + t0) * NH * HS;
     for (int r0 = 0; r0 < rows; r0 += PREPARE_THREADS / LANES) { // the same trip count in every lane

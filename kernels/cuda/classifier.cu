@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(CLASSIFIER_THREADS, 2) // two rows an SM: 64 r
     const floatX* row = cached ? cache : x; // what the gradient pass reads
     const int target = targets[blockIdx.x];
     const float target_logit = (float)x[target]; // read before any thread overwrites the row
-    const bool vector = Vp % X128 == 0 && (uintptr_t)logits % 16 == 0;
+    const bool vector = Vp % X128 == 0 && aligned16(logits);
     const int stride = blockDim.x * X128;
 
     // Device memory, once: the copy into shared memory (exact: the floats came from floatX), and

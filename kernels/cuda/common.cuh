@@ -140,6 +140,10 @@ __device__ __forceinline__ uint32_t pack_floatX2(float lo, float hi) {
 struct __align__(16) PackedX {
     floatX v[16 / sizeof(floatX)];
 };
+// True when every pointer given is 16-byte aligned, as 16-byte loads and stores (PackedX, float4) need.
+template <typename... T> __host__ __device__ inline bool aligned16(const T*... p) {
+    return ((uintptr_t)p | ...) % 16 == 0;
+}
 
 static inline unsigned int ceil_div(size_t a, size_t b) { return (unsigned int)((a + b - 1) / b); }
 

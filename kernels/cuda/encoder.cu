@@ -26,7 +26,7 @@ __global__ void encoder_forward_kernel(floatX* out, const int* inp, const floatX
 
 void encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe,
                      int B, int T, int C) {
-    const bool vector = C % X128 == 0 && (uintptr_t)out % 16 == 0 && (uintptr_t)wte % 16 == 0 && (uintptr_t)wpe % 16 == 0;
+    const bool vector = C % X128 == 0 && aligned16(out, wte, wpe);
     const size_t threads = (size_t)B * T * ((C + X128 - 1) / X128);
     encoder_forward_kernel<<<ceil_div(threads, 256), 256>>>(out, inp, wte, wpe, B, T, C, vector);
     launchCheck();
@@ -256,7 +256,7 @@ void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const int* i
     cudaCheck(cub::DeviceRunLengthEncode::Encode(temp, encode_bytes, sorted_tokens, tokens, counts, num_buckets, N));
     cudaCheck(cub::DeviceScan::ExclusiveSum(temp, scan_bytes, counts, starts, N));
 
-    const bool vector = C % X128 == 0 && (uintptr_t)dout % 16 == 0;
+    const bool vector = C % X128 == 0 && aligned16(dout);
     const int channel_blocks = ceil_div(C, ENCODER_WTE_THREADS * X128);
     const size_t stage_bytes = ENCODER_STAGE_ROWS * (ENCODER_WTE_THREADS * sizeof(PackedX) + 2 * sizeof(int));
     static const bool opted_in = [&] { // beyond a block's default 48 KB

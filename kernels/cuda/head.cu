@@ -293,8 +293,7 @@ void head_classifier(float* losses, floatX* dinp, float* dweight, void* scratch,
     check_row_groups("head_classifier", N, group_rows);
 #if defined(PRECISION_BF16)
     // TMA and the 16-byte passes want 16-byte aligned rows and bases.
-    const bool aligned = ((uintptr_t)inp | (uintptr_t)weight | (uintptr_t)scratch | (uintptr_t)dinp) % 16 == 0 &&
-                         C % 8 == 0 && Vp % 8 == 0;
+    const bool aligned = aligned16(inp, weight, scratch, dinp) && C % 8 == 0 && Vp % 8 == 0;
     if (N > 0 && aligned && head_kernel_available()) {
         size_t bytes;
         const HeadScratch s = head_scratch(scratch, N, C, Vp, &bytes);

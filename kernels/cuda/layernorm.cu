@@ -39,8 +39,6 @@ template <int VECS = 1, class Launch> static void with_vecs(int C, Launch launch
     launch(std::integral_constant<int, VECS>());
 }
 
-static bool aligned16(const void* p) { return (uintptr_t)p % 16 == 0; }
-
 __device__ inline int lane_column(int lane, int v) { return (lane + 32 * v) * X128; }
 
 // out (rows ld_out apart, with the bias columns of kernels.h after C when ld_out > C), mean and rstd
@@ -99,8 +97,7 @@ void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
                        const floatX* bias, int N, int C, int ld_out) {
     check_linear_ld("layernorm_forward", C, ld_out);
     if (N == 0) return;
-    const bool vector = C % X128 == 0 && ld_out % X128 == 0 && aligned16(inp) && aligned16(out) &&
-                        aligned16(weight) && aligned16(bias);
+    const bool vector = C % X128 == 0 && ld_out % X128 == 0 && aligned16(inp, out, weight, bias);
     with_vecs(C, [&](auto vecs) {
         layernorm_forward_kernel<decltype(vecs)::value><<<ceil_div(N, LN_FWD_WARPS), 32 * LN_FWD_WARPS>>>(
             out, mean, rstd, inp, weight, bias, N, C, ld_out, vector);
@@ -331,7 +328,7 @@ void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* dinp_
                         const float* rstd, int N, int C, int group_rows, int dinp_mode) {
     check_row_groups("layernorm_backward", N, group_rows);
     if (N == 0) return;
-    const bool vector = C % X128 == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(weight);
+    const bool vector = C % X128 == 0 && aligned16(dinp, dout, inp, weight);
     const bool in_registers = C <= LN_MAX_VECS * 32 * X128;
     const int groups = N / group_rows, parts = (int)ceil_div(group_rows, LN_BWD_CHUNK), chunks = groups * parts;
     const bool add_dinp = dinp_mode == GRAD_ADD;

@@ -440,7 +440,7 @@ static void weight_gradients(MatmulStream& on, float* dweight, float* dbias, con
                                                                 "the weight gradients' products")
                                          : NULL;
     // 16-byte adds where rows (the products' ld) is a multiple of 4, and with it part = rows x OC.
-    const bool vector = C % 4 == 0 && rows % 4 == 0 && ((uintptr_t)dweight | (uintptr_t)parts) % 16 == 0;
+    const bool vector = C % 4 == 0 && rows % 4 == 0 && aligned16(dweight, parts);
     const int add_blocks = (int)ceil_div((size_t)OC * ceil_div(C, 4), 256);
     // The parts of the groups from g0 on, added to dweight (written over it from group 0 with GRAD_WRITE).
     auto add_parts = [&](int g0, int count) {
