@@ -82,7 +82,8 @@ void matmul_forward_gelu(floatX* pre, floatX* out, const floatX* inp, const floa
     check_row_groups("matmul_forward_gelu", N, group_rows);
 #if defined(PRECISION_BF16)
     // TMA wants rows 16 bytes apart and 16-byte aligned bases; the bias is read in pairs.
-    const bool aligned = aligned16(pre, out, inp, weight) && (uintptr_t)bias % 4 == 0 && OC % 8 == 0 && C % 8 == 0 && ld_inp % 8 == 0;
+    const bool aligned = aligned16(pre, out, inp, weight) && (uintptr_t)bias % 4 == 0 && OC % 8 == 0 && C % 8 == 0 &&
+                         ld_inp % 8 == 0;
     if (N > 0 && aligned && gemm_gelu_available()) {
         check_linear_ld("matmul_forward_gelu", C, ld_inp);
         // one launch whatever group_rows: each output's sum does not depend on N (matmul_wgmma.cuh)
