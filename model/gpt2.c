@@ -793,8 +793,11 @@ void gpt2_backward(GPT2* model, int sum_over_ranks) {
             if (summing) start_bucket_sums(model, l + 1);
         }
         if (l > 0) start_layer_grads(model, l - 1);
-        if (model->recompute >= 1) gelu_forward(s.fch_gelu, s.fch, (size_t)N * 4 * C);
-        if (model->recompute >= 2)
+        // The layers' shared buffers still hold the forward's last layer (nothing between writes
+        // them), so the top layer's backward has its GELU output and layernorms without rebuilding.
+        const int rebuild = l < L - 1 ? model->recompute : 0;
+        if (rebuild >= 1) gelu_forward(s.fch_gelu, s.fch, (size_t)N * 4 * C);
+        if (rebuild >= 2)
             layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.residual2, w.ln2w, w.ln2b, N, C, ln2_ld(C));
         // MLP branch
         matmul_backward_gelu(a->dbuf_4c, grad_of(model, w.fcprojw), NULL, a->dresidual, s.fch_gelu, w.fcprojw,
@@ -806,7 +809,7 @@ void gpt2_backward(GPT2* model, int sum_over_ranks) {
         layernorm_backward(a->dresidual, grad_of(model, w.ln2w), grad_of(model, w.ln2b), grad_of(model, w.attprojb),
                            a->dbuf_c, s.residual2, w.ln2w, s.ln2_mean, s.ln2_rstd, N, C, group_rows, GRAD_ADD);
         // attention branch
-        if (model->recompute >= 2)
+        if (rebuild >= 2)
             layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, s.input, w.ln1w, w.ln1b, N, C, C);
         matmul_backward(a->dbuf_c, grad_of(model, w.attprojw), NULL, a->dresidual, s.atty, w.attprojw, N, C, C, C,
                         group_rows, dweight_mode);

@@ -18,7 +18,8 @@ typedef struct {
 
 // What the forward keeps for the backward. With recompute >= 1 the GELU output is one (B,T,4C)
 // buffer rebuilt from fch during the backward; with recompute >= 2 the layernorm outputs ln1 and ln2
-// are one (B,T,C) buffer each, rebuilt from the residual stream and the saved mean/rstd.
+// are one (B,T,C) buffer each, rebuilt from the residual stream. The top layer's are not rebuilt:
+// the forward's last layer left them there.
 typedef struct {
     floatX* encoded;     // (B, T, C) token + position embedding
     floatX* ln1;         // (L, B, T, C), or (B, T, C) with recompute >= 2
