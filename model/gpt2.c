@@ -793,8 +793,8 @@ void gpt2_backward(GPT2* model, int sum_over_ranks) {
             if (summing) start_bucket_sums(model, l + 1);
         }
         if (l > 0) start_layer_grads(model, l - 1);
-        // The layers' shared buffers still hold the forward's last layer (nothing between writes
-        // them), so the top layer's backward has its GELU output and layernorms without rebuilding.
+        // With recompute, the layers' shared buffers still hold the forward's last layer (the head
+        // and the final layernorm write others), so the top layer needs nothing rebuilt.
         const int rebuild = l < L - 1 ? model->recompute : 0;
         if (rebuild >= 1) gelu_forward(s.fch_gelu, s.fch, (size_t)N * 4 * C);
         if (rebuild >= 2)
