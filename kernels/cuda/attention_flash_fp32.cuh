@@ -32,6 +32,42 @@ __device__ void load_rows_f32(float* tile, const float* src, int row0, int count
     }
 }
 
+// Where a block works: the first of its F32_ROWS rows (queries, or keys where KEY_ROWS), qkv's row
+// length, where its head's rows of m, l and D start, and where its head's first element is in qkv and
+// dqkv (q; k is C further on, v 2 C) and in out and dout (rows C apart).
+struct F32Block {
+    int C, row0;
+    size_t stride, head_row0, qkv_head, out_head;
+};
+template <bool KEY_ROWS> __device__ F32Block f32_block(int T, int NH, int HS, int tail) {
+    const CausalBlock place = causal_block<F32_ROWS, KEY_ROWS>(tail, NH);
+    F32Block block;
+    block.C = NH * HS;
+    block.row0 = place.row0;
+    block.stride = 3 * (size_t)block.C;
+    block.head_row0 = ((size_t)place.b * NH + place.h) * T;
+    block.qkv_head = (size_t)place.b * T * block.stride + place.h * HS;
+    block.out_head = (size_t)place.b * T * block.C + place.h * HS;
+    return block;
+}
+
+// A warp's rows row0 + warp * F32_ROWS_PER_WARP + i of `rows` (lane + 32 k holding dimension lane +
+// 32 k) times `mul` into the rows of dst, `stride` apart; rows at or past T and dimensions past HS
+// are not written.
+template <int DIMS_PER_LANE>
+__device__ void store_rows_f32(float* dst, size_t stride, const float (&rows)[F32_ROWS_PER_WARP][DIMS_PER_LANE],
+                               float mul, int row0, int T, int HS) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+    for (int i = 0; i < F32_ROWS_PER_WARP; i++) {
+        const int row = row0 + warp * F32_ROWS_PER_WARP + i;
+        if (row >= T) continue;
+#pragma unroll
+        for (int k = 0; k < DIMS_PER_LANE; k++)
+            if (lane + 32 * k < HS) dst[row * stride + lane + 32 * k] = rows[i][k] * mul;
+    }
+}
+
 __device__ inline float dot_f32(const float* a, const float* b, int HS) {
     float sum = 0.0f;
     for (int d = 0; d < HS; d++) sum += a[d] * b[d];
@@ -47,10 +83,10 @@ __global__ void flash_forward_f32_kernel(float* out, float* m_out, float* l_out,
     float* k_tile = q_rows + F32_ROWS * STRIDE;
     float* v_tile = k_tile + F32_COLS * STRIDE;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const CausalBlock place = causal_block<F32_ROWS, false>(tail, NH);
-    const int C = NH * HS, b = place.b, h = place.h, q0 = place.row0;
-    const size_t stride = 3 * (size_t)C;
-    const float* q_src = qkv + (size_t)b * T * stride + h * HS;
+    const F32Block block = f32_block<false>(T, NH, HS, tail);
+    const int C = block.C, q0 = block.row0;
+    const size_t stride = block.stride;
+    const float* q_src = qkv + block.qkv_head;
     const float scale = ATTENTION_SCALE(HS);
     load_rows_f32<DIMS_PER_LANE>(q_rows, q_src, q0, F32_ROWS, T, HS, stride);
     float m_run[F32_ROWS_PER_WARP], l_run[F32_ROWS_PER_WARP], acc[F32_ROWS_PER_WARP][DIMS_PER_LANE] = {};
@@ -86,16 +122,14 @@ __global__ void flash_forward_f32_kernel(float* out, float* m_out, float* l_out,
 #pragma unroll
     for (int i = 0; i < F32_ROWS_PER_WARP; i++) {
         const int row = q0 + warp * F32_ROWS_PER_WARP + i;
-        if (row >= T) continue;
-        float* o = out + ((size_t)b * T + row) * C + h * HS;
 #pragma unroll
-        for (int k = 0; k < DIMS_PER_LANE; k++)
-            if (lane + 32 * k < HS) o[lane + 32 * k] = acc[i][k] / l_run[i];
-        if (lane == 0) {
-            m_out[((size_t)b * NH + h) * T + row] = m_run[i];
-            l_out[((size_t)b * NH + h) * T + row] = l_run[i];
+        for (int k = 0; k < DIMS_PER_LANE; k++) acc[i][k] /= l_run[i];
+        if (lane == 0 && row < T) {
+            m_out[block.head_row0 + row] = m_run[i];
+            l_out[block.head_row0 + row] = l_run[i];
         }
     }
+    store_rows_f32<DIMS_PER_LANE>(out + block.out_head, C, acc, 1.0f, q0, T, HS);
 }
 
 // dQ: rows are queries; P = exp(s - m) / l and dP = dO V^T recomputed per key tile.
@@ -109,13 +143,13 @@ __global__ void flash_backward_dq_f32_kernel(float* dqkv, const float* dout, con
     float* k_tile = do_rows + F32_ROWS * STRIDE;
     float* v_tile = k_tile + F32_COLS * STRIDE;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const CausalBlock place = causal_block<F32_ROWS, false>(tail, NH);
-    const int C = NH * HS, b = place.b, h = place.h, q0 = place.row0;
-    const size_t stride = 3 * (size_t)C, head_row0 = ((size_t)b * NH + h) * T;
-    const float* q_src = qkv + (size_t)b * T * stride + h * HS;
+    const F32Block block = f32_block<false>(T, NH, HS, tail);
+    const int C = block.C, q0 = block.row0;
+    const size_t stride = block.stride, head_row0 = block.head_row0;
+    const float* q_src = qkv + block.qkv_head;
     const float scale = ATTENTION_SCALE(HS);
     load_rows_f32<DIMS_PER_LANE>(q_rows, q_src, q0, F32_ROWS, T, HS, stride);
-    load_rows_f32<DIMS_PER_LANE>(do_rows, dout + (size_t)b * T * C + h * HS, q0, F32_ROWS, T, HS, C);
+    load_rows_f32<DIMS_PER_LANE>(do_rows, dout + block.out_head, q0, F32_ROWS, T, HS, C);
     float dq[F32_ROWS_PER_WARP][DIMS_PER_LANE] = {};
     for (int c0 = 0; c0 < min(q0 + F32_ROWS, T); c0 += F32_COLS) {
         __syncthreads();
@@ -140,15 +174,7 @@ __global__ void flash_backward_dq_f32_kernel(float* dqkv, const float* dout, con
             }
         }
     }
-#pragma unroll
-    for (int i = 0; i < F32_ROWS_PER_WARP; i++) {
-        const int row = q0 + warp * F32_ROWS_PER_WARP + i;
-        if (row >= T) continue;
-        float* dst = dqkv + ((size_t)b * T + row) * stride + h * HS;
-#pragma unroll
-        for (int k = 0; k < DIMS_PER_LANE; k++)
-            if (lane + 32 * k < HS) dst[lane + 32 * k] = dq[i][k] * scale;
-    }
+    store_rows_f32<DIMS_PER_LANE>(dqkv + block.qkv_head, stride, dq, scale, q0, T, HS);
 }
 
 // dK and dV: rows are keys, the tiles hold queries from the diagonal on.
@@ -162,10 +188,10 @@ __global__ void flash_backward_dkv_f32_kernel(float* dqkv, const float* dout, co
     float* q_tile = v_rows + F32_ROWS * STRIDE;
     float* do_tile = q_tile + F32_COLS * STRIDE;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const CausalBlock place = causal_block<F32_ROWS, true>(tail, NH);
-    const int C = NH * HS, b = place.b, h = place.h, k0 = place.row0;
-    const size_t stride = 3 * (size_t)C, head_row0 = ((size_t)b * NH + h) * T;
-    const float* q_src = qkv + (size_t)b * T * stride + h * HS;
+    const F32Block block = f32_block<true>(T, NH, HS, tail);
+    const int C = block.C, k0 = block.row0;
+    const size_t stride = block.stride, head_row0 = block.head_row0;
+    const float* q_src = qkv + block.qkv_head;
     const float scale = ATTENTION_SCALE(HS);
     load_rows_f32<DIMS_PER_LANE>(k_rows, q_src + C, k0, F32_ROWS, T, HS, stride);
     load_rows_f32<DIMS_PER_LANE>(v_rows, q_src + 2 * C, k0, F32_ROWS, T, HS, stride);
@@ -173,7 +199,7 @@ __global__ void flash_backward_dkv_f32_kernel(float* dqkv, const float* dout, co
     for (int c0 = k0 / F32_COLS * F32_COLS; c0 < T; c0 += F32_COLS) {
         __syncthreads();
         load_rows_f32<DIMS_PER_LANE>(q_tile, q_src, c0, F32_COLS, T, HS, stride);
-        load_rows_f32<DIMS_PER_LANE>(do_tile, dout + (size_t)b * T * C + h * HS, c0, F32_COLS, T, HS, C);
+        load_rows_f32<DIMS_PER_LANE>(do_tile, dout + block.out_head, c0, F32_COLS, T, HS, C);
         __syncthreads();
         const int query = c0 + lane;
         const float m_q = query < T ? m[head_row0 + query] : 0.0f;
@@ -200,16 +226,6 @@ __global__ void flash_backward_dkv_f32_kernel(float* dqkv, const float* dout, co
             }
         }
     }
-#pragma unroll
-    for (int i = 0; i < F32_ROWS_PER_WARP; i++) {
-        const int key = k0 + warp * F32_ROWS_PER_WARP + i;
-        if (key >= T) continue;
-        float* dst = dqkv + ((size_t)b * T + key) * stride + h * HS;
-#pragma unroll
-        for (int k = 0; k < DIMS_PER_LANE; k++)
-            if (lane + 32 * k < HS) {
-                dst[C + lane + 32 * k] = dk[i][k] * scale;
-                dst[2 * C + lane + 32 * k] = dv[i][k];
-            }
-    }
+    store_rows_f32<DIMS_PER_LANE>(dqkv + block.qkv_head + C, stride, dk, scale, k0, T, HS);
+    store_rows_f32<DIMS_PER_LANE>(dqkv + block.qkv_head + 2 * C, stride, dv, 1.0f, k0, T, HS);
 }
